@@ -1,0 +1,388 @@
+// buffer.cpp: geometry checks, views, copies and the host side of the residency rules.
+#include "buffer.h"
+
+#include <cstdlib>
+#include <cstring>
+#include <limits>
+#include <new>
+#include <string>
+
+#include "errors.h"
+
+namespace hb {
+
+struct RawView {
+    halide_buffer_t buf{};
+    std::vector<halide_dimension_t> dims;
+    uint64_t published = 0;  ///< flags as last written into buf
+};
+
+namespace {
+
+constexpr size_t kAlignment = 128;
+constexpr int kMaxDims = 64;  // NumPy's limit
+constexpr int64_t kInt32Max = std::numeric_limits<int32_t>::max();
+constexpr int64_t kInt32Min = std::numeric_limits<int32_t>::min();
+
+std::string str(int64_t v) { return std::to_string(v); }
+
+/// Element count of a shape, refusing anything Halide or a 64-bit address cannot describe.
+int64_t checked_count(const char *entry, const std::vector<int64_t> &shape, int itemsize) {
+    if (shape.size() > size_t(kMaxDims))
+        throw ValueError(std::string(entry) + "(): " + str(int64_t(shape.size())) +
+                         " axes is more than the " + str(kMaxDims) + " supported; reshape the data");
+    int64_t count = 1;
+    for (int64_t n : shape) {
+        if (n < 0)
+            throw ValueError(std::string(entry) + "(): negative extent " + str(n) +
+                             "; every extent must be >= 0");
+        if (n > kInt32Max)
+            throw ValueError(std::string(entry) + "(): extent " + str(n) +
+                             " exceeds Halide's int32 limit (2**31 - 1); split the axis");
+        if (__builtin_mul_overflow(count, n, &count))
+            throw ValueError(std::string(entry) + "(): the shape has more than 2**63 elements; "
+                             "use a smaller shape");
+    }
+    int64_t bytes;
+    if (__builtin_mul_overflow(count, int64_t(itemsize), &bytes))
+        throw ValueError(std::string(entry) + "(): the shape needs more than 2**63 bytes; "
+                         "use a smaller shape");
+    return count;
+}
+
+/// Byte strides must be whole elements that Halide's int32 element strides can hold.
+void check_strides(const char *entry, const std::vector<int64_t> &strides, int itemsize) {
+    for (int64_t s : strides) {
+        if (s % itemsize != 0)
+            throw ValueError(std::string(entry) + "(): stride " + str(s) +
+                             " bytes is not a multiple of the itemsize " + str(itemsize) +
+                             "; pass copy=True to get a contiguous copy");
+        if (s / itemsize > kInt32Max || s / itemsize < kInt32Min)
+            throw ValueError(std::string(entry) + "(): stride " + str(s) +
+                             " bytes exceeds Halide's int32 element strides; pass copy=True");
+    }
+}
+
+std::vector<int64_t> c_strides(const std::vector<int64_t> &shape, int itemsize) {
+    std::vector<int64_t> strides(shape.size());
+    int64_t s = itemsize;
+    for (size_t i = shape.size(); i-- > 0;) {
+        strides[i] = s;
+        s *= shape[i] > 0 ? shape[i] : 1;
+    }
+    return strides;
+}
+
+/// Copies every element of a strided source into a strided destination of the same shape.
+void copy_elements(uint8_t *dst, const int64_t *dst_strides, const uint8_t *src,
+                   const int64_t *src_strides, const int64_t *shape, int ndim, int itemsize) {
+    if (ndim == 0) {
+        std::memcpy(dst, src, size_t(itemsize));
+        return;
+    }
+    if (ndim == 1 && dst_strides[0] == itemsize && src_strides[0] == itemsize) {
+        std::memcpy(dst, src, size_t(shape[0] * itemsize));
+        return;
+    }
+    for (int64_t i = 0; i < shape[0]; ++i) {
+        copy_elements(dst + i * dst_strides[0], dst_strides + 1, src + i * src_strides[0],
+                      src_strides + 1, shape + 1, ndim - 1, itemsize);
+    }
+}
+
+}  // namespace
+
+LiveCounts &live_counts() {
+    static LiveCounts counts;
+    return counts;
+}
+
+Storage::~Storage() {
+    if (ownership == HostOwnership::owned) std::free(allocation);
+    --live_counts().storages;
+}
+
+uint64_t Storage::effective_flags() const {
+    if (external_writes && !(flags & halide_buffer_flag_device_dirty))
+        return flags | halide_buffer_flag_host_dirty;
+    return flags;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Construction
+// ---------------------------------------------------------------------------------------------
+
+Buffer::Buffer(Buffer &&) noexcept = default;
+Buffer &Buffer::operator=(Buffer &&) noexcept = default;
+Buffer::~Buffer() = default;
+
+Buffer Buffer::allocate(const char *entry, const std::vector<int64_t> &shape, const DType &dtype) {
+    int64_t count = checked_count(entry, shape, dtype.itemsize);
+    // calloc hands large blocks straight from the kernel: zero pages, touched only when used.
+    size_t bytes = size_t(count) * size_t(dtype.itemsize);
+    void *allocation = std::calloc(bytes + kAlignment, 1);
+    if (!allocation) throw std::bad_alloc();
+    auto storage = std::make_shared<Storage>();
+    ++live_counts().storages;
+    storage->allocation = allocation;
+    storage->host = reinterpret_cast<uint8_t *>(
+        (reinterpret_cast<uintptr_t>(allocation) + kAlignment - 1) & ~uintptr_t(kAlignment - 1));
+
+    Buffer b;
+    b.storage_ = std::move(storage);
+    b.dtype_ = &dtype;
+    b.data_ = b.storage_->host;
+    b.shape_ = shape;
+    b.strides_ = c_strides(shape, dtype.itemsize);
+    b.mins_.assign(shape.size(), 0);
+    return b;
+}
+
+Buffer Buffer::wrap(const char *entry, uint8_t *data, const std::vector<int64_t> &shape,
+                    const std::vector<int64_t> &strides, const DType &dtype,
+                    std::shared_ptr<void> owner, bool readonly, bool external_writes) {
+    checked_count(entry, shape, dtype.itemsize);
+    check_strides(entry, strides, dtype.itemsize);
+    auto storage = std::make_shared<Storage>();
+    ++live_counts().storages;
+    storage->host = data;
+    storage->ownership = HostOwnership::borrowed;
+    storage->owner = std::move(owner);
+    storage->readonly = readonly;
+    storage->external_writes = external_writes && !readonly;
+
+    Buffer b;
+    b.storage_ = std::move(storage);
+    b.dtype_ = &dtype;
+    b.data_ = data;
+    b.shape_ = shape;
+    b.strides_ = strides;
+    b.mins_.assign(shape.size(), 0);
+    return b;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Geometry
+// ---------------------------------------------------------------------------------------------
+
+int64_t Buffer::size() const {
+    int64_t n = 1;
+    for (int64_t e : shape_) n *= e;
+    return n;
+}
+
+bool Buffer::is_c_contiguous() const {
+    int64_t expected = dtype_->itemsize;
+    for (size_t i = shape_.size(); i-- > 0;) {
+        if (shape_[i] == 0) return true;
+        if (shape_[i] != 1 && strides_[i] != expected) return false;
+        expected *= shape_[i];
+    }
+    return true;
+}
+
+int Buffer::check_axis(const char *entry, int axis) const {
+    int n = ndim();
+    if (axis < -n || axis >= n)
+        throw IndexError(std::string(entry) + "(): axis " + str(axis) + " is out of range for " +
+                         str(n) + " axes; use -" + str(n) + " <= axis < " + str(n));
+    return axis < 0 ? axis + n : axis;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Views
+// ---------------------------------------------------------------------------------------------
+
+Buffer Buffer::view() const {
+    Buffer b;
+    b.storage_ = storage_;
+    b.dtype_ = dtype_;
+    b.data_ = data_;
+    b.shape_ = shape_;
+    b.strides_ = strides_;
+    b.mins_ = mins_;
+    return b;
+}
+
+Buffer Buffer::cropped(int axis, int64_t min, int64_t extent) const {
+    axis = check_axis("cropped", axis);
+    int64_t lo = mins_[axis], hi = mins_[axis] + shape_[axis];
+    if (extent < 0)
+        throw ValueError("cropped(): negative extent " + str(extent) + "; extent must be >= 0");
+    if (min < lo || min > hi || extent > hi - min)
+        throw IndexError("cropped(): [" + str(min) + ", " + str(min) + " + " + str(extent) +
+                         ") is outside axis " + str(axis) + "'s coordinates [" + str(lo) + ", " +
+                         str(hi) + "); crop within the mins and extents shown by b.mins and b.shape");
+    Buffer b = view();
+    b.data_ += (min - lo) * strides_[axis];
+    b.mins_[axis] = min;
+    b.shape_[axis] = extent;
+    return b;
+}
+
+Buffer Buffer::sliced(int axis, int64_t pos) const {
+    axis = check_axis("sliced", axis);
+    int64_t lo = mins_[axis], hi = mins_[axis] + shape_[axis];
+    if (pos < lo || pos >= hi)
+        throw IndexError("sliced(): coordinate " + str(pos) + " is outside axis " + str(axis) +
+                         "'s coordinates [" + str(lo) + ", " + str(hi) +
+                         "); slice at a coordinate shown by b.mins and b.shape");
+    Buffer b = view();
+    b.data_ += (pos - lo) * strides_[axis];
+    b.shape_.erase(b.shape_.begin() + axis);
+    b.strides_.erase(b.strides_.begin() + axis);
+    b.mins_.erase(b.mins_.begin() + axis);
+    return b;
+}
+
+Buffer Buffer::transposed(const std::vector<int> &axes) const {
+    int n = ndim();
+    std::vector<bool> seen(size_t(n), false);
+    bool ok = int(axes.size()) == n;
+    for (size_t i = 0; ok && i < axes.size(); ++i) {
+        int a = axes[i] < 0 ? axes[i] + n : axes[i];
+        ok = a >= 0 && a < n && !seen[size_t(a)];
+        if (ok) seen[size_t(a)] = true;
+    }
+    if (!ok)
+        throw ValueError("transposed(): axes must be a permutation of 0.." + str(n - 1) +
+                         "; pass each axis exactly once");
+    Buffer b = view();
+    for (int i = 0; i < n; ++i) {
+        int a = axes[size_t(i)] < 0 ? axes[size_t(i)] + n : axes[size_t(i)];
+        b.shape_[size_t(i)] = shape_[size_t(a)];
+        b.strides_[size_t(i)] = strides_[size_t(a)];
+        b.mins_[size_t(i)] = mins_[size_t(a)];
+    }
+    return b;
+}
+
+Buffer Buffer::indexed(const std::vector<AxisIndex> &index) const {
+    if (index.size() != shape_.size())
+        throw IndexError("__getitem__(): " + str(int64_t(index.size())) + " indices for " +
+                         str(ndim()) + " axes; use at most one index per axis and one '...'");
+    Buffer b = view();
+    b.shape_.clear();
+    b.strides_.clear();
+    b.mins_.clear();
+    for (size_t i = 0; i < index.size(); ++i) {
+        const AxisIndex &ix = index[i];
+        if (!ix.keep) {
+            if (ix.start < 0 || ix.start >= shape_[i])
+                throw IndexError("__getitem__(): index " + str(ix.start) + " is out of range for axis " +
+                                 str(int64_t(i)) + " with extent " + str(shape_[i]));
+            b.data_ += ix.start * strides_[i];
+            continue;
+        }
+        if (ix.length > 0) b.data_ += ix.start * strides_[i];
+        b.shape_.push_back(ix.length);
+        b.strides_.push_back(strides_[i] * ix.step);
+        // A unit-step slice keeps Halide coordinates; a strided one starts a new grid at 0.
+        b.mins_.push_back(ix.step == 1 ? mins_[i] + ix.start : 0);
+    }
+    check_strides("__getitem__", b.strides_, dtype_->itemsize);
+    return b;
+}
+
+Buffer Buffer::bits() const {
+    const DType *u = dtype_bits_of(*dtype_);
+    if (!u)
+        throw TypeError(std::string("bits(): ") + dtype_->name + " has no unsigned integer of " +
+                        str(dtype_->itemsize) + " bytes; use b.numpy().view(numpy.uint64)");
+    Buffer b = view();
+    b.dtype_ = u;
+    return b;
+}
+
+Buffer Buffer::copy(const char *entry) const {
+    Buffer out = allocate(entry, shape_, *dtype_);
+    if (size() > 0)
+        copy_elements(out.data_, out.strides_.data(), data_, strides_.data(), shape_.data(), ndim(),
+                      dtype_->itemsize);
+    return out;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Residency (host side; the device side arrives with the device backends)
+// ---------------------------------------------------------------------------------------------
+
+void Buffer::absorb_raw() {
+    if (raw_ && raw_->buf.flags != raw_->published) {
+        storage_->flags = raw_->buf.flags;
+        raw_->published = raw_->buf.flags;
+    }
+}
+
+bool Buffer::host_dirty() {
+    absorb_raw();
+    return storage_->effective_flags() & halide_buffer_flag_host_dirty;
+}
+
+bool Buffer::device_dirty() {
+    absorb_raw();
+    return storage_->effective_flags() & halide_buffer_flag_device_dirty;
+}
+
+void Buffer::set_host_dirty(bool value) {
+    absorb_raw();
+    if (value && (storage_->flags & halide_buffer_flag_device_dirty))
+        throw ValueError("set_host_dirty(): the device copy is newer (device_dirty); call "
+                         "copy_to_host() before writing on the host");
+    if (value) storage_->flags |= halide_buffer_flag_host_dirty;
+    else storage_->flags &= ~uint64_t(halide_buffer_flag_host_dirty);
+}
+
+void Buffer::set_device_dirty(bool value) {
+    absorb_raw();
+    if (value && !has_device_allocation())
+        throw ValueError("set_device_dirty(): the buffer has no device allocation; call "
+                         "copy_to_device() or device_malloc() first");
+    if (value && (storage_->effective_flags() & halide_buffer_flag_host_dirty))
+        throw ValueError("set_device_dirty(): the host copy is newer (host_dirty); call "
+                         "copy_to_device() before writing on the device");
+    if (value) storage_->flags |= halide_buffer_flag_device_dirty;
+    else storage_->flags &= ~uint64_t(halide_buffer_flag_device_dirty);
+}
+
+void Buffer::copy_to_host() {
+    absorb_raw();
+    // Without a device allocation the host copy is the only one and always current.
+}
+
+void Buffer::begin_host_read() { copy_to_host(); }
+
+void Buffer::begin_host_write(const char *entry) {
+    if (storage_->readonly)
+        throw BufferError(std::string(entry) + "(): the buffer wraps read-only memory; use "
+                          "Buffer.from_host(obj, copy=True) for a writable copy");
+    copy_to_host();
+    storage_->flags |= halide_buffer_flag_host_dirty;
+}
+
+halide_buffer_t *Buffer::raw(const char *entry) {
+    if (!dtype_->has_halide_type())
+        throw BufferError(std::string(entry) + "(): Halide has no type for " + dtype_->name +
+                          "; pass a buffer of another dtype");
+    absorb_raw();
+    if (!raw_) {
+        raw_ = std::make_unique<RawView>();
+        int n = ndim();
+        raw_->dims.resize(size_t(n));
+        for (int i = 0; i < n; ++i) {
+            // NumPy axis i is Halide dimension n - 1 - i.
+            halide_dimension_t &d = raw_->dims[size_t(n - 1 - i)];
+            d.min = int32_t(mins_[size_t(i)]);
+            d.extent = int32_t(shape_[size_t(i)]);
+            d.stride = int32_t(strides_[size_t(i)] / dtype_->itemsize);
+            d.flags = 0;
+        }
+        raw_->buf.host = data_;
+        raw_->buf.type = dtype_->halide;
+        raw_->buf.dimensions = n;
+        raw_->buf.dim = n ? raw_->dims.data() : nullptr;
+    }
+    raw_->buf.flags = raw_->published = storage_->effective_flags();
+    return &raw_->buf;
+}
+
+}  // namespace hb

@@ -1,0 +1,183 @@
+// py_buffer.cpp: the Buffer Python type: construction, geometry, views, residency, raw access.
+#include <string>
+#include <vector>
+
+#include "errors.h"
+#include "py_glue.h"
+
+namespace hb {
+namespace {
+
+std::vector<int64_t> to_shape(py::handle shape, const char *entry) {
+    if (PyLong_Check(shape.ptr())) return {shape.cast<int64_t>()};
+    if (!py::isinstance<py::sequence>(shape) || py::isinstance<py::str>(shape))
+        throw TypeError(std::string(entry) + "(): shape must be an int or a sequence of ints, not " +
+                        std::string(Py_TYPE(shape.ptr())->tp_name) + "; pass e.g. (480, 640)");
+    std::vector<int64_t> out;
+    for (py::handle n : shape) {
+        if (!PyIndex_Check(n.ptr()))
+            throw TypeError(std::string(entry) + "(): shape entries must be ints, not " +
+                            std::string(Py_TYPE(n.ptr())->tp_name) + "; pass e.g. (480, 640)");
+        int overflow = 0;
+        py::object i = py::reinterpret_steal<py::object>(PyNumber_Index(n.ptr()));
+        long long v = PyLong_AsLongLongAndOverflow(i.ptr(), &overflow);
+        if (overflow)
+            throw ValueError(std::string(entry) + "(): extent " + py::str(n).cast<std::string>() +
+                             " does not fit in 64 bits; use a smaller shape");
+        out.push_back(v);
+    }
+    return out;
+}
+
+template <typename T>
+py::tuple to_tuple(const std::vector<T> &v) {
+    py::tuple t(v.size());
+    for (size_t i = 0; i < v.size(); ++i) t[i] = py::int_(v[i]);
+    return t;
+}
+
+/// Where the current data lives, for repr: the reader's view of the residency flags.
+std::string residency_of(Buffer &b) {
+    if (!b.has_device_allocation()) return "host";
+    if (b.device_dirty()) return "device (host copy stale)";
+    if (b.host_dirty()) return "host (device copy stale)";
+    return "host and device";
+}
+
+std::string repr_of(Buffer &b) {
+    std::string shape = py::str(to_tuple(b.shape())).cast<std::string>();
+    std::string out = "Buffer(shape=" + shape + ", dtype=" + b.dtype().name +
+                      ", data=" + residency_of(b);
+    if (b.readonly()) out += ", readonly";
+    return out + ")";
+}
+
+/// Python index expression -> one AxisIndex per axis (positions, NumPy rules).
+std::vector<AxisIndex> to_index(const Buffer &b, py::handle key) {
+    py::tuple items = py::isinstance<py::tuple>(key) ? py::reinterpret_borrow<py::tuple>(key)
+                                                     : py::make_tuple(key);
+    size_t n_ellipsis = 0, n_axes = 0;
+    for (py::handle item : items) {
+        if (item.ptr() == Py_Ellipsis) ++n_ellipsis;
+        else ++n_axes;
+    }
+    if (n_ellipsis > 1)
+        throw IndexError("__getitem__(): an index can only have a single ellipsis ('...')");
+    if (n_axes > size_t(b.ndim()))
+        throw IndexError("__getitem__(): too many indices: " + std::to_string(n_axes) + " for " +
+                         std::to_string(b.ndim()) + " axes");
+    std::vector<AxisIndex> out;
+    size_t axis = 0;
+    auto full = [&](size_t a) { return AxisIndex{true, 0, 1, b.shape()[a]}; };
+    for (py::handle item : items) {
+        if (item.ptr() == Py_Ellipsis) {
+            for (size_t k = 0; k < b.ndim() - n_axes; ++k, ++axis) out.push_back(full(axis));
+        } else if (PySlice_Check(item.ptr())) {
+            Py_ssize_t start, stop, step;
+            if (PySlice_Unpack(item.ptr(), &start, &stop, &step) < 0) throw py::error_already_set();
+            Py_ssize_t len = PySlice_AdjustIndices(Py_ssize_t(b.shape()[axis]), &start, &stop, step);
+            out.push_back(AxisIndex{true, start, step, len});
+            ++axis;
+        } else if (PyIndex_Check(item.ptr()) && !PyBool_Check(item.ptr())) {
+            int64_t i = py::reinterpret_steal<py::int_>(PyNumber_Index(item.ptr())).cast<int64_t>();
+            int64_t extent = b.shape()[axis];
+            if (i < -extent || i >= extent)
+                throw IndexError("__getitem__(): index " + std::to_string(i) +
+                                 " is out of range for axis " + std::to_string(axis) +
+                                 " with extent " + std::to_string(extent));
+            out.push_back(AxisIndex{false, i < 0 ? i + extent : i, 0, 0});
+            ++axis;
+        } else {
+            throw TypeError("__getitem__(): only ints, slices and '...' index a Buffer, not " +
+                            std::string(Py_TYPE(item.ptr())->tp_name) +
+                            "; use b.numpy()[...] for NumPy's fancy indexing");
+        }
+    }
+    while (axis < size_t(b.ndim())) out.push_back(full(axis++));
+    return out;
+}
+
+std::vector<int> to_axes(const Buffer &b, py::args args) {
+    std::vector<int> axes;
+    if (args.size() == 0) {  // no axes: reverse them, like numpy.transpose
+        for (int i = b.ndim(); i-- > 0;) axes.push_back(i);
+    } else if (args.size() == 1 && py::isinstance<py::sequence>(args[0])) {
+        for (py::handle a : args[0]) axes.push_back(a.cast<int>());
+    } else {
+        for (py::handle a : args) axes.push_back(a.cast<int>());
+    }
+    return axes;
+}
+
+}  // namespace
+
+Buffer &buffer_of(PyObject *self) {
+    auto *inst = reinterpret_cast<py::detail::instance *>(self);
+    Buffer *b = inst->get_value_and_holder().value_ptr<Buffer>();
+    if (!b) throw TypeError("Buffer: the object was never initialised; construct it with "
+                            "halide_buffer.Buffer(shape, dtype)");
+    return *b;
+}
+
+void bind_buffer(py::module_ &m) {
+    py::class_<Buffer> cls(m, "Buffer", py::buffer_protocol(), R"doc(
+A Halide runtime buffer: host memory (owned or borrowed), a halide_buffer_t describing it in
+Halide's terms, and the residency state of its data shared by every view.
+
+Buffer(shape, dtype="float64") allocates owned, zero-filled, 128-byte aligned host memory.
+)doc");
+    install_buffer_protocol(cls);
+
+    cls.def(py::init([](py::handle shape, py::handle dtype) {
+                return Buffer::allocate("Buffer", to_shape(shape, "Buffer"), to_dtype(dtype, "Buffer"));
+            }),
+            py::arg("shape"), py::arg("dtype") = "float64")
+        .def_static("from_host", &buffer_from_host, py::arg("obj"), py::arg("copy") = false,
+                    py::kw_only(), py::arg("external_writes") = true,
+                    "Wrap (copy=False) or copy anything with the buffer protocol or an ndarray of "
+                    "any dtype, ml_dtypes included. external_writes=False promises that wrapped "
+                    "writable memory changes only through this buffer.")
+        // --- geometry
+        .def_property_readonly("shape", [](const Buffer &b) { return to_tuple(b.shape()); })
+        .def_property_readonly("strides", [](const Buffer &b) { return to_tuple(b.strides()); })
+        .def_property_readonly("mins", [](const Buffer &b) { return to_tuple(b.mins()); },
+                               "Halide coordinate of the first element of each axis")
+        .def_property_readonly("ndim", &Buffer::ndim)
+        .def_property_readonly("size", &Buffer::size)
+        .def_property_readonly("nbytes", &Buffer::nbytes)
+        .def_property_readonly("itemsize", [](const Buffer &b) { return b.dtype().itemsize; })
+        .def_property_readonly("dtype", [](const Buffer &b) { return &b.dtype(); },
+                               py::return_value_policy::reference)
+        .def_property_readonly("readonly", &Buffer::readonly)
+        .def_property_readonly("external_writes", &Buffer::external_writes,
+                               "wrapped writable memory whose owner may write it at any time")
+        .def_property_readonly("is_c_contiguous", &Buffer::is_c_contiguous)
+        .def("__len__", [](const Buffer &b) {
+            if (b.ndim() == 0) throw TypeError("len(): a 0-d buffer has no length; use b.size");
+            return b.shape()[0];
+        })
+        .def("shares_storage_with", &Buffer::shares_storage_with, py::arg("other"))
+        // --- views
+        .def("cropped", &Buffer::cropped, py::arg("axis"), py::arg("min"), py::arg("extent"))
+        .def("sliced", &Buffer::sliced, py::arg("axis"), py::arg("pos"))
+        .def("transposed", [](const Buffer &b, py::args axes) { return b.transposed(to_axes(b, axes)); })
+        .def("__getitem__", [](const Buffer &b, py::handle key) { return b.indexed(to_index(b, key)); })
+        .def("bits", &Buffer::bits)
+        .def("copy", [](const Buffer &b) { return b.copy("copy"); })
+        // --- residency
+        .def("host_dirty", &Buffer::host_dirty)
+        .def("device_dirty", &Buffer::device_dirty)
+        .def("set_host_dirty", &Buffer::set_host_dirty, py::arg("value") = true)
+        .def("set_device_dirty", &Buffer::set_device_dirty, py::arg("value") = true)
+        .def("copy_to_host", &Buffer::copy_to_host)
+        .def("has_device_allocation", &Buffer::has_device_allocation)
+        .def_property_readonly("device", [](const Buffer &) { return py::none(); })
+        // --- Halide
+        .def("_get_raw_halide_buffer_t", [](Buffer &b) {
+            return reinterpret_cast<uintptr_t>(b.raw("_get_raw_halide_buffer_t"));
+        }, "Address of the halide_buffer_t describing this view (Halide's extension protocol).")
+        .def("__repr__", &repr_of);
+    bind_numpy(cls);
+}
+
+}  // namespace hb

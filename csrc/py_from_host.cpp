@@ -1,0 +1,103 @@
+// py_from_host.cpp: Buffer.from_host(): wrap or copy host memory exported by someone else.
+//
+// Order of attempts: our own Buffer (a view of it), an ndarray (any dtype, ml_dtypes included:
+// NumPy cannot export those through the buffer protocol), the buffer protocol, __array__.
+#include <string>
+#include <vector>
+
+#include "errors.h"
+#include "py_glue.h"
+
+namespace hb {
+namespace {
+
+constexpr const char *kEntry = "Buffer.from_host";
+
+/// Keeps a Python object alive until the storage dies; released with the GIL held.
+std::shared_ptr<void> keep_alive(py::handle obj) {
+    return std::shared_ptr<void>(new py::object(py::reinterpret_borrow<py::object>(obj)),
+                                 [](void *p) {
+                                     py::gil_scoped_acquire gil;
+                                     delete static_cast<py::object *>(p);
+                                 });
+}
+
+Buffer from_ndarray(py::array a, bool external_writes) {
+    py::object descr = a.attr("dtype");
+    if (!descr.attr("isnative").cast<bool>())
+        throw ValueError(std::string(kEntry) + "(): the array is big-endian; convert it with "
+                         "a.astype(a.dtype.newbyteorder('='))");
+    const DType &dtype = to_dtype(descr, kEntry);
+    std::vector<int64_t> shape(a.shape(), a.shape() + a.ndim());
+    std::vector<int64_t> strides(a.strides(), a.strides() + a.ndim());
+    bool readonly = !a.writeable();
+    auto *data = static_cast<uint8_t *>(const_cast<void *>(a.data()));
+    return Buffer::wrap(kEntry, data, shape, strides, dtype, keep_alive(a), readonly, external_writes);
+}
+
+Buffer from_buffer_protocol(py::handle obj, bool external_writes) {
+    auto *view = new Py_buffer;
+    if (PyObject_GetBuffer(obj.ptr(), view, PyBUF_RECORDS_RO) != 0) {
+        delete view;
+        throw py::error_already_set();
+    }
+    // From here the view is released exactly once: by the storage, or right here on failure.
+    std::shared_ptr<void> owner(view, [](void *p) {
+        py::gil_scoped_acquire gil;
+        PyBuffer_Release(static_cast<Py_buffer *>(p));
+        delete static_cast<Py_buffer *>(p);
+    });
+    if (view->suboffsets)
+        throw BufferError(std::string(kEntry) + "(): indirect (PIL-style) buffers are not "
+                          "supported; convert with numpy.array(obj) first");
+    const DType *dtype = dtype_by_format(view->format, size_t(view->itemsize));
+    if (!dtype)
+        throw TypeError(std::string(kEntry) + "(): buffer format '" +
+                        (view->format ? view->format : "B") + "' with itemsize " +
+                        std::to_string(view->itemsize) + " is not supported; supported dtypes: " +
+                        dtype_names());
+    std::vector<int64_t> shape, strides;
+    if (view->ndim == 1 && !view->shape) {
+        shape = {int64_t(view->len / view->itemsize)};
+    } else {
+        shape.assign(view->shape, view->shape + view->ndim);
+    }
+    if (view->strides) {
+        strides.assign(view->strides, view->strides + view->ndim);
+    } else {  // C-contiguous by the protocol's rules
+        strides.resize(shape.size());
+        int64_t s = view->itemsize;
+        for (size_t i = shape.size(); i-- > 0;) {
+            strides[i] = s;
+            s *= shape[i];
+        }
+    }
+    return Buffer::wrap(kEntry, static_cast<uint8_t *>(view->buf), shape, strides, *dtype,
+                        std::move(owner), view->readonly != 0, external_writes);
+}
+
+}  // namespace
+
+Buffer buffer_from_host(py::handle obj, bool copy, bool external_writes) {
+    auto finish = [copy](Buffer b) { return copy ? b.copy(kEntry) : std::move(b); };
+    if (py::isinstance<Buffer>(obj)) {
+        Buffer &src = buffer_of(obj.ptr());
+        if (!copy) return src.view();
+        src.begin_host_read();
+        return src.copy(kEntry);
+    }
+    if (py::isinstance<py::array>(obj))
+        return finish(from_ndarray(py::reinterpret_borrow<py::array>(obj), external_writes));
+    if (PyObject_CheckBuffer(obj.ptr())) return finish(from_buffer_protocol(obj, external_writes));
+    if (py::hasattr(obj, "__array__")) {
+        // NumPy 2 semantics: with copy=False the producer must not copy (or must refuse).
+        py::object asarray = py::module_::import("numpy").attr("asarray");
+        py::object a = copy ? asarray(obj) : asarray(obj, py::arg("copy") = false);
+        return finish(from_ndarray(py::reinterpret_borrow<py::array>(a), external_writes));
+    }
+    throw TypeError(std::string(kEntry) + "(): " + Py_TYPE(obj.ptr())->tp_name +
+                    " exports neither the buffer protocol nor __array__; pass a NumPy array, "
+                    "bytes-like object or anything numpy.asarray() accepts");
+}
+
+}  // namespace hb

@@ -1,0 +1,44 @@
+// py_glue.h: what the pybind11 binding files share.
+#pragma once
+
+#include <pybind11/numpy.h>
+#include <pybind11/pybind11.h>
+
+#include <exception>
+
+#include "buffer.h"
+#include "dtype.h"
+
+namespace hb {
+namespace py = pybind11;
+
+// py_module.cpp
+/// Sets the Python exception for a C++ exception of the core; false if it is not one of ours.
+bool set_python_error(std::exception_ptr error);
+
+// py_dtype.cpp
+void bind_dtype(py::module_ &m);
+/// Any dtype spelling a user may pass (name, NumPy or ml_dtypes dtype, torch/jax dtype).
+const DType &to_dtype(py::handle obj, const char *entry);
+/// The NumPy dtype object of a row (ml_dtypes for exotic rows), created once.
+py::dtype numpy_dtype(const DType &t);
+
+// py_buffer.cpp
+void bind_buffer(py::module_ &m);
+/// The core Buffer inside a Python Buffer object (no type check: callers know the type).
+Buffer &buffer_of(PyObject *self);
+
+// py_from_host.cpp
+/// Buffer.from_host(): wrap (or copy) anything with the buffer protocol or an ndarray.
+Buffer buffer_from_host(py::handle obj, bool copy, bool external_writes);
+
+// py_buffer_protocol.cpp
+/// Replaces pybind11's buffer slots of `type` with ours.
+void install_buffer_protocol(py::handle type);
+
+// py_numpy.cpp
+/// An ndarray of the exact dtype over the buffer's host memory, kept alive by `self`.
+py::array ndarray_view(py::handle self, Buffer &b, bool writable);
+void bind_numpy(py::class_<Buffer> &cls);
+
+}  // namespace hb

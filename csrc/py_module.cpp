@@ -1,0 +1,101 @@
+// py_module.cpp: the private extension module halide_buffer._core.
+#include <cstddef>
+
+#include "errors.h"
+#include "py_glue.h"
+
+namespace hb {
+
+bool set_python_error(std::exception_ptr error) {
+    try {
+        std::rethrow_exception(error);
+    } catch (const ValueError &e) {
+        PyErr_SetString(PyExc_ValueError, e.what());
+    } catch (const TypeError &e) {
+        PyErr_SetString(PyExc_TypeError, e.what());
+    } catch (const IndexError &e) {
+        PyErr_SetString(PyExc_IndexError, e.what());
+    } catch (const BufferError &e) {
+        PyErr_SetString(PyExc_BufferError, e.what());
+    } catch (const std::bad_alloc &) {
+        PyErr_SetString(PyExc_MemoryError, "out of host memory");
+    } catch (...) {
+        return false;
+    }
+    return true;
+}
+
+namespace {
+
+/// sizeof/offsetof of every field of halide_abi.h, for the layout test against Halide's header.
+py::dict abi_layout() {
+    py::dict d;
+#define HB_SIZE(T) d["sizeof(" #T ")"] = sizeof(T)
+#define HB_FIELD(T, f) d["offsetof(" #T ", " #f ")"] = offsetof(T, f)
+    HB_SIZE(halide_type_t);
+    HB_FIELD(halide_type_t, code);
+    HB_FIELD(halide_type_t, bits);
+    HB_FIELD(halide_type_t, lanes);
+    HB_SIZE(halide_dimension_t);
+    HB_FIELD(halide_dimension_t, min);
+    HB_FIELD(halide_dimension_t, extent);
+    HB_FIELD(halide_dimension_t, stride);
+    HB_FIELD(halide_dimension_t, flags);
+    HB_SIZE(halide_buffer_t);
+    HB_FIELD(halide_buffer_t, device);
+    HB_FIELD(halide_buffer_t, device_interface);
+    HB_FIELD(halide_buffer_t, host);
+    HB_FIELD(halide_buffer_t, flags);
+    HB_FIELD(halide_buffer_t, type);
+    HB_FIELD(halide_buffer_t, dimensions);
+    HB_FIELD(halide_buffer_t, dim);
+    HB_FIELD(halide_buffer_t, padding);
+    HB_SIZE(halide_device_interface_t);
+    HB_FIELD(halide_device_interface_t, device_malloc);
+    HB_FIELD(halide_device_interface_t, device_free);
+    HB_FIELD(halide_device_interface_t, device_sync);
+    HB_FIELD(halide_device_interface_t, device_release);
+    HB_FIELD(halide_device_interface_t, copy_to_host);
+    HB_FIELD(halide_device_interface_t, copy_to_device);
+    HB_FIELD(halide_device_interface_t, device_and_host_malloc);
+    HB_FIELD(halide_device_interface_t, device_and_host_free);
+    HB_FIELD(halide_device_interface_t, buffer_copy);
+    HB_FIELD(halide_device_interface_t, device_crop);
+    HB_FIELD(halide_device_interface_t, device_slice);
+    HB_FIELD(halide_device_interface_t, device_release_crop);
+    HB_FIELD(halide_device_interface_t, wrap_native);
+    HB_FIELD(halide_device_interface_t, detach_native);
+    HB_FIELD(halide_device_interface_t, compute_capability);
+    HB_FIELD(halide_device_interface_t, impl);
+#undef HB_SIZE
+#undef HB_FIELD
+    d["halide_type_int"] = int(halide_type_int);
+    d["halide_type_uint"] = int(halide_type_uint);
+    d["halide_type_float"] = int(halide_type_float);
+    d["halide_type_handle"] = int(halide_type_handle);
+    d["halide_type_bfloat"] = int(halide_type_bfloat);
+    d["halide_buffer_flag_host_dirty"] = uint64_t(halide_buffer_flag_host_dirty);
+    d["halide_buffer_flag_device_dirty"] = uint64_t(halide_buffer_flag_device_dirty);
+    return d;
+}
+
+}  // namespace
+
+}  // namespace hb
+
+PYBIND11_MODULE(_core, m) {
+    namespace py = pybind11;
+    m.doc() = "C++ core of halide_buffer (private: import halide_buffer instead).";
+    py::register_exception_translator([](std::exception_ptr p) {
+        if (p && !hb::set_python_error(p)) std::rethrow_exception(p);
+    });
+    hb::bind_dtype(m);
+    hb::bind_buffer(m);
+    m.def("_abi_layout", &hb::abi_layout);
+    m.def("_live_counts", [] {
+        py::dict d;
+        d["storages"] = hb::live_counts().storages;
+        d["exports"] = hb::live_counts().exports;
+        return d;
+    }, "Live storages and unreleased buffer-protocol exports (for leak tests).");
+}

@@ -1,0 +1,3 @@
+"""The version of halide_buffer: defined here and nowhere else."""
+
+__version__ = "0.1.0"
