@@ -15,6 +15,7 @@ py::object halide_tuple(const DType &t) {
 
 /// The canonical name of whatever the user passed, or "" when it is no dtype at all.
 std::string name_of(py::handle obj) {
+    if (obj.is_none()) return "";  // numpy.dtype(None) would say float64
     if (py::isinstance<py::str>(obj)) {
         std::string s = obj.cast<std::string>();
         if (dtype_by_name(s)) return s;

@@ -76,6 +76,29 @@ Buffer from_buffer_protocol(py::handle obj, bool external_writes) {
                         std::move(owner), view->readonly != 0, external_writes);
 }
 
+/// obj.__array__() under NumPy 2's rules: with copy=False the producer must share its memory
+/// or refuse. Producers that predate the copy keyword (PyTorch's, for one) are asked without
+/// it, and what they return is wrapped as it is.
+py::array array_of(py::handle obj, bool copy) {
+    py::object method = obj.attr("__array__");
+    py::object a;
+    if (copy) {
+        a = method();
+    } else {
+        try {
+            a = method(py::arg("copy") = false);
+        } catch (py::error_already_set &e) {
+            if (!e.matches(PyExc_TypeError)) throw;
+            a = method();
+        }
+    }
+    if (!py::isinstance<py::array>(a))
+        throw TypeError(std::string(kEntry) + "(): " + Py_TYPE(obj.ptr())->tp_name +
+                        ".__array__() returned " + Py_TYPE(a.ptr())->tp_name +
+                        ", not an ndarray; pass numpy.asarray(obj) instead");
+    return py::reinterpret_borrow<py::array>(a);
+}
+
 }  // namespace
 
 Buffer buffer_from_host(py::handle obj, bool copy, bool external_writes) {
@@ -88,13 +111,16 @@ Buffer buffer_from_host(py::handle obj, bool copy, bool external_writes) {
     }
     if (py::isinstance<py::array>(obj))
         return finish(from_ndarray(py::reinterpret_borrow<py::array>(obj), external_writes));
-    if (PyObject_CheckBuffer(obj.ptr())) return finish(from_buffer_protocol(obj, external_writes));
-    if (py::hasattr(obj, "__array__")) {
-        // NumPy 2 semantics: with copy=False the producer must not copy (or must refuse).
-        py::object asarray = py::module_::import("numpy").attr("asarray");
-        py::object a = copy ? asarray(obj) : asarray(obj, py::arg("copy") = false);
-        return finish(from_ndarray(py::reinterpret_borrow<py::array>(a), external_writes));
+    if (PyObject_CheckBuffer(obj.ptr())) {
+        // Like NumPy: an exporter that cannot describe its dtype (JAX's bfloat16) may still
+        // offer __array__.
+        try {
+            return finish(from_buffer_protocol(obj, external_writes));
+        } catch (py::error_already_set &e) {
+            if (!e.matches(PyExc_BufferError) || !py::hasattr(obj, "__array__")) throw;
+        }
     }
+    if (py::hasattr(obj, "__array__")) return finish(from_ndarray(array_of(obj, copy), external_writes));
     throw TypeError(std::string(kEntry) + "(): " + Py_TYPE(obj.ptr())->tp_name +
                     " exports neither the buffer protocol nor __array__; pass a NumPy array, "
                     "bytes-like object or anything numpy.asarray() accepts");

@@ -1,0 +1,89 @@
+"""The command line: ``python -m halide_buffer [info]``.
+
+``info`` (the default) prints the version, the dtype table with the protocols that carry each
+dtype (found by trying them now, not read from a list), and the devices and peer libraries
+available on this machine.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.metadata
+from typing import Callable, Sequence
+
+import numpy as np
+
+from . import Buffer, DType, __version__, dtypes
+
+PEERS = ("numpy", "ml_dtypes", "torch", "jax", "halide", "pyopencl", "pocl-binary-distribution", "cupy")
+
+
+def _works(probe: Callable[[], bool]) -> bool:
+    try:
+        return bool(probe())
+    except Exception:
+        return False
+
+
+def protocols(t: DType) -> dict[str, bool]:
+    """Which exports carry dtype ``t`` exactly, tried on a live one-element buffer."""
+    b = Buffer((1,), t)
+    return {
+        "buffer protocol": _works(lambda: memoryview(b).itemsize == t.itemsize),
+        "__array__": _works(lambda: np.asarray(b).dtype == t.numpy),
+        "from_host": _works(lambda: Buffer.from_host(np.zeros(1, t.numpy)).dtype == t),
+        "Halide": _works(lambda: b._get_raw_halide_buffer_t() != 0),
+    }
+
+
+def dtype_table() -> list[str]:
+    rows = [(t, protocols(t)) for t in dtypes()]
+    columns = list(rows[0][1])
+    head = f"{'dtype':<20}{'size':>5}  {'Halide type':<12}{'DLPack':<12}{'PEP3118':<8}"
+    lines = [head + "".join(f"{c:<17}" for c in columns)]
+    for t, carried in rows:
+        halide = "-" if t.halide_type is None else "{},{},{}".format(*t.halide_type)
+        line = (f"{t.name:<20}{t.itemsize:>5}  {halide:<12}{'{},{},{}'.format(*t.dlpack_type):<12}"
+                f"{t.format or '-':<8}")
+        lines.append(line + "".join(f"{'yes' if carried[c] else 'no':<17}" for c in columns))
+    return lines
+
+
+def peers() -> list[str]:
+    lines = []
+    for name in PEERS:
+        try:
+            lines.append(f"  {name:<26}{importlib.metadata.version(name)}")
+        except importlib.metadata.PackageNotFoundError:
+            lines.append(f"  {name:<26}not installed")
+    return lines
+
+
+def opencl_devices() -> list[str]:
+    try:
+        import pyopencl as cl
+    except ImportError:
+        return ["  OpenCL: pyopencl not installed (pip install 'halide_buffer[opencl]')"]
+    try:
+        return [f"  OpenCL: {p.name} / {d.name}" for p in cl.get_platforms() for d in p.get_devices()]
+    except Exception as e:  # a loader without platforms raises here
+        return [f"  OpenCL: no platform ({e})"]
+
+
+def info() -> int:
+    print(f"halide_buffer {__version__}\n")
+    print("dtypes (exports tried on a live buffer):")
+    print("\n".join("  " + line for line in dtype_table()))
+    print("\ndevices visible here (device backends are not part of this release):")
+    print("\n".join(opencl_devices()))
+    print("\npeer libraries:")
+    print("\n".join(peers()))
+    return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m halide_buffer", description=__doc__.splitlines()[0])
+    parser.add_argument("command", nargs="?", default="info", choices=["info"],
+                        help="info: version, dtype/protocol table, devices and peers (default)")
+    args = parser.parse_args(argv)
+    return {"info": info}[args.command]()

@@ -1,0 +1,29 @@
+"""Shared fixtures: the dtype rows and a NumPy reference for each."""
+
+import numpy as np
+import pytest
+
+import halide_buffer as hb
+
+ALL_DTYPES = [t.name for t in hb.dtypes()]
+
+
+def random_bits(shape, dtype, seed=0):
+    """An ndarray of `dtype` whose bytes are random: NaN payloads and every bit pattern included.
+
+    Sub-byte ml_dtypes types are stored one per byte; their unused high bits are kept zero, as
+    ml_dtypes itself produces them.
+    """
+    t = hb.dtype(dtype)
+    rng = np.random.default_rng(seed)
+    raw = rng.integers(0, 256, size=tuple(shape) + (t.itemsize,), dtype=np.uint8)
+    if t.dlpack_padded:
+        raw &= np.uint8((1 << t.dlpack_type[1]) - 1)
+    if t.name == "bool":
+        raw &= np.uint8(1)
+    return raw.view(t.numpy).reshape(shape)
+
+
+@pytest.fixture(params=ALL_DTYPES)
+def dtype_name(request):
+    return request.param
