@@ -1,6 +1,7 @@
 // buffer.cpp: geometry checks, views, copies and the host side of the residency rules.
 #include "buffer.h"
 
+#include <algorithm>
 #include <cstdlib>
 #include <cstring>
 #include <limits>
@@ -102,6 +103,15 @@ Storage::~Storage() {
     --live_counts().storages;
 }
 
+void Storage::absorb_raw_flags() {
+    for (RawView *r : raw_views) {
+        if (r->buf.flags != r->published) {
+            flags = r->buf.flags;
+            r->published = r->buf.flags;
+        }
+    }
+}
+
 uint64_t Storage::effective_flags() const {
     if (external_writes && !(flags & halide_buffer_flag_device_dirty))
         return flags | halide_buffer_flag_host_dirty;
@@ -113,8 +123,14 @@ uint64_t Storage::effective_flags() const {
 // ---------------------------------------------------------------------------------------------
 
 Buffer::Buffer(Buffer &&) noexcept = default;
-Buffer &Buffer::operator=(Buffer &&) noexcept = default;
-Buffer::~Buffer() = default;
+
+Buffer::~Buffer() {
+    if (!raw_) return;
+    // Flags a pipeline wrote through this view must outlive it.
+    storage_->absorb_raw_flags();
+    auto &views = storage_->raw_views;
+    views.erase(std::find(views.begin(), views.end(), raw_.get()));
+}
 
 Buffer Buffer::allocate(const char *entry, const std::vector<int64_t> &shape, const DType &dtype) {
     int64_t count = checked_count(entry, shape, dtype.itemsize);
@@ -306,25 +322,18 @@ Buffer Buffer::copy(const char *entry) const {
 // Residency (host side; the device side arrives with the device backends)
 // ---------------------------------------------------------------------------------------------
 
-void Buffer::absorb_raw() {
-    if (raw_ && raw_->buf.flags != raw_->published) {
-        storage_->flags = raw_->buf.flags;
-        raw_->published = raw_->buf.flags;
-    }
-}
-
 bool Buffer::host_dirty() {
-    absorb_raw();
+    storage_->absorb_raw_flags();
     return storage_->effective_flags() & halide_buffer_flag_host_dirty;
 }
 
 bool Buffer::device_dirty() {
-    absorb_raw();
+    storage_->absorb_raw_flags();
     return storage_->effective_flags() & halide_buffer_flag_device_dirty;
 }
 
 void Buffer::set_host_dirty(bool value) {
-    absorb_raw();
+    storage_->absorb_raw_flags();
     if (value && (storage_->flags & halide_buffer_flag_device_dirty))
         throw ValueError("set_host_dirty(): the device copy is newer (device_dirty); call "
                          "copy_to_host() before writing on the host");
@@ -333,7 +342,7 @@ void Buffer::set_host_dirty(bool value) {
 }
 
 void Buffer::set_device_dirty(bool value) {
-    absorb_raw();
+    storage_->absorb_raw_flags();
     if (value && !has_device_allocation())
         throw ValueError("set_device_dirty(): the buffer has no device allocation; call "
                          "copy_to_device() or device_malloc() first");
@@ -345,7 +354,7 @@ void Buffer::set_device_dirty(bool value) {
 }
 
 void Buffer::copy_to_host() {
-    absorb_raw();
+    storage_->absorb_raw_flags();
     // Without a device allocation the host copy is the only one and always current.
 }
 
@@ -363,7 +372,7 @@ halide_buffer_t *Buffer::raw(const char *entry) {
     if (!dtype_->has_halide_type())
         throw BufferError(std::string(entry) + "(): Halide has no type for " + dtype_->name +
                           "; pass a buffer of another dtype");
-    absorb_raw();
+    storage_->absorb_raw_flags();
     if (!raw_) {
         raw_ = std::make_unique<RawView>();
         int n = ndim();
@@ -380,6 +389,7 @@ halide_buffer_t *Buffer::raw(const char *entry) {
         raw_->buf.type = dtype_->halide;
         raw_->buf.dimensions = n;
         raw_->buf.dim = n ? raw_->dims.data() : nullptr;
+        storage_->raw_views.push_back(raw_.get());
     }
     raw_->buf.flags = raw_->published = storage_->effective_flags();
     return &raw_->buf;

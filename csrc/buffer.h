@@ -21,6 +21,8 @@ enum class HostOwnership : uint8_t {
     borrowed,  ///< someone else's; `owner` keeps it alive until the Storage dies
 };
 
+struct RawView;
+
 /// Memory and residency state shared by a buffer and every view of it.
 struct Storage {
     uint8_t *host = nullptr;          ///< start of the host memory (aligned for owned storage)
@@ -30,6 +32,7 @@ struct Storage {
     bool readonly = false;            ///< the memory must not be written through us
     bool external_writes = false;     ///< borrowed writable memory its owner may write at any time
     uint64_t flags = halide_buffer_flag_host_dirty;  ///< halide_buffer_flags of every view
+    std::vector<RawView *> raw_views;  ///< halide_buffer_t's handed to foreign code, still alive
 
     Storage() = default;
     Storage(const Storage &) = delete;
@@ -39,6 +42,9 @@ struct Storage {
     /// Halide's flags as a reader must see them: borrowed memory its owner may write is a
     /// standing lease, so its host copy counts as dirty unless the device holds newer data.
     uint64_t effective_flags() const;
+    /// Takes back flags that foreign code (a pipeline) wrote into any published
+    /// halide_buffer_t of this storage, so every view sees them.
+    void absorb_raw_flags();
 };
 
 /// One axis of an index expression, already normalised to positions by the caller.
@@ -56,9 +62,6 @@ struct LiveCounts {
 };
 LiveCounts &live_counts();
 
-/// Thin private state for the halide_buffer_t handed to foreign code.
-struct RawView;
-
 class Buffer {
 public:
     /// Owned, zero-filled, 128-byte aligned, C-contiguous storage.
@@ -69,7 +72,7 @@ public:
                        std::shared_ptr<void> owner, bool readonly, bool external_writes);
 
     Buffer(Buffer &&) noexcept;
-    Buffer &operator=(Buffer &&) noexcept;
+    Buffer &operator=(Buffer &&) = delete;
     ~Buffer();
 
     // --- geometry --------------------------------------------------------------------------
@@ -118,8 +121,6 @@ public:
 private:
     Buffer() = default;
     int check_axis(const char *entry, int axis) const;
-    /// Takes back flags that foreign code wrote into the published halide_buffer_t.
-    void absorb_raw();
 
     std::shared_ptr<Storage> storage_;
     const DType *dtype_ = nullptr;

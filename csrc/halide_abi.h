@@ -117,7 +117,7 @@ struct halide_device_interface_impl_t {
     int (*device_release_crop)(void *user_context, halide_buffer_t *buf);
     int (*wrap_native)(void *user_context, halide_buffer_t *buf, uint64_t handle);
     int (*detach_native)(void *user_context, halide_buffer_t *buf);
-    int (*compute_capability)(void *user_context, int *major, int *minor);
+    // No compute_capability here: the runtime answers that through the public table only.
 };
 
 }  // extern "C"
@@ -125,3 +125,5 @@ struct halide_device_interface_impl_t {
 static_assert(sizeof(halide_type_t) == 4, "halide_type_t is one 32-bit word");
 static_assert(sizeof(halide_dimension_t) == 16, "halide_dimension_t is four 32-bit fields");
 static_assert(sizeof(halide_buffer_t) == 56, "halide_buffer_t is 56 bytes on 64-bit targets");
+static_assert(sizeof(halide_device_interface_t) == 16 * sizeof(void *), "15 entries and impl");
+static_assert(sizeof(halide_device_interface_impl_t) == 16 * sizeof(void *), "16 entries");

@@ -27,16 +27,20 @@ py::object array_protocol(py::handle self, py::object dtype, py::object copy) {
     Buffer &b = buffer_of(self.ptr());
     b.begin_host_read();
     py::array view = ndarray_view(self, b, false);
-    bool convert = !dtype.is_none() &&
-                   !py::module_::import("numpy").attr("dtype")(dtype).equal(view.attr("dtype"));
+    py::object wanted;
+    bool convert = false;
+    if (!dtype.is_none()) {
+        wanted = py::module_::import("numpy").attr("dtype")(dtype);
+        convert = !wanted.equal(view.attr("dtype"));
+    }
     if (!copy.is_none() && !copy.cast<bool>()) {
         if (convert)
             throw ValueError(std::string("__array__(): converting ") + b.dtype().name + " to " +
-                             py::str(dtype).cast<std::string>() +
+                             py::str(wanted).cast<std::string>() +
                              " needs a copy; call with copy=None or copy=True");
         return std::move(view);
     }
-    if (convert) return view.attr("astype")(dtype);
+    if (convert) return view.attr("astype")(wanted);
     if (!copy.is_none() && copy.cast<bool>()) return view.attr("copy")();
     return std::move(view);
 }

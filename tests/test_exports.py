@@ -1,0 +1,198 @@
+"""Host exports: the buffer protocol, __array__ and numpy(), for every dtype, with their leases."""
+
+import ctypes
+
+import numpy as np
+import pytest
+
+import halide_buffer as hb
+
+from conftest import ALL_DTYPES, random_bits
+
+WITH_FORMAT = [t.name for t in hb.dtypes() if t.format]
+WITHOUT_FORMAT = [t.name for t in hb.dtypes() if not t.format]
+
+
+def bits_of(a):
+    a = np.ascontiguousarray(a)
+    return a.view(np.uint8).reshape(a.shape + (a.dtype.itemsize,))
+
+
+# --- buffer protocol ----------------------------------------------------------------------------
+
+@pytest.mark.parametrize("name", WITH_FORMAT)
+def test_memoryview_carries_classic_dtypes_exactly(name):
+    src = random_bits((3, 4), name, seed=7)
+    b = hb.Buffer.from_host(src)
+    m = memoryview(b)
+    assert m.readonly and m.shape == (3, 4) and m.strides == src.strides
+    assert m.format == hb.dtype(name).format and m.itemsize == src.itemsize
+    np.testing.assert_array_equal(bits_of(np.asarray(m)), bits_of(src))
+
+
+@pytest.mark.parametrize("name", WITHOUT_FORMAT)
+def test_memoryview_of_exotic_dtype_names_the_dtype_and_the_alternative(name):
+    b = hb.Buffer((2,), name)
+    with pytest.raises(BufferError, match=rf"__buffer__\(\): dtype {name} has no PEP 3118 format; "
+                                          r"use numpy.asarray\(b\) or b.numpy\(\) .*b.bits\(\)"):
+        memoryview(b)
+    assert hb._core._live_counts()["exports"] == 0
+
+
+def test_memoryview_of_strided_view_keeps_strides():
+    a = np.arange(12, dtype=np.float32).reshape(3, 4)
+    m = memoryview(hb.Buffer.from_host(a)[::-1, ::2])
+    assert m.strides == (-16, 8)
+    np.testing.assert_array_equal(np.asarray(m), a[::-1, ::2])
+
+
+class PyBuffer(ctypes.Structure):
+    _fields_ = [("buf", ctypes.c_void_p), ("obj", ctypes.c_void_p), ("len", ctypes.c_ssize_t),
+                ("itemsize", ctypes.c_ssize_t), ("readonly", ctypes.c_int), ("ndim", ctypes.c_int),
+                ("format", ctypes.c_char_p), ("shape", ctypes.POINTER(ctypes.c_ssize_t)),
+                ("strides", ctypes.POINTER(ctypes.c_ssize_t)), ("suboffsets", ctypes.c_void_p),
+                ("internal", ctypes.c_void_p)]
+
+
+PyBUF_SIMPLE, PyBUF_WRITABLE, PyBUF_FORMAT, PyBUF_ND, PyBUF_STRIDES = 0, 1, 4, 8, 0x18
+PyBUF_C_CONTIGUOUS, PyBUF_F_CONTIGUOUS = 0x38, 0x58
+
+
+def request(obj, flags):
+    """Asks obj for a buffer exactly as a C consumer would; returns the filled Py_buffer."""
+    view = PyBuffer()
+    ctypes.pythonapi.PyObject_GetBuffer(ctypes.py_object(obj), ctypes.byref(view), flags)
+    return view
+
+
+def release(view):
+    ctypes.pythonapi.PyBuffer_Release(ctypes.byref(view))
+
+
+def test_simple_request_describes_contiguous_bytes():
+    b = hb.Buffer.from_host(np.arange(12, dtype=np.uint16).reshape(3, 4))
+    view = request(b, PyBUF_SIMPLE)
+    try:
+        assert (view.len, view.itemsize, view.ndim, view.readonly) == (24, 2, 2, 1)
+        assert not view.shape and not view.strides and view.format is None
+    finally:
+        release(view)
+    view = request(b, PyBUF_ND | PyBUF_FORMAT)
+    try:
+        assert view.format == b"H" and [view.shape[i] for i in range(2)] == [3, 4] and not view.strides
+    finally:
+        release(view)
+    assert hb._core._live_counts()["exports"] == 0
+
+
+@pytest.mark.parametrize("flags, message", [
+    (PyBUF_SIMPLE, "the buffer is not C-contiguous and the consumer did not ask for strides"),
+    (PyBUF_ND, "the buffer is not C-contiguous and the consumer did not ask for strides"),
+    (PyBUF_C_CONTIGUOUS, "a C-contiguous buffer was requested"),
+    (PyBUF_F_CONTIGUOUS, "Fortran order was requested"),
+])
+def test_consumer_that_cannot_take_strides_gets_a_clear_error(flags, message):
+    b = hb.Buffer.from_host(np.arange(12, dtype=np.uint8).reshape(3, 4))[:, ::2]
+    with pytest.raises(BufferError, match=rf"__buffer__\(\): {message}"):
+        request(b, flags)
+    assert hb._core._live_counts()["exports"] == 0
+
+
+def test_bytes_of_a_strided_view_are_its_elements_in_order():
+    a = np.arange(12, dtype=np.uint8).reshape(3, 4)
+    assert bytes(hb.Buffer.from_host(a)[:, ::2]) == a[:, ::2].tobytes()
+
+
+def test_writable_buffer_request_is_a_lease_and_writes_land():
+    b = hb.Buffer((4,), "int32")
+    b.set_host_dirty(False)
+    release(request(b, PyBUF_SIMPLE))
+    assert not b.host_dirty()
+    view = request(b, PyBUF_WRITABLE | PyBUF_STRIDES | PyBUF_FORMAT)
+    assert b.host_dirty() and view.readonly == 0
+    ctypes.c_int32.from_address(view.buf + 8).value = 42
+    release(view)
+    np.testing.assert_array_equal(np.asarray(b), [0, 0, 42, 0])
+    mv = memoryview(b)  # read-only
+    with pytest.raises(TypeError):
+        mv[0] = 1
+
+
+def test_asarray_is_read_only_and_writes_through_it_raise():
+    b = hb.Buffer((2, 2), "float32")
+    a = np.asarray(b)
+    assert not a.flags.writeable
+    with pytest.raises(ValueError, match="read-only"):
+        a[0, 0] = 1.0
+
+
+def test_asarray_of_float32_is_zero_copy_and_independent_of_size():
+    b = hb.Buffer((64, 64), "float32")
+    w = b.numpy(writable=True)
+    w[3, 5] = 2.5
+    a = np.asarray(b)
+    assert a.ctypes.data == w.ctypes.data and a[3, 5] == 2.5
+
+
+# --- __array__ and numpy() ----------------------------------------------------------------------
+
+@pytest.mark.parametrize("name", ALL_DTYPES)
+def test_asarray_returns_the_exact_dtype_zero_copy(name):
+    src = random_bits((5, 3), name, seed=8)
+    b = hb.Buffer.from_host(src)
+    for a in (np.asarray(b), b.__array__(), b.numpy(), np.array(b, copy=False)):
+        assert a.dtype == src.dtype and a.ctypes.data == src.ctypes.data and not a.flags.writeable
+        np.testing.assert_array_equal(bits_of(a), bits_of(src))
+
+
+@pytest.mark.parametrize("name", ALL_DTYPES)
+def test_written_bits_read_back_exactly(name):
+    b = hb.Buffer((4, 4), name)
+    src = random_bits((4, 4), name, seed=9)
+    b.numpy(writable=True)[...] = src
+    np.testing.assert_array_equal(bits_of(np.asarray(b)), bits_of(src))
+
+
+def test_array_copy_true_returns_an_independent_writable_array():
+    b = hb.Buffer((3,), "bfloat16")
+    c = b.__array__(copy=True)
+    assert c.flags.writeable and c.flags.owndata
+    c[0] = 1
+    assert np.asarray(b)[0] == 0
+    assert np.array(b).flags.writeable  # np.array copies by default
+
+
+def test_array_dtype_conversion_copies_unless_forbidden():
+    b = hb.Buffer((3,), "bfloat16")
+    b.numpy(writable=True)[...] = [1.5, 2.5, -3]
+    f = np.asarray(b, dtype=np.float32)
+    np.testing.assert_array_equal(f, [1.5, 2.5, -3])
+    assert b.__array__(dtype=hb.dtype("bfloat16").numpy, copy=False).dtype.name == "bfloat16"
+    with pytest.raises(ValueError, match=r"__array__\(\): converting bfloat16 to float32 needs a copy; "
+                                         r"call with copy=None or copy=True"):
+        b.__array__(dtype=np.float32, copy=False)
+
+
+def test_numpy_writable_marks_host_dirty_and_readonly_does_not():
+    b = hb.Buffer((2,), "float8_e4m3fn")
+    b.set_host_dirty(False)
+    b.numpy()
+    np.asarray(b)
+    assert not b.host_dirty()
+    b.numpy(writable=True)
+    assert b.host_dirty()
+
+
+def test_writable_exports_of_read_only_memory_are_refused():
+    b = hb.Buffer.from_host(b"abcd")
+    with pytest.raises(BufferError, match=r"numpy\(\): the buffer wraps read-only memory; use "
+                                          r"Buffer.from_host\(obj, copy=True\) for a writable copy"):
+        b.numpy(writable=True)
+    with pytest.raises(BufferError, match=r"__buffer__\(\): the buffer wraps read-only memory"):
+        request(b, PyBUF_WRITABLE)
+    ro = np.arange(3, dtype=np.int16)
+    ro.setflags(write=False)
+    with pytest.raises(BufferError, match="read-only"):
+        hb.Buffer.from_host(ro).numpy(writable=True)
+    np.testing.assert_array_equal(np.asarray(hb.Buffer.from_host(ro)), ro)
+    assert hb.Buffer.from_host(ro, copy=True).numpy(writable=True).flags.writeable
