@@ -1,0 +1,40 @@
+"""``python -m halide_buffer``: the report is computed live, not read from a list."""
+
+import subprocess
+import sys
+
+import numpy as np
+
+import halide_buffer as hb
+from halide_buffer import cli
+
+
+def test_main_job_runs_and_lists_every_dtype():
+    out = subprocess.run([sys.executable, "-m", "halide_buffer"], capture_output=True, text=True,
+                         check=True).stdout
+    assert out.startswith(f"halide_buffer {hb.__version__}\n")
+    rows = {line.split()[0]: line.split() for line in out.splitlines() if line.startswith("  ")}
+    for t in hb.dtypes():
+        assert t.name in rows
+    # bfloat16 has no PEP 3118 format: no buffer protocol, but __array__ carries it.
+    assert rows["bfloat16"][-4:] == ["no", "yes", "yes", "yes"]
+    assert rows["float32"][-4:] == ["yes", "yes", "yes", "yes"]
+    assert rows["complex128"][-1] == "no"  # Halide has no 128-bit type
+    assert "peer libraries:" in out and "numpy" in out and "OpenCL" in out
+
+
+def test_protocol_probe_follows_the_real_exports():
+    for t in hb.dtypes():
+        carried = cli.protocols(t)
+        try:
+            memoryview(hb.Buffer((1,), t))
+            expected = True
+        except BufferError:
+            expected = False
+        assert carried["buffer protocol"] == expected
+        assert carried["__array__"] == (np.asarray(hb.Buffer((1,), t)).dtype == t.numpy)
+
+
+def test_unknown_command_is_a_usage_error():
+    run = subprocess.run([sys.executable, "-m", "halide_buffer", "frobnicate"], capture_output=True, text=True)
+    assert run.returncode == 2 and "invalid choice: 'frobnicate'" in run.stderr

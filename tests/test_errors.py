@@ -1,0 +1,176 @@
+"""Bad input gets a clear error naming the entry point and the fix; the buffer is unchanged."""
+
+import ctypes
+
+import numpy as np
+import pytest
+from numpy.lib.stride_tricks import as_strided
+
+import halide_buffer as hb
+
+
+def snapshot(b):
+    return (b.shape, b.strides, b.mins, b.dtype.name, b.host_dirty(), b.device_dirty(),
+            np.asarray(b.bits() if b.dtype.name != "complex128" else b).tobytes())
+
+
+@pytest.fixture
+def b():
+    buf = hb.Buffer((4, 6), "int16")
+    buf.numpy(writable=True)[...] = np.arange(24).reshape(4, 6)
+    return buf
+
+
+# --- construction ---------------------------------------------------------------------------
+
+@pytest.mark.parametrize("shape, error, message", [
+    ((-1, 2), ValueError, r"Buffer\(\): negative extent -1; every extent must be >= 0"),
+    ((2**31,), ValueError, r"Buffer\(\): extent 2147483648 exceeds Halide's int32 limit \(2\*\*31 - 1\); split the axis"),
+    ((2**31 - 1,) * 3, ValueError, r"Buffer\(\): the shape has more than 2\*\*63 elements; use a smaller shape"),
+    ((2**31 - 1, 2**31 - 1, 2), ValueError, r"Buffer\(\): the shape needs more than 2\*\*63 bytes"),
+    ((2**70,), ValueError, r"Buffer\(\): extent 1180591620717411303424 does not fit in 64 bits"),
+    ((1,) * 65, ValueError, r"Buffer\(\): 65 axes is more than the 64 supported"),
+    ("abc", TypeError, r"Buffer\(\): shape must be an int or a sequence of ints, not str; pass e.g. \(480, 640\)"),
+    ((1.5, 2), TypeError, r"Buffer\(\): shape entries must be ints, not float"),
+    (None, TypeError, r"Buffer\(\): shape must be an int or a sequence of ints, not NoneType"),
+])
+def test_bad_shapes(shape, error, message):
+    with pytest.raises(error, match=message):
+        hb.Buffer(shape, "float64")
+
+
+def test_allocation_too_large_for_memory_is_a_memory_error_not_a_crash():
+    with pytest.raises(MemoryError):
+        hb.Buffer((2**31 - 1, 2**31 - 1), "uint8")
+
+
+def test_unknown_dtype_name():
+    with pytest.raises(TypeError, match=r"Buffer\(\): unknown dtype 'bfloat17'; use one of: bool, .*bfloat16"):
+        hb.Buffer((2,), "bfloat17")
+
+
+# --- wrapping -------------------------------------------------------------------------------
+
+def test_strides_not_a_multiple_of_the_itemsize():
+    raw = np.zeros(64, np.uint8)
+    odd = as_strided(raw.view(np.int32)[:4], shape=(3,), strides=(6,))
+    with pytest.raises(ValueError, match=r"Buffer.from_host\(\): stride 6 bytes is not a multiple of the "
+                                         r"itemsize 4; pass copy=True to get a contiguous copy"):
+        hb.Buffer.from_host(odd)
+
+
+def test_strides_past_halides_int32_element_strides():
+    raw = np.zeros(4, np.uint8)
+    far = as_strided(raw, shape=(1,), strides=(2**33,))
+    with pytest.raises(ValueError, match=r"Buffer.from_host\(\): stride 8589934592 bytes exceeds Halide's "
+                                         r"int32 element strides; pass copy=True"):
+        hb.Buffer.from_host(far)
+
+
+def test_extents_past_halides_int32_limit():
+    huge = as_strided(np.zeros(1, np.uint8), shape=(2**31,), strides=(0,))
+    with pytest.raises(ValueError, match=r"Buffer.from_host\(\): extent 2147483648 exceeds Halide's int32 limit"):
+        hb.Buffer.from_host(huge)
+
+
+@pytest.mark.parametrize("obj", [object(), 3, "text", None, [1, 2]])
+def test_objects_that_export_nothing(obj):
+    with pytest.raises(TypeError, match=r"Buffer.from_host\(\): \w+ exports neither the buffer protocol nor "
+                                        r"__array__; pass a NumPy array"):
+        hb.Buffer.from_host(obj)
+
+
+def test_unsupported_element_types():
+    with pytest.raises(TypeError, match=r"Buffer.from_host\(\): unknown dtype dtype\('O'\); use one of"):
+        hb.Buffer.from_host(np.array([None, 1], dtype=object))
+    with pytest.raises(ValueError, match=r"Buffer.from_host\(\): the array is big-endian; convert it with"):
+        hb.Buffer.from_host(np.zeros(2, ">f8"))
+    class Pair(ctypes.Structure):
+        _fields_ = [("x", ctypes.c_int16), ("y", ctypes.c_int16)]
+
+    with pytest.raises(TypeError, match=r"Buffer.from_host\(\): buffer format 'T\{<h:x:<h:y:\}' with "
+                                        r"itemsize 4 is not supported; supported dtypes: bool, "):
+        hb.Buffer.from_host((Pair * 2)())
+
+
+def test_array_producer_returning_garbage():
+    class Liar:
+        def __array__(self, dtype=None, copy=None):
+            return [1, 2, 3]
+
+    with pytest.raises(TypeError, match=r"Buffer.from_host\(\): Liar.__array__\(\) returned list, not an ndarray"):
+        hb.Buffer.from_host(Liar())
+
+
+def test_array_producer_refusing_copy_false_is_passed_on():
+    class MustCopy:
+        def __array__(self, dtype=None, copy=None):
+            if copy is False:
+                raise ValueError("MustCopy cannot share its memory")
+            return np.arange(3)
+
+    with pytest.raises(ValueError, match="MustCopy cannot share its memory"):
+        hb.Buffer.from_host(MustCopy())
+    np.testing.assert_array_equal(np.asarray(hb.Buffer.from_host(MustCopy(), copy=True)), [0, 1, 2])
+
+
+# --- views: errors leave the buffer as it was ------------------------------------------------
+
+@pytest.mark.parametrize("call, error, message", [
+    (lambda b: b.cropped(2, 0, 1), IndexError, r"cropped\(\): axis 2 is out of range for 2 axes; use -2 <= axis < 2"),
+    (lambda b: b.cropped(1, 4, 3), IndexError, r"cropped\(\): \[4, 4 \+ 3\) is outside axis 1's coordinates \[0, 6\)"),
+    (lambda b: b.cropped(0, -1, 2), IndexError, r"cropped\(\): \[-1, -1 \+ 2\) is outside axis 0's coordinates"),
+    (lambda b: b.cropped(0, 1, -1), ValueError, r"cropped\(\): negative extent -1; extent must be >= 0"),
+    (lambda b: b.sliced(0, 4), IndexError, r"sliced\(\): coordinate 4 is outside axis 0's coordinates \[0, 4\)"),
+    (lambda b: b.sliced(-3, 0), IndexError, r"sliced\(\): axis -3 is out of range for 2 axes"),
+    (lambda b: b.cropped(1, 2, 2).sliced(1, 1), IndexError, r"sliced\(\): coordinate 1 is outside axis 1's coordinates \[2, 4\)"),
+    (lambda b: b.transposed(0, 0), ValueError, r"transposed\(\): axes must be a permutation of 0..1; pass each axis exactly once"),
+    (lambda b: b.transposed(0, 1, 2), ValueError, r"transposed\(\): axes must be a permutation"),
+    (lambda b: b[4], IndexError, r"__getitem__\(\): index 4 is out of range for axis 0 with extent 4"),
+    (lambda b: b[0, -7], IndexError, r"__getitem__\(\): index -7 is out of range for axis 1 with extent 6"),
+    (lambda b: b[0, 0, 0], IndexError, r"__getitem__\(\): too many indices: 3 for 2 axes"),
+    (lambda b: b[..., 0, ...], IndexError, r"__getitem__\(\): an index can only have a single ellipsis"),
+    (lambda b: b[1.5], TypeError, r"__getitem__\(\): only ints, slices and '...' index a Buffer, not float; "
+                                  r"use b.numpy\(\)\[...\] for NumPy's fancy indexing"),
+    (lambda b: b[[0, 1]], TypeError, r"__getitem__\(\): only ints, slices and '...' index a Buffer, not list"),
+    (lambda b: b[None], TypeError, r"__getitem__\(\): only ints, slices and '...' index a Buffer, not NoneType"),
+    (lambda b: b[::0], ValueError, r"slice step cannot be zero"),
+    (lambda b: hb.Buffer((2,), "complex128").bits(), TypeError,
+     r"bits\(\): complex128 has no unsigned integer of 16 bytes; use b.numpy\(\).view\(numpy.uint64\)"),
+])
+def test_bad_view_arguments(b, call, error, message):
+    before = snapshot(b)
+    with pytest.raises(error, match=message):
+        call(b)
+    assert snapshot(b) == before
+
+
+# --- residency and exports -------------------------------------------------------------------
+
+def test_writable_requests_on_read_only_sources(b):
+    ro = hb.Buffer.from_host(b"\x01\x02")
+    before = snapshot(ro)
+    with pytest.raises(BufferError, match=r"numpy\(\): the buffer wraps read-only memory; use "
+                                          r"Buffer.from_host\(obj, copy=True\) for a writable copy"):
+        ro.numpy(writable=True)
+    assert snapshot(ro) == before
+
+
+def test_set_device_dirty_without_device_leaves_flags(b):
+    before = snapshot(b)
+    with pytest.raises(ValueError, match=r"set_device_dirty\(\): the buffer has no device allocation"):
+        b.set_device_dirty()
+    assert snapshot(b) == before
+
+
+def test_uninitialised_buffer_object_is_refused():
+    class Sub(hb.Buffer):
+        def __init__(self):  # never calls Buffer.__init__
+            pass
+
+    with pytest.raises(TypeError, match=r"Buffer.__init__\(\) must be called when overriding __init__"):
+        Sub()
+    bare = hb.Buffer.__new__(hb.Buffer)
+    with pytest.raises(TypeError, match=r"Buffer: the object was never initialised; construct it with "
+                                        r"halide_buffer.Buffer\(shape, dtype\)"):
+        memoryview(bare)
