@@ -24,6 +24,7 @@ def random_bits(shape, dtype, seed=0):
     return raw.view(t.numpy).reshape(shape)
 
 
-@pytest.fixture(params=ALL_DTYPES)
-def dtype_name(request):
-    return request.param
+def bits_of(a):
+    """The raw bytes of an ndarray, shaped like it, for exact comparison (NaN payloads too)."""
+    a = np.ascontiguousarray(a)
+    return a.view(np.uint8).reshape(a.shape + (a.dtype.itemsize,))

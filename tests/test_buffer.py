@@ -9,13 +9,7 @@ from hypothesis import strategies as st
 
 import halide_buffer as hb
 
-from conftest import ALL_DTYPES, random_bits
-
-
-def bits_of(a):
-    """The raw bytes of an ndarray, shaped like it, for exact comparison (NaN payloads too)."""
-    a = np.ascontiguousarray(a)
-    return a.view(np.uint8).reshape(a.shape + (a.dtype.itemsize,))
+from conftest import ALL_DTYPES, bits_of, random_bits
 
 
 def test_runtime_buffer_is_buffer():

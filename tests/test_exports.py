@@ -7,7 +7,7 @@ import pytest
 
 import halide_buffer as hb
 
-from conftest import ALL_DTYPES, random_bits
+from conftest import ALL_DTYPES, bits_of, random_bits
 
 WITH_FORMAT = [t.name for t in hb.dtypes() if t.format]
 WITHOUT_FORMAT = [t.name for t in hb.dtypes() if not t.format]
