@@ -13,4 +13,13 @@ struct IndexError : std::runtime_error { using std::runtime_error::runtime_error
 /// A protocol cannot be satisfied (Python's BufferError).
 struct BufferError : std::runtime_error { using std::runtime_error::runtime_error; };
 
+/// A device driver refused (Python's halide_buffer.DeviceError): carries the driver's code
+/// and its name, e.g. -4 and "CL_MEM_OBJECT_ALLOCATION_FAILURE".
+struct DeviceError : std::runtime_error {
+    DeviceError(const std::string &message, int code, std::string name)
+        : std::runtime_error(message), code(code), name(std::move(name)) {}
+    int code;
+    std::string name;
+};
+
 }  // namespace hb

@@ -23,6 +23,9 @@ const DType &to_dtype(py::handle obj, const char *entry);
 /// The NumPy dtype object of a row (ml_dtypes for exotic rows), created once.
 py::dtype numpy_dtype(const DType &t);
 
+// py_device.cpp
+void bind_device(py::module_ &m);
+
 // py_buffer.cpp
 void bind_buffer(py::module_ &m);
 /// The core Buffer inside a Python Buffer object (no type check: callers know the type).

@@ -6,9 +6,19 @@
 
 namespace hb {
 
+namespace {
+PyObject *device_error_type = nullptr;  // halide_buffer.DeviceError, created with the module
+}  // namespace
+
 bool set_python_error(std::exception_ptr error) {
     try {
         std::rethrow_exception(error);
+    } catch (const DeviceError &e) {
+        // The driver's code and name travel as attributes: exc.code, exc.name.
+        py::object exc = py::reinterpret_borrow<py::object>(device_error_type)(e.what());
+        exc.attr("code") = e.code;
+        exc.attr("name") = e.name;
+        PyErr_SetObject(device_error_type, exc.ptr());
     } catch (const ValueError &e) {
         PyErr_SetString(PyExc_ValueError, e.what());
     } catch (const TypeError &e) {
@@ -89,7 +99,14 @@ PYBIND11_MODULE(_core, m) {
     py::register_exception_translator([](std::exception_ptr p) {
         if (p && !hb::set_python_error(p)) std::rethrow_exception(p);
     });
+    hb::device_error_type = PyErr_NewExceptionWithDoc(
+        "halide_buffer.DeviceError",
+        "A device driver refused an operation. .code is the driver's error code, .name its name "
+        "(e.g. 'CL_MEM_OBJECT_ALLOCATION_FAILURE').",
+        PyExc_RuntimeError, nullptr);
+    m.add_object("DeviceError", py::handle(hb::device_error_type));
     hb::bind_dtype(m);
+    hb::bind_device(m);
     hb::bind_buffer(m);
     m.def("_abi_layout", &hb::abi_layout);
     m.def("_live_counts", [] {

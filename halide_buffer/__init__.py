@@ -6,7 +6,8 @@ its data to NumPy (and, through DLPack and the CUDA array interface, to other fr
 every dtype of the table, bfloat16 and the float8 family included.
 """
 
-from ._core import Buffer, DType, dtype, dtypes
+from . import opencl
+from ._core import Buffer, Device, DeviceError, DType, dtype, dtypes
 from ._version import __version__
 
 
@@ -16,4 +17,5 @@ class Runtime:
     Buffer = Buffer
 
 
-__all__ = ["Buffer", "DType", "Runtime", "dtype", "dtypes", "__version__"]
+__all__ = ["Buffer", "DType", "Device", "DeviceError", "Runtime", "dtype", "dtypes", "opencl",
+           "__version__"]

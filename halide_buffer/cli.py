@@ -13,7 +13,7 @@ from typing import Callable, Sequence
 
 import numpy as np
 
-from . import Buffer, DType, __version__, dtypes
+from . import Buffer, DeviceError, DType, __version__, dtypes, opencl
 
 PEERS = ("numpy", "ml_dtypes", "torch", "jax", "halide", "pyopencl", "pocl-binary-distribution", "cupy")
 
@@ -60,21 +60,19 @@ def peers() -> list[str]:
 
 
 def opencl_devices() -> list[str]:
+    """The default OpenCL device as halide_buffer opens it, and the loader it came from."""
     try:
-        import pyopencl as cl
-    except ImportError:
-        return ["  OpenCL: pyopencl not installed (pip install 'halide_buffer[opencl]')"]
-    try:
-        return [f"  OpenCL: {p.name} / {d.name}" for p in cl.get_platforms() for d in p.get_devices()]
-    except Exception as e:  # a loader without platforms raises here
-        return [f"  OpenCL: no platform ({e})"]
+        d = opencl.device()
+    except DeviceError as e:
+        return [f"  OpenCL: none ({e.name}): {str(e).splitlines()[0]}"]
+    return [f"  OpenCL: {d.name} on {d.platform} (default device; loader {opencl.loaded_library()})"]
 
 
 def info() -> int:
     print(f"halide_buffer {__version__}\n")
     print("dtypes (exports tried on a live buffer):")
     print("\n".join("  " + line for line in dtype_table()))
-    print("\ndevices visible here (device backends are not part of this release):")
+    print("\ndevices:")
     print("\n".join(opencl_devices()))
     print("\npeer libraries:")
     print("\n".join(peers()))

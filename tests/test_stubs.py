@@ -38,8 +38,11 @@ def test_module_functions_match():
 
 def test_class_members_match():
     _, classes = stub_names()
-    assert set(classes) == {"DType", "Buffer"}
+    assert set(classes) == {"DType", "Buffer", "Device", "DeviceError"}
     for name, members in classes.items():
+        if name == "DeviceError":  # a plain Python exception class; attributes set when raised
+            assert issubclass(_core.DeviceError, RuntimeError)
+            continue
         runtime = runtime_names(getattr(_core, name))
         # __buffer__ is the buffer-protocol slot: Python shows it as a method from 3.12 on.
         assert members - {"__buffer__"} == runtime - {"__buffer__"}, name

@@ -1,0 +1,49 @@
+// device_opencl.h: an OpenCL device: the context and queue its buffers' copies and kernels use.
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "opencl_api.h"
+
+namespace hb {
+
+/// One OpenCL device with a context and an in-order command queue on it. Holds a reference on
+/// both (clRetain*), so the objects outlive whoever created them (pyopencl, for one).
+class OpenCLDevice {
+public:
+    /// The first GPU of any platform, else the first device of the first platform with one.
+    static std::shared_ptr<OpenCLDevice> open_default();
+    /// Adopts a context and/or queue created elsewhere (at least one of them non-null): a
+    /// missing queue is created on the context's first device; a missing context is the
+    /// queue's. Both given: the queue must belong to the context.
+    static std::shared_ptr<OpenCLDevice> adopt(ocl::cl_context context, ocl::cl_command_queue queue);
+
+    OpenCLDevice(const OpenCLDevice &) = delete;
+    OpenCLDevice &operator=(const OpenCLDevice &) = delete;
+    ~OpenCLDevice();
+
+    ocl::cl_context context() const { return context_; }
+    ocl::cl_command_queue queue() const { return queue_; }
+    ocl::cl_device_id id() const { return id_; }
+    const std::string &name() const { return name_; }
+    const std::string &platform() const { return platform_; }
+    uint64_t max_allocation() const { return max_allocation_; }  ///< CL_DEVICE_MAX_MEM_ALLOC_SIZE
+    uint64_t global_memory() const { return global_memory_; }    ///< CL_DEVICE_GLOBAL_MEM_SIZE
+    bool is_gpu() const { return is_gpu_; }
+    /// Blocks until every command queued so far has finished (clFinish).
+    void synchronize() const;
+
+private:
+    OpenCLDevice(ocl::cl_context context, ocl::cl_command_queue queue, ocl::cl_device_id id);
+    void describe();  ///< reads name, platform and limits from the driver
+
+    ocl::cl_context context_;
+    ocl::cl_command_queue queue_;
+    ocl::cl_device_id id_;
+    std::string name_, platform_;
+    uint64_t max_allocation_ = 0, global_memory_ = 0;
+    bool is_gpu_ = false;
+};
+
+}  // namespace hb
