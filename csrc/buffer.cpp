@@ -51,16 +51,25 @@ int64_t checked_count(const char *entry, const std::vector<int64_t> &shape, int 
     return count;
 }
 
-/// Byte strides must be whole elements that Halide's int32 element strides can hold.
-void check_strides(const char *entry, const std::vector<int64_t> &strides, int itemsize) {
-    for (int64_t s : strides) {
-        if (s % itemsize != 0)
+/// Byte strides must be whole elements that Halide's int32 element strides can hold. The stride
+/// of an axis with at most one element never addresses memory: whatever it is, it becomes the
+/// itemsize (NumPy calls such arrays contiguous too).
+void normalize_strides(const char *entry, const std::vector<int64_t> &shape,
+                       std::vector<int64_t> &strides, int itemsize, const char *fix) {
+    for (size_t i = 0; i < strides.size(); ++i) {
+        int64_t s = strides[i];
+        bool whole = s % itemsize == 0;
+        bool fits = s / itemsize <= kInt32Max && s / itemsize >= kInt32Min;
+        if (shape[i] <= 1 && !(whole && fits)) {
+            strides[i] = itemsize;
+            continue;
+        }
+        if (!whole)
             throw ValueError(std::string(entry) + "(): stride " + str(s) +
-                             " bytes is not a multiple of the itemsize " + str(itemsize) +
-                             "; pass copy=True to get a contiguous copy");
-        if (s / itemsize > kInt32Max || s / itemsize < kInt32Min)
+                             " bytes is not a multiple of the itemsize " + str(itemsize) + "; " + fix);
+        if (!fits)
             throw ValueError(std::string(entry) + "(): stride " + str(s) +
-                             " bytes exceeds Halide's int32 element strides; pass copy=True");
+                             " bytes exceeds Halide's int32 element strides; " + fix);
     }
 }
 
@@ -150,15 +159,27 @@ Buffer Buffer::allocate(const char *entry, const std::vector<int64_t> &shape, co
     b.data_ = b.storage_->host;
     b.shape_ = shape;
     b.strides_ = c_strides(shape, dtype.itemsize);
+    normalize_strides(entry, shape, b.strides_, dtype.itemsize, "use a smaller shape");
     b.mins_.assign(shape.size(), 0);
     return b;
+}
+
+Buffer Buffer::copy_of(const char *entry, const uint8_t *data, const std::vector<int64_t> &shape,
+                       const std::vector<int64_t> &strides, const DType &dtype) {
+    // Any byte strides will do: the copy reads them as they are and stores C-contiguous.
+    Buffer out = allocate(entry, shape, dtype);
+    if (out.size() > 0)
+        copy_elements(out.data_, out.strides_.data(), data, strides.data(), shape.data(),
+                      out.ndim(), dtype.itemsize);
+    return out;
 }
 
 Buffer Buffer::wrap(const char *entry, uint8_t *data, const std::vector<int64_t> &shape,
                     const std::vector<int64_t> &strides, const DType &dtype,
                     std::shared_ptr<void> owner, bool readonly, bool external_writes) {
     checked_count(entry, shape, dtype.itemsize);
-    check_strides(entry, strides, dtype.itemsize);
+    std::vector<int64_t> element_strides = strides;
+    normalize_strides(entry, shape, element_strides, dtype.itemsize, "pass copy=True for a contiguous copy");
     auto storage = std::make_shared<Storage>();
     ++live_counts().storages;
     storage->host = data;
@@ -172,7 +193,7 @@ Buffer Buffer::wrap(const char *entry, uint8_t *data, const std::vector<int64_t>
     b.dtype_ = &dtype;
     b.data_ = data;
     b.shape_ = shape;
-    b.strides_ = strides;
+    b.strides_ = std::move(element_strides);
     b.mins_.assign(shape.size(), 0);
     return b;
 }
@@ -190,6 +211,16 @@ int64_t Buffer::size() const {
 bool Buffer::is_c_contiguous() const {
     int64_t expected = dtype_->itemsize;
     for (size_t i = shape_.size(); i-- > 0;) {
+        if (shape_[i] == 0) return true;
+        if (shape_[i] != 1 && strides_[i] != expected) return false;
+        expected *= shape_[i];
+    }
+    return true;
+}
+
+bool Buffer::is_f_contiguous() const {
+    int64_t expected = dtype_->itemsize;
+    for (size_t i = 0; i < shape_.size(); ++i) {
         if (shape_[i] == 0) return true;
         if (shape_[i] != 1 && strides_[i] != expected) return false;
         expected *= shape_[i];
@@ -291,12 +322,19 @@ Buffer Buffer::indexed(const std::vector<AxisIndex> &index) const {
             continue;
         }
         if (ix.length > 0) b.data_ += ix.start * strides_[i];
+        int64_t stride;
+        if (__builtin_mul_overflow(strides_[i], ix.step, &stride)) {
+            if (ix.length > 1)
+                throw ValueError("__getitem__(): step " + str(ix.step) + " makes the stride of axis " +
+                                 str(int64_t(i)) + " overflow; use a smaller step");
+            stride = dtype_->itemsize;  // at most one element: the stride is never used
+        }
         b.shape_.push_back(ix.length);
-        b.strides_.push_back(strides_[i] * ix.step);
+        b.strides_.push_back(stride);
         // A unit-step slice keeps Halide coordinates; a strided one starts a new grid at 0.
         b.mins_.push_back(ix.step == 1 ? mins_[i] + ix.start : 0);
     }
-    check_strides("__getitem__", b.strides_, dtype_->itemsize);
+    normalize_strides("__getitem__", b.shape_, b.strides_, dtype_->itemsize, "use a smaller step");
     return b;
 }
 
@@ -311,11 +349,7 @@ Buffer Buffer::bits() const {
 }
 
 Buffer Buffer::copy(const char *entry) const {
-    Buffer out = allocate(entry, shape_, *dtype_);
-    if (size() > 0)
-        copy_elements(out.data_, out.strides_.data(), data_, strides_.data(), shape_.data(), ndim(),
-                      dtype_->itemsize);
-    return out;
+    return copy_of(entry, data_, shape_, strides_, *dtype_);
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -66,6 +66,9 @@ class Buffer {
 public:
     /// Owned, zero-filled, 128-byte aligned, C-contiguous storage.
     static Buffer allocate(const char *entry, const std::vector<int64_t> &shape, const DType &dtype);
+    /// An owned C-contiguous copy of strided memory (any byte strides, even unaligned ones).
+    static Buffer copy_of(const char *entry, const uint8_t *data, const std::vector<int64_t> &shape,
+                          const std::vector<int64_t> &strides, const DType &dtype);
     /// A view of someone else's memory; `data` is the element at index 0 of every axis.
     static Buffer wrap(const char *entry, uint8_t *data, const std::vector<int64_t> &shape,
                        const std::vector<int64_t> &strides, const DType &dtype,
@@ -85,6 +88,7 @@ public:
     int64_t nbytes() const { return size() * dtype_->itemsize; }
     uint8_t *data() const { return data_; }  ///< element at index 0 of every axis
     bool is_c_contiguous() const;
+    bool is_f_contiguous() const;
     bool readonly() const { return storage_->readonly; }
     bool external_writes() const { return storage_->external_writes; }
     HostOwnership host_ownership() const { return storage_->ownership; }

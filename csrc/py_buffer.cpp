@@ -8,9 +8,23 @@
 namespace hb {
 namespace {
 
+/// A Python integer as int64_t; `what` names it in the error when it does not fit.
+int64_t to_int64(py::handle n, const char *entry, const char *what, const char *fix) {
+    py::object i = py::reinterpret_steal<py::object>(PyNumber_Index(n.ptr()));
+    if (!i) throw py::error_already_set();
+    int overflow = 0;
+    long long v = PyLong_AsLongLongAndOverflow(i.ptr(), &overflow);
+    if (overflow)
+        throw ValueError(std::string(entry) + "(): " + what + " " + py::str(i).cast<std::string>() +
+                         " does not fit in 64 bits; " + fix);
+    return v;
+}
+
 std::vector<int64_t> to_shape(py::handle shape, const char *entry) {
-    if (PyLong_Check(shape.ptr())) return {shape.cast<int64_t>()};
-    if (!py::isinstance<py::sequence>(shape) || py::isinstance<py::str>(shape))
+    constexpr const char *fix = "use a smaller shape";
+    if (PyIndex_Check(shape.ptr())) return {to_int64(shape, entry, "extent", fix)};
+    if (!py::isinstance<py::sequence>(shape) || py::isinstance<py::str>(shape) ||
+        py::isinstance<py::bytes>(shape))
         throw TypeError(std::string(entry) + "(): shape must be an int or a sequence of ints, not " +
                         std::string(Py_TYPE(shape.ptr())->tp_name) + "; pass e.g. (480, 640)");
     std::vector<int64_t> out;
@@ -18,13 +32,7 @@ std::vector<int64_t> to_shape(py::handle shape, const char *entry) {
         if (!PyIndex_Check(n.ptr()))
             throw TypeError(std::string(entry) + "(): shape entries must be ints, not " +
                             std::string(Py_TYPE(n.ptr())->tp_name) + "; pass e.g. (480, 640)");
-        int overflow = 0;
-        py::object i = py::reinterpret_steal<py::object>(PyNumber_Index(n.ptr()));
-        long long v = PyLong_AsLongLongAndOverflow(i.ptr(), &overflow);
-        if (overflow)
-            throw ValueError(std::string(entry) + "(): extent " + py::str(n).cast<std::string>() +
-                             " does not fit in 64 bits; use a smaller shape");
-        out.push_back(v);
+        out.push_back(to_int64(n, entry, "extent", fix));
     }
     return out;
 }
@@ -79,8 +87,15 @@ std::vector<AxisIndex> to_index(const Buffer &b, py::handle key) {
             out.push_back(AxisIndex{true, start, step, len});
             ++axis;
         } else if (PyIndex_Check(item.ptr()) && !PyBool_Check(item.ptr())) {
-            int64_t i = py::reinterpret_steal<py::int_>(PyNumber_Index(item.ptr())).cast<int64_t>();
+            py::object index = py::reinterpret_steal<py::object>(PyNumber_Index(item.ptr()));
+            if (!index) throw py::error_already_set();
+            int overflow = 0;
+            int64_t i = PyLong_AsLongLongAndOverflow(index.ptr(), &overflow);
             int64_t extent = b.shape()[axis];
+            if (overflow)
+                throw IndexError("__getitem__(): index " + py::str(index).cast<std::string>() +
+                                 " is out of range for axis " + std::to_string(axis) +
+                                 " with extent " + std::to_string(extent));
             if (i < -extent || i >= extent)
                 throw IndexError("__getitem__(): index " + std::to_string(i) +
                                  " is out of range for axis " + std::to_string(axis) +
@@ -98,20 +113,49 @@ std::vector<AxisIndex> to_index(const Buffer &b, py::handle key) {
 }
 
 std::vector<int> to_axes(const Buffer &b, py::args args) {
-    std::vector<int> axes;
+    py::sequence given = args;
     if (args.size() == 0) {  // no axes: reverse them, like numpy.transpose
+        std::vector<int> axes;
         for (int i = b.ndim(); i-- > 0;) axes.push_back(i);
-    } else if (args.size() == 1 && py::isinstance<py::sequence>(args[0])) {
-        for (py::handle a : args[0]) axes.push_back(a.cast<int>());
-    } else {
-        for (py::handle a : args) axes.push_back(a.cast<int>());
+        return axes;
+    }
+    if (args.size() == 1 && py::isinstance<py::sequence>(args[0]) && !py::isinstance<py::str>(args[0]))
+        given = py::reinterpret_borrow<py::sequence>(args[0]);
+    std::vector<int> axes;
+    for (py::handle a : given) {
+        if (!PyIndex_Check(a.ptr()))
+            throw TypeError("transposed(): axes must be ints, not " +
+                            std::string(Py_TYPE(a.ptr())->tp_name) + "; pass e.g. b.transposed(1, 0)");
+        int64_t axis = to_int64(a, "transposed", "axis", "pass each axis exactly once");
+        // Out of int range is as wrong as any other non-axis: transposed() says which are valid.
+        axes.push_back(axis < -b.ndim() - 1 || axis > b.ndim() ? b.ndim() : int(axis));
     }
     return axes;
 }
 
+/// Buffer methods reach the core object through buffer_of(), which checks the type of self and
+/// that it was initialised (Buffer.__new__ alone leaves it empty).
+template <typename R, typename... A>
+auto method(R (Buffer::*f)(A...)) {
+    return [f](py::handle self, A... a) -> R { return (buffer_of(self.ptr()).*f)(a...); };
+}
+template <typename R, typename... A>
+auto method(R (Buffer::*f)(A...) const) {
+    return [f](py::handle self, A... a) -> R { return (buffer_of(self.ptr()).*f)(a...); };
+}
+template <typename F>
+auto method(F f) {
+    return [f](py::handle self) { return f(buffer_of(self.ptr())); };
+}
+
+PyTypeObject *buffer_type = nullptr;
+
 }  // namespace
 
 Buffer &buffer_of(PyObject *self) {
+    if (!PyObject_TypeCheck(self, buffer_type))
+        throw TypeError(std::string("Buffer: expected a halide_buffer.Buffer, not ") +
+                        Py_TYPE(self)->tp_name + "; call the method on a Buffer");
     auto *inst = reinterpret_cast<py::detail::instance *>(self);
     Buffer *b = inst->get_value_and_holder().value_ptr<Buffer>();
     if (!b) throw TypeError("Buffer: the object was never initialised; construct it with "
@@ -126,6 +170,7 @@ Halide's terms, and the residency state of its data shared by every view.
 
 Buffer(shape, dtype="float64") allocates owned, zero-filled, 128-byte aligned host memory.
 )doc");
+    buffer_type = reinterpret_cast<PyTypeObject *>(cls.ptr());
     install_buffer_protocol(cls);
 
     cls.def(py::init([](py::handle shape, py::handle dtype) {
@@ -138,45 +183,53 @@ Buffer(shape, dtype="float64") allocates owned, zero-filled, 128-byte aligned ho
                     "any dtype, ml_dtypes included. external_writes=False promises that wrapped "
                     "writable memory changes only through this buffer.")
         // --- geometry
-        .def_property_readonly("shape", [](const Buffer &b) { return to_tuple(b.shape()); })
-        .def_property_readonly("strides", [](const Buffer &b) { return to_tuple(b.strides()); })
-        .def_property_readonly("mins", [](const Buffer &b) { return to_tuple(b.mins()); },
+        .def_property_readonly("shape", method([](Buffer &b) { return to_tuple(b.shape()); }))
+        .def_property_readonly("strides", method([](Buffer &b) { return to_tuple(b.strides()); }))
+        .def_property_readonly("mins", method([](Buffer &b) { return to_tuple(b.mins()); }),
                                "Halide coordinate of the first element of each axis")
-        .def_property_readonly("ndim", &Buffer::ndim)
-        .def_property_readonly("size", &Buffer::size)
-        .def_property_readonly("nbytes", &Buffer::nbytes)
-        .def_property_readonly("itemsize", [](const Buffer &b) { return b.dtype().itemsize; })
-        .def_property_readonly("dtype", [](const Buffer &b) { return &b.dtype(); },
+        .def_property_readonly("ndim", method(&Buffer::ndim))
+        .def_property_readonly("size", method(&Buffer::size))
+        .def_property_readonly("nbytes", method(&Buffer::nbytes))
+        .def_property_readonly("itemsize", method([](Buffer &b) { return b.dtype().itemsize; }))
+        .def_property_readonly("dtype", method([](Buffer &b) { return &b.dtype(); }),
                                py::return_value_policy::reference)
-        .def_property_readonly("readonly", &Buffer::readonly)
-        .def_property_readonly("external_writes", &Buffer::external_writes,
+        .def_property_readonly("readonly", method(&Buffer::readonly))
+        .def_property_readonly("external_writes", method(&Buffer::external_writes),
                                "wrapped writable memory whose owner may write it at any time")
-        .def_property_readonly("is_c_contiguous", &Buffer::is_c_contiguous)
-        .def("__len__", [](const Buffer &b) {
+        .def_property_readonly("is_c_contiguous", method(&Buffer::is_c_contiguous))
+        .def("__len__", method([](Buffer &b) {
             if (b.ndim() == 0) throw TypeError("len(): a 0-d buffer has no length; use b.size");
             return b.shape()[0];
-        })
-        .def("shares_storage_with", &Buffer::shares_storage_with, py::arg("other"))
+        }))
+        .def("shares_storage_with", [](py::handle self, py::handle other) {
+            return buffer_of(self.ptr()).shares_storage_with(buffer_of(other.ptr()));
+        }, py::arg("other"))
         // --- views
-        .def("cropped", &Buffer::cropped, py::arg("axis"), py::arg("min"), py::arg("extent"))
-        .def("sliced", &Buffer::sliced, py::arg("axis"), py::arg("pos"))
-        .def("transposed", [](const Buffer &b, py::args axes) { return b.transposed(to_axes(b, axes)); })
-        .def("__getitem__", [](const Buffer &b, py::handle key) { return b.indexed(to_index(b, key)); })
-        .def("bits", &Buffer::bits)
-        .def("copy", [](const Buffer &b) { return b.copy("copy"); })
+        .def("cropped", method(&Buffer::cropped), py::arg("axis"), py::arg("min"), py::arg("extent"))
+        .def("sliced", method(&Buffer::sliced), py::arg("axis"), py::arg("pos"))
+        .def("transposed", [](py::handle self, py::args axes) {
+            Buffer &b = buffer_of(self.ptr());
+            return b.transposed(to_axes(b, axes));
+        })
+        .def("__getitem__", [](py::handle self, py::handle key) {
+            Buffer &b = buffer_of(self.ptr());
+            return b.indexed(to_index(b, key));
+        })
+        .def("bits", method(&Buffer::bits))
+        .def("copy", method([](Buffer &b) { return b.copy("copy"); }))
         // --- residency
-        .def("host_dirty", &Buffer::host_dirty)
-        .def("device_dirty", &Buffer::device_dirty)
-        .def("set_host_dirty", &Buffer::set_host_dirty, py::arg("value") = true)
-        .def("set_device_dirty", &Buffer::set_device_dirty, py::arg("value") = true)
-        .def("copy_to_host", &Buffer::copy_to_host)
-        .def("has_device_allocation", &Buffer::has_device_allocation)
-        .def_property_readonly("device", [](const Buffer &) { return py::none(); })
+        .def("host_dirty", method(&Buffer::host_dirty))
+        .def("device_dirty", method(&Buffer::device_dirty))
+        .def("set_host_dirty", method(&Buffer::set_host_dirty), py::arg("value") = true)
+        .def("set_device_dirty", method(&Buffer::set_device_dirty), py::arg("value") = true)
+        .def("copy_to_host", method(&Buffer::copy_to_host))
+        .def("has_device_allocation", method(&Buffer::has_device_allocation))
+        .def_property_readonly("device", method([](Buffer &) { return py::none(); }))
         // --- Halide
-        .def("_get_raw_halide_buffer_t", [](Buffer &b) {
+        .def("_get_raw_halide_buffer_t", method([](Buffer &b) {
             return reinterpret_cast<uintptr_t>(b.raw("_get_raw_halide_buffer_t"));
-        }, "Address of the halide_buffer_t describing this view (Halide's extension protocol).")
-        .def("__repr__", &repr_of);
+        }), "Address of the halide_buffer_t describing this view (Halide's extension protocol).")
+        .def("__repr__", method(&repr_of));
     bind_numpy(cls);
 }
 

@@ -40,10 +40,11 @@ const char *refusal(const Buffer &b, int flags) {
                "strides; call b.copy() first";
     if ((flags & PyBUF_C_CONTIGUOUS) == PyBUF_C_CONTIGUOUS && !c_contiguous)
         return "__buffer__(): a C-contiguous buffer was requested; call b.copy() first";
-    if ((flags & PyBUF_F_CONTIGUOUS) == PyBUF_F_CONTIGUOUS && b.ndim() > 1)
-        return "__buffer__(): Fortran order was requested; use b.transposed().copy() and read it "
-               "transposed";
-    if ((flags & PyBUF_ANY_CONTIGUOUS) == PyBUF_ANY_CONTIGUOUS && !c_contiguous)
+    if ((flags & PyBUF_F_CONTIGUOUS) == PyBUF_F_CONTIGUOUS && !b.is_f_contiguous())
+        return "__buffer__(): a Fortran-contiguous buffer was requested; use "
+               "b.transposed().copy().transposed()";
+    if ((flags & PyBUF_ANY_CONTIGUOUS) == PyBUF_ANY_CONTIGUOUS && !c_contiguous &&
+        !b.is_f_contiguous())
         return "__buffer__(): a contiguous buffer was requested; call b.copy() first";
     return nullptr;
 }
@@ -66,7 +67,9 @@ int buffer_getbuffer(PyObject *self, Py_buffer *view, int flags) {
         view->len = b.nbytes();
         view->itemsize = b.dtype().itemsize;
         view->readonly = !writable;
-        view->ndim = b.ndim();
+        // Without PyBUF_ND the consumer sees one run of bytes (as PyBuffer_FillInfo describes
+        // it): CPython assumes shape != NULL whenever ndim > 1.
+        view->ndim = (flags & PyBUF_ND) == PyBUF_ND ? b.ndim() : 1;
         view->format = (flags & PyBUF_FORMAT) ? const_cast<char *>(b.dtype().format) : nullptr;
         view->shape = (flags & PyBUF_ND) == PyBUF_ND
                           ? reinterpret_cast<Py_ssize_t *>(const_cast<int64_t *>(b.shape().data()))

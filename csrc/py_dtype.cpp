@@ -14,7 +14,7 @@ py::object halide_tuple(const DType &t) {
 }
 
 /// The canonical name of whatever the user passed, or "" when it is no dtype at all.
-std::string name_of(py::handle obj) {
+std::string name_of(py::handle obj, const char *entry) {
     if (obj.is_none()) return "";  // numpy.dtype(None) would say float64
     if (py::isinstance<py::str>(obj)) {
         std::string s = obj.cast<std::string>();
@@ -34,7 +34,7 @@ std::string name_of(py::handle obj) {
         return "";
     }
     if (!np_dtype.attr("isnative").cast<bool>())
-        throw ValueError("dtype(): " + py::str(np_dtype).cast<std::string>() +
+        throw ValueError(std::string(entry) + "(): " + py::str(np_dtype).cast<std::string>() +
                          " is big-endian; convert the data to native byte order first");
     return np_dtype.attr("name").cast<std::string>();
 }
@@ -43,7 +43,7 @@ std::string name_of(py::handle obj) {
 
 const DType &to_dtype(py::handle obj, const char *entry) {
     if (py::isinstance<DType>(obj)) return obj.cast<const DType &>();
-    std::string name = name_of(obj);
+    std::string name = name_of(obj, entry);
     if (const DType *t = dtype_by_name(name)) return *t;
     throw TypeError(std::string(entry) + "(): unknown dtype " + py::repr(obj).cast<std::string>() +
                     "; use one of: " + dtype_names());

@@ -22,20 +22,35 @@ std::shared_ptr<void> keep_alive(py::handle obj) {
                                  });
 }
 
-Buffer from_ndarray(py::array a, bool external_writes) {
+/// Someone else's host memory as its exporter describes it (byte strides, any values).
+struct Exported {
+    uint8_t *data;
+    std::vector<int64_t> shape, strides;
+    const DType *dtype;
+    std::shared_ptr<void> owner;  ///< releases the export
+    bool readonly;
+};
+
+/// A view of the exported memory, or (copy=True) an owned copy: the copy accepts any strides,
+/// so it is also the fix for strides a view cannot describe.
+Buffer adopt(Exported e, bool copy, bool external_writes) {
+    if (copy) return Buffer::copy_of(kEntry, e.data, e.shape, e.strides, *e.dtype);
+    return Buffer::wrap(kEntry, e.data, e.shape, e.strides, *e.dtype, std::move(e.owner), e.readonly,
+                        external_writes);
+}
+
+Exported from_ndarray(py::array a) {
     py::object descr = a.attr("dtype");
     if (!descr.attr("isnative").cast<bool>())
         throw ValueError(std::string(kEntry) + "(): the array is big-endian; convert it with "
                          "a.astype(a.dtype.newbyteorder('='))");
-    const DType &dtype = to_dtype(descr, kEntry);
-    std::vector<int64_t> shape(a.shape(), a.shape() + a.ndim());
-    std::vector<int64_t> strides(a.strides(), a.strides() + a.ndim());
-    bool readonly = !a.writeable();
-    auto *data = static_cast<uint8_t *>(const_cast<void *>(a.data()));
-    return Buffer::wrap(kEntry, data, shape, strides, dtype, keep_alive(a), readonly, external_writes);
+    return Exported{static_cast<uint8_t *>(const_cast<void *>(a.data())),
+                    std::vector<int64_t>(a.shape(), a.shape() + a.ndim()),
+                    std::vector<int64_t>(a.strides(), a.strides() + a.ndim()),
+                    &to_dtype(descr, kEntry), keep_alive(a), !a.writeable()};
 }
 
-Buffer from_buffer_protocol(py::handle obj, bool external_writes) {
+Exported from_buffer_protocol(py::handle obj) {
     auto *view = new Py_buffer;
     if (PyObject_GetBuffer(obj.ptr(), view, PyBUF_RECORDS_RO) != 0) {
         delete view;
@@ -72,8 +87,8 @@ Buffer from_buffer_protocol(py::handle obj, bool external_writes) {
             s *= shape[i];
         }
     }
-    return Buffer::wrap(kEntry, static_cast<uint8_t *>(view->buf), shape, strides, *dtype,
-                        std::move(owner), view->readonly != 0, external_writes);
+    return Exported{static_cast<uint8_t *>(view->buf), std::move(shape), std::move(strides), dtype,
+                    std::move(owner), view->readonly != 0};
 }
 
 /// obj.__array__() under NumPy 2's rules: with copy=False the producer must share its memory
@@ -102,7 +117,6 @@ py::array array_of(py::handle obj, bool copy) {
 }  // namespace
 
 Buffer buffer_from_host(py::handle obj, bool copy, bool external_writes) {
-    auto finish = [copy](Buffer b) { return copy ? b.copy(kEntry) : std::move(b); };
     if (py::isinstance<Buffer>(obj)) {
         Buffer &src = buffer_of(obj.ptr());
         if (!copy) return src.view();
@@ -110,17 +124,18 @@ Buffer buffer_from_host(py::handle obj, bool copy, bool external_writes) {
         return src.copy(kEntry);
     }
     if (py::isinstance<py::array>(obj))
-        return finish(from_ndarray(py::reinterpret_borrow<py::array>(obj), external_writes));
+        return adopt(from_ndarray(py::reinterpret_borrow<py::array>(obj)), copy, external_writes);
     if (PyObject_CheckBuffer(obj.ptr())) {
         // Like NumPy: an exporter that cannot describe its dtype (JAX's bfloat16) may still
         // offer __array__.
         try {
-            return finish(from_buffer_protocol(obj, external_writes));
+            return adopt(from_buffer_protocol(obj), copy, external_writes);
         } catch (py::error_already_set &e) {
             if (!e.matches(PyExc_BufferError) || !py::hasattr(obj, "__array__")) throw;
         }
     }
-    if (py::hasattr(obj, "__array__")) return finish(from_ndarray(array_of(obj, copy), external_writes));
+    if (py::hasattr(obj, "__array__"))
+        return adopt(from_ndarray(array_of(obj, copy)), copy, external_writes);
     throw TypeError(std::string(kEntry) + "(): " + Py_TYPE(obj.ptr())->tp_name +
                     " exports neither the buffer protocol nor __array__; pass a NumPy array, "
                     "bytes-like object or anything numpy.asarray() accepts");

@@ -33,7 +33,10 @@ py::object array_protocol(py::handle self, py::object dtype, py::object copy) {
         wanted = py::module_::import("numpy").attr("dtype")(dtype);
         convert = !wanted.equal(view.attr("dtype"));
     }
-    if (!copy.is_none() && !copy.cast<bool>()) {
+    // NumPy passes True, False or None; anything else counts by its truth value.
+    bool always = !copy.is_none() && PyObject_IsTrue(copy.ptr()) == 1;
+    bool never = !copy.is_none() && !always;
+    if (never) {
         if (convert)
             throw ValueError(std::string("__array__(): converting ") + b.dtype().name + " to " +
                              py::str(wanted).cast<std::string>() +
@@ -41,7 +44,7 @@ py::object array_protocol(py::handle self, py::object dtype, py::object copy) {
         return std::move(view);
     }
     if (convert) return view.attr("astype")(wanted);
-    if (!copy.is_none() && copy.cast<bool>()) return view.attr("copy")();
+    if (always) return view.attr("copy")();
     return std::move(view);
 }
 

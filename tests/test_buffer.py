@@ -159,8 +159,9 @@ def test_transposed_permutes_shape_strides_and_mins():
 def _index_strategy(shape):
     def axis(n):
         ints = st.integers(-n, n - 1) if n else st.nothing()
-        bound = st.none() | st.integers(-n - 2, n + 2)
-        step = st.none() | st.integers(-3, 3).filter(lambda s: s != 0)
+        bound = st.none() | st.integers(-n - 2, n + 2) | st.integers(-2**70, 2**70)
+        step = (st.none() | st.integers(-3, 3).filter(lambda s: s != 0)
+                | st.integers(-2**62, 2**62).filter(lambda s: s != 0))
         return ints | st.builds(slice, bound, bound, step)
     return st.lists(st.one_of(*[axis(n) for n in shape]), max_size=len(shape)).flatmap(
         lambda items: st.integers(0, len(items)).map(

@@ -3,8 +3,6 @@
 import subprocess
 import sys
 
-import numpy as np
-
 import halide_buffer as hb
 from halide_buffer import cli
 
@@ -23,16 +21,13 @@ def test_main_job_runs_and_lists_every_dtype():
     assert "peer libraries:" in out and "numpy" in out and "OpenCL" in out
 
 
-def test_protocol_probe_follows_the_real_exports():
+def test_protocol_probe_follows_the_table():
+    # Independent expectations: the buffer protocol carries exactly the rows with a PEP 3118
+    # format, Halide exactly the rows with a Halide type, __array__ and from_host every row.
     for t in hb.dtypes():
         carried = cli.protocols(t)
-        try:
-            memoryview(hb.Buffer((1,), t))
-            expected = True
-        except BufferError:
-            expected = False
-        assert carried["buffer protocol"] == expected
-        assert carried["__array__"] == (np.asarray(hb.Buffer((1,), t)).dtype == t.numpy)
+        assert carried == {"buffer protocol": t.format is not None, "__array__": True,
+                           "from_host": True, "Halide": t.halide_type is not None}, t.name
 
 
 def test_unknown_command_is_a_usage_error():

@@ -29,6 +29,8 @@ def b():
     ((2**31 - 1,) * 3, ValueError, r"Buffer\(\): the shape has more than 2\*\*63 elements; use a smaller shape"),
     ((2**31 - 1, 2**31 - 1, 2), ValueError, r"Buffer\(\): the shape needs more than 2\*\*63 bytes"),
     ((2**70,), ValueError, r"Buffer\(\): extent 1180591620717411303424 does not fit in 64 bits"),
+    (2**70, ValueError, r"Buffer\(\): extent 1180591620717411303424 does not fit in 64 bits"),
+    (b"\x02\x03", TypeError, r"Buffer\(\): shape must be an int or a sequence of ints, not bytes"),
     ((1,) * 65, ValueError, r"Buffer\(\): 65 axes is more than the 64 supported"),
     ("abc", TypeError, r"Buffer\(\): shape must be an int or a sequence of ints, not str; pass e.g. \(480, 640\)"),
     ((1.5, 2), TypeError, r"Buffer\(\): shape entries must be ints, not float"),
@@ -55,16 +57,48 @@ def test_strides_not_a_multiple_of_the_itemsize():
     raw = np.zeros(64, np.uint8)
     odd = as_strided(raw.view(np.int32)[:4], shape=(3,), strides=(6,))
     with pytest.raises(ValueError, match=r"Buffer.from_host\(\): stride 6 bytes is not a multiple of the "
-                                         r"itemsize 4; pass copy=True to get a contiguous copy"):
+                                         r"itemsize 4; pass copy=True for a contiguous copy"):
         hb.Buffer.from_host(odd)
+    # ...and the fix it names works: a copy reads any strides.
+    np.testing.assert_array_equal(np.asarray(hb.Buffer.from_host(odd, copy=True)), odd)
+    field = np.zeros(5, [("a", "u1"), ("b", "<i4")])
+    field["b"] = [1, 2, 3, 4, 5]
+    np.testing.assert_array_equal(np.asarray(hb.Buffer.from_host(field["b"], copy=True)), [1, 2, 3, 4, 5])
 
 
 def test_strides_past_halides_int32_element_strides():
-    raw = np.zeros(4, np.uint8)
-    far = as_strided(raw, shape=(1,), strides=(2**33,))
+    far = as_strided(np.zeros(2**33 + 1, np.uint8), shape=(2,), strides=(2**33,))
     with pytest.raises(ValueError, match=r"Buffer.from_host\(\): stride 8589934592 bytes exceeds Halide's "
                                          r"int32 element strides; pass copy=True"):
         hb.Buffer.from_host(far)
+    np.testing.assert_array_equal(np.asarray(hb.Buffer.from_host(far, copy=True)), [0, 0])
+
+
+def test_strides_of_single_element_axes_do_not_matter():
+    # NumPy calls such arrays contiguous; the stride never addresses memory.
+    a = np.arange(4, dtype=np.int32)
+    odd = as_strided(a, shape=(1, 4), strides=(3, 4))
+    b = hb.Buffer.from_host(odd)
+    assert b.strides == (4, 4) and b.is_c_contiguous
+    np.testing.assert_array_equal(np.asarray(b), odd)
+    step = hb.Buffer((10,), "int16")[5::2**31]
+    assert step.shape == (1,) and step.strides == (2,)
+    huge = hb.Buffer((10,), "int16")[5::2**62]
+    assert huge.shape == (1,)
+
+
+def test_step_whose_stride_halide_cannot_describe_is_refused():
+    sparse = hb.Buffer.from_host(as_strided(np.zeros(1, np.uint8), shape=(2**13,), strides=(2**20,)))
+    with pytest.raises(ValueError, match=r"__getitem__\(\): stride 4294967296 bytes exceeds Halide's int32 "
+                                         r"element strides; use a smaller step"):
+        sparse[::2**12]
+
+
+def test_allocation_whose_strides_halide_cannot_describe_is_refused():
+    # (2, 2, 2**30) uint8: the outer stride is 2**31 elements, past Halide's int32.
+    with pytest.raises(ValueError, match=r"Buffer\(\): stride 2147483648 bytes exceeds Halide's int32 "
+                                         r"element strides; use a smaller shape"):
+        hb.Buffer((2, 2, 2**30), "uint8")
 
 
 def test_extents_past_halides_int32_limit():
@@ -114,6 +148,11 @@ def test_array_producer_refusing_copy_false_is_passed_on():
     np.testing.assert_array_equal(np.asarray(hb.Buffer.from_host(MustCopy(), copy=True)), [0, 1, 2])
 
 
+class BadIndex:
+    def __index__(self):
+        raise ZeroDivisionError("no index here")
+
+
 # --- views: errors leave the buffer as it was ------------------------------------------------
 
 @pytest.mark.parametrize("call, error, message", [
@@ -135,6 +174,12 @@ def test_array_producer_refusing_copy_false_is_passed_on():
     (lambda b: b[[0, 1]], TypeError, r"__getitem__\(\): only ints, slices and '...' index a Buffer, not list"),
     (lambda b: b[None], TypeError, r"__getitem__\(\): only ints, slices and '...' index a Buffer, not NoneType"),
     (lambda b: b[::0], ValueError, r"slice step cannot be zero"),
+    (lambda b: b[2**70], IndexError, r"__getitem__\(\): index 1180591620717411303424 is out of range for axis 0"),
+    (lambda b: b[BadIndex()], ZeroDivisionError, r"no index here"),
+    (lambda b: b.transposed(1.5, 0), TypeError, r"transposed\(\): axes must be ints, not float"),
+    (lambda b: b.transposed("10"), TypeError, r"transposed\(\): axes must be ints, not str"),
+    (lambda b: b.transposed(2**40, 0), ValueError, r"transposed\(\): axes must be a permutation of 0..1"),
+    (lambda b: b.transposed(2**70, 0), ValueError, r"transposed\(\): axis 1180591620717411303424 does not fit"),
     (lambda b: hb.Buffer((2,), "complex128").bits(), TypeError,
      r"bits\(\): complex128 has no unsigned integer of 16 bytes; use b.numpy\(\).view\(numpy.uint64\)"),
 ])
@@ -171,6 +216,23 @@ def test_uninitialised_buffer_object_is_refused():
     with pytest.raises(TypeError, match=r"Buffer.__init__\(\) must be called when overriding __init__"):
         Sub()
     bare = hb.Buffer.__new__(hb.Buffer)
-    with pytest.raises(TypeError, match=r"Buffer: the object was never initialised; construct it with "
-                                        r"halide_buffer.Buffer\(shape, dtype\)"):
-        memoryview(bare)
+    never = r"Buffer: the object was never initialised; construct it with halide_buffer.Buffer\(shape, dtype\)"
+    for use in (memoryview, np.asarray, repr, lambda x: x.ndim, lambda x: x.shape, lambda x: x.numpy(),
+                lambda x: x._get_raw_halide_buffer_t(), lambda x: x[0], lambda x: x.cropped(0, 0, 1),
+                lambda x: hb.Buffer.from_host(x), lambda x: hb.Buffer((1,)).shares_storage_with(x)):
+        with pytest.raises(TypeError, match=never):
+            use(bare)
+
+
+@pytest.mark.parametrize("method", ["numpy", "__array__", "copy", "host_dirty", "_get_raw_halide_buffer_t"])
+def test_buffer_methods_refuse_other_objects(method):
+    with pytest.raises(TypeError, match=r"Buffer: expected a halide_buffer.Buffer, not (object|numpy.ndarray); "
+                                        r"call the method on a Buffer"):
+        getattr(hb.Buffer, method)(object())
+    with pytest.raises(TypeError, match=r"Buffer: expected a halide_buffer.Buffer, not numpy.ndarray"):
+        getattr(hb.Buffer, method)(np.zeros(3))
+
+
+def test_big_endian_error_names_the_entry_point():
+    with pytest.raises(ValueError, match=r"Buffer\(\): >f4 is big-endian; convert the data to native byte order"):
+        hb.Buffer(3, ">f4")

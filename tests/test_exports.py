@@ -73,7 +73,7 @@ def test_simple_request_describes_contiguous_bytes():
     b = hb.Buffer.from_host(np.arange(12, dtype=np.uint16).reshape(3, 4))
     view = request(b, PyBUF_SIMPLE)
     try:
-        assert (view.len, view.itemsize, view.ndim, view.readonly) == (24, 2, 2, 1)
+        assert (view.len, view.itemsize, view.ndim, view.readonly) == (24, 2, 1, 1)
         assert not view.shape and not view.strides and view.format is None
     finally:
         release(view)
@@ -89,13 +89,43 @@ def test_simple_request_describes_contiguous_bytes():
     (PyBUF_SIMPLE, "the buffer is not C-contiguous and the consumer did not ask for strides"),
     (PyBUF_ND, "the buffer is not C-contiguous and the consumer did not ask for strides"),
     (PyBUF_C_CONTIGUOUS, "a C-contiguous buffer was requested"),
-    (PyBUF_F_CONTIGUOUS, "Fortran order was requested"),
+    (PyBUF_F_CONTIGUOUS, "a Fortran-contiguous buffer was requested"),
 ])
 def test_consumer_that_cannot_take_strides_gets_a_clear_error(flags, message):
     b = hb.Buffer.from_host(np.arange(12, dtype=np.uint8).reshape(3, 4))[:, ::2]
     with pytest.raises(BufferError, match=rf"__buffer__\(\): {message}"):
         request(b, flags)
     assert hb._core._live_counts()["exports"] == 0
+
+
+def test_fortran_requests_follow_the_real_layout():
+    a = np.arange(12, dtype=np.float32).reshape(3, 4)
+    b = hb.Buffer.from_host(a)
+    with pytest.raises(BufferError, match=r"__buffer__\(\): a Fortran-contiguous buffer was requested"):
+        request(b, PyBUF_F_CONTIGUOUS)
+    with pytest.raises(BufferError, match=r"a Fortran-contiguous buffer was requested"):
+        request(hb.Buffer((6,), "float32")[::2], PyBUF_F_CONTIGUOUS)  # strided 1-D is neither
+    for fortran in (b.transposed(), hb.Buffer((1, 5), "float32"), hb.Buffer((5,), "float32")):
+        view = request(fortran, PyBUF_F_CONTIGUOUS)
+        try:
+            assert ctypes.pythonapi.PyBuffer_IsContiguous(ctypes.byref(view), ctypes.c_char(b"F"))
+        finally:
+            release(view)
+    view = request(b.transposed(), 0x98)  # PyBUF_ANY_CONTIGUOUS | PyBUF_STRIDES
+    release(view)
+    assert hb._core._live_counts()["exports"] == 0
+
+
+def test_request_without_nd_describes_one_run_of_bytes():
+    b = hb.Buffer((3, 4), "int16")
+    view = request(b, PyBUF_SIMPLE)
+    try:
+        assert view.ndim == 1 and not view.shape and view.len == 24
+        # CPython's own helpers must be able to read the description.
+        assert ctypes.pythonapi.PyBuffer_IsContiguous(ctypes.byref(view), ctypes.c_char(b"C"))
+        assert ctypes.pythonapi.PyBuffer_IsContiguous(ctypes.byref(view), ctypes.c_char(b"F"))
+    finally:
+        release(view)
 
 
 def test_bytes_of_a_strided_view_are_its_elements_in_order():

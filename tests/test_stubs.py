@@ -18,7 +18,7 @@ def stub_names():
     top, classes = set(), {}
     for node in tree.body:
         if isinstance(node, ast.ClassDef):
-            classes[node.name] = {n.name for n in node.body
+            classes[node.name] = {n.name for n in ast.walk(node)
                                   if isinstance(n, ast.FunctionDef)} - IMPLICIT
         elif isinstance(node, ast.FunctionDef):
             top.add(node.name)
