@@ -20,6 +20,7 @@ from __future__ import annotations
 import glob
 import importlib.util
 import os
+import threading
 from typing import Any
 
 from . import _core
@@ -29,6 +30,7 @@ __all__ = ["device", "library_candidates", "loaded_library"]
 
 ENV_LIBRARY = "HALIDE_BUFFER_OPENCL_LIBRARY"
 _default: Device | None = None
+_default_lock = threading.Lock()  # one default device even when threads race to the first call
 
 
 def library_candidates() -> list[str]:
@@ -79,12 +81,13 @@ def device(context: Any = None, queue: Any = None) -> Device:
     context is the queue's). Raises ``halide_buffer.DeviceError`` when there is no OpenCL.
     """
     global _default
-    if loaded_library() == "":
-        candidates = library_candidates()
-        _prepare_pyopencl_loader(candidates)
-        _core._opencl_set_library_candidates(candidates)
-    if context is None and queue is None:
-        if _default is None:
-            _default = _core._opencl_default_device()
-        return _default
+    with _default_lock:
+        if loaded_library() == "":
+            candidates = library_candidates()
+            _prepare_pyopencl_loader(candidates)
+            _core._opencl_set_library_candidates(candidates)
+        if context is None and queue is None:
+            if _default is None:
+                _default = _core._opencl_default_device()
+            return _default
     return _core._opencl_adopt(_handle(context, "context"), _handle(queue, "queue"))

@@ -136,3 +136,22 @@ def test_error_names_follow_the_khronos_headers():
     assert hb._core._opencl_error_name(-61) == "CL_INVALID_BUFFER_SIZE"
     assert hb._core._opencl_error_name(12345) == "unknown OpenCL error"
     assert issubclass(hb.DeviceError, RuntimeError)
+
+
+RACE = """
+import threading, halide_buffer as hb
+seen, start = [], threading.Barrier(8)
+def first_call():
+    start.wait()
+    seen.append(hb.opencl.device())
+threads = [threading.Thread(target=first_call) for _ in range(8)]
+for t in threads: t.start()
+for t in threads: t.join()
+print(len(seen), len({id(d) for d in seen}))
+"""
+
+
+def test_threads_racing_to_the_first_call_get_one_default_device():
+    run = run_isolated(RACE)
+    assert run.returncode == 0, run.stderr
+    assert run.stdout.split() == ["8", "1"]
