@@ -73,6 +73,8 @@ void normalize_strides(const char *entry, const std::vector<int64_t> &shape,
     }
 }
 
+}  // namespace
+
 std::vector<int64_t> c_strides(const std::vector<int64_t> &shape, int itemsize) {
     std::vector<int64_t> strides(shape.size());
     int64_t s = itemsize;
@@ -82,6 +84,8 @@ std::vector<int64_t> c_strides(const std::vector<int64_t> &shape, int itemsize) 
     }
     return strides;
 }
+
+namespace {
 
 /// Copies every element of a strided source into a strided destination of the same shape.
 void copy_elements(uint8_t *dst, const int64_t *dst_strides, const uint8_t *src,

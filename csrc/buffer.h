@@ -47,6 +47,9 @@ struct Storage {
     void absorb_raw_flags();
 };
 
+/// Byte strides of a C-contiguous array of this shape.
+std::vector<int64_t> c_strides(const std::vector<int64_t> &shape, int itemsize);
+
 /// One axis of an index expression, already normalised to positions by the caller.
 struct AxisIndex {
     bool keep;       ///< false: an integer index (the axis disappears); true: a slice
@@ -91,7 +94,6 @@ public:
     bool is_f_contiguous() const;
     bool readonly() const { return storage_->readonly; }
     bool external_writes() const { return storage_->external_writes; }
-    HostOwnership host_ownership() const { return storage_->ownership; }
     /// True when both are views of the same storage (and so share residency).
     bool shares_storage_with(const Buffer &other) const { return storage_ == other.storage_; }
 

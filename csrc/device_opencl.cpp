@@ -13,12 +13,14 @@ using namespace ocl;
 constexpr const char *kEntry = "opencl.device";
 constexpr const char *kFix = "check the OpenCL installation (python -m halide_buffer lists devices)";
 
-std::string device_string(cl_device_id id, cl_device_info what) {
-    const Api &cl = api();
+/// A string property through one of OpenCL's clGet*Info calls (size query, then the text).
+template <typename Object, typename Info>
+std::string info_string(cl_int (*get)(Object, Info, size_t, void *, size_t *), Object object,
+                        Info what, const char *call) {
     size_t size = 0;
-    check(cl.GetDeviceInfo(id, what, 0, nullptr, &size), kEntry, "clGetDeviceInfo", kFix);
+    check(get(object, what, 0, nullptr, &size), kEntry, call, kFix);
     std::string s(size, '\0');
-    check(cl.GetDeviceInfo(id, what, size, s.data(), nullptr), kEntry, "clGetDeviceInfo", kFix);
+    check(get(object, what, size, s.data(), nullptr), kEntry, call, kFix);
     while (!s.empty() && s.back() == '\0') s.pop_back();
     return s;
 }
@@ -77,15 +79,10 @@ OpenCLDevice::~OpenCLDevice() {
 }
 
 void OpenCLDevice::describe() {
-    name_ = device_string(id_, CL_DEVICE_NAME);
-    auto platform = device_value<cl_platform_id>(id_, CL_DEVICE_PLATFORM);
     const Api &cl = api();
-    size_t size = 0;
-    check(cl.GetPlatformInfo(platform, CL_PLATFORM_NAME, 0, nullptr, &size), kEntry, "clGetPlatformInfo", kFix);
-    platform_.assign(size, '\0');
-    check(cl.GetPlatformInfo(platform, CL_PLATFORM_NAME, size, platform_.data(), nullptr), kEntry,
-          "clGetPlatformInfo", kFix);
-    while (!platform_.empty() && platform_.back() == '\0') platform_.pop_back();
+    name_ = info_string(cl.GetDeviceInfo, id_, CL_DEVICE_NAME, "clGetDeviceInfo");
+    auto platform = device_value<cl_platform_id>(id_, CL_DEVICE_PLATFORM);
+    platform_ = info_string(cl.GetPlatformInfo, platform, CL_PLATFORM_NAME, "clGetPlatformInfo");
     max_allocation_ = device_value<cl_ulong>(id_, CL_DEVICE_MAX_MEM_ALLOC_SIZE);
     global_memory_ = device_value<cl_ulong>(id_, CL_DEVICE_GLOBAL_MEM_SIZE);
     is_gpu_ = device_value<cl_device_type>(id_, CL_DEVICE_TYPE) & CL_DEVICE_TYPE_GPU;

@@ -57,10 +57,6 @@ constexpr DType kTable[] = {
 };
 constexpr size_t kCount = sizeof(kTable) / sizeof(kTable[0]);
 
-bool same(halide_type_t a, halide_type_t b) {
-    return a.code == b.code && a.bits == b.bits && a.lanes == b.lanes;
-}
-
 }  // namespace
 
 const DType *dtype_table() { return kTable; }
@@ -91,14 +87,6 @@ const DType *dtype_by_format(const char *format, size_t itemsize) {
         for (const DType &t : kTable) {
             if (t.format && t.dlpack.code == code && size_t(t.itemsize) == itemsize) return &t;
         }
-    }
-    return nullptr;
-}
-
-const DType *dtype_by_halide(halide_type_t type) {
-    // The first row carrying a Halide type is its natural dtype (uint8 before the float8 rows).
-    for (const DType &t : kTable) {
-        if (t.has_halide_type() && same(t.halide, type)) return &t;
     }
     return nullptr;
 }

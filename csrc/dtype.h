@@ -38,7 +38,6 @@ inline size_t index_of(const DType &t) { return static_cast<size_t>(&t - dtype_t
 /// Lookups; each returns nullptr when no row matches.
 const DType *dtype_by_name(const std::string &name);
 const DType *dtype_by_format(const char *format, size_t itemsize);
-const DType *dtype_by_halide(halide_type_t type);
 
 /// The unsigned integer row of the same itemsize (raw bit access), or nullptr.
 const DType *dtype_bits_of(const DType &t);

@@ -8,14 +8,20 @@
 namespace hb {
 namespace {
 
-/// A Python integer as int64_t; `what` names it in the error when it does not fit.
-int64_t to_int64(py::handle n, const char *entry, const char *what, const char *fix) {
+/// A Python integer (anything with __index__) as int64_t; false when it does not fit.
+bool as_int64(py::handle n, int64_t &out) {
     py::object i = py::reinterpret_steal<py::object>(PyNumber_Index(n.ptr()));
     if (!i) throw py::error_already_set();
     int overflow = 0;
-    long long v = PyLong_AsLongLongAndOverflow(i.ptr(), &overflow);
-    if (overflow)
-        throw ValueError(std::string(entry) + "(): " + what + " " + py::str(i).cast<std::string>() +
+    out = PyLong_AsLongLongAndOverflow(i.ptr(), &overflow);
+    return !overflow;
+}
+
+/// as_int64(), or ValueError naming `what` and the fix.
+int64_t to_int64(py::handle n, const char *entry, const char *what, const char *fix) {
+    int64_t v;
+    if (!as_int64(n, v))
+        throw ValueError(std::string(entry) + "(): " + what + " " + py::str(n).cast<std::string>() +
                          " does not fit in 64 bits; " + fix);
     return v;
 }
@@ -87,13 +93,11 @@ std::vector<AxisIndex> to_index(const Buffer &b, py::handle key) {
             out.push_back(AxisIndex{true, start, step, len});
             ++axis;
         } else if (PyIndex_Check(item.ptr()) && !PyBool_Check(item.ptr())) {
-            py::object index = py::reinterpret_steal<py::object>(PyNumber_Index(item.ptr()));
-            if (!index) throw py::error_already_set();
-            int overflow = 0;
-            int64_t i = PyLong_AsLongLongAndOverflow(index.ptr(), &overflow);
+            int64_t i;
+            bool fits = as_int64(item, i);
             int64_t extent = b.shape()[axis];
-            if (overflow)
-                throw IndexError("__getitem__(): index " + py::str(index).cast<std::string>() +
+            if (!fits)
+                throw IndexError("__getitem__(): index " + py::str(item).cast<std::string>() +
                                  " is out of range for axis " + std::to_string(axis) +
                                  " with extent " + std::to_string(extent));
             if (i < -extent || i >= extent)

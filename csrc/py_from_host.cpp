@@ -77,16 +77,8 @@ Exported from_buffer_protocol(py::handle obj) {
     } else {
         shape.assign(view->shape, view->shape + view->ndim);
     }
-    if (view->strides) {
-        strides.assign(view->strides, view->strides + view->ndim);
-    } else {  // C-contiguous by the protocol's rules
-        strides.resize(shape.size());
-        int64_t s = view->itemsize;
-        for (size_t i = shape.size(); i-- > 0;) {
-            strides[i] = s;
-            s *= shape[i];
-        }
-    }
+    if (view->strides) strides.assign(view->strides, view->strides + view->ndim);
+    else strides = c_strides(shape, int(view->itemsize));  // no strides: C-contiguous
     return Exported{static_cast<uint8_t *>(view->buf), std::move(shape), std::move(strides), dtype,
                     std::move(owner), view->readonly != 0};
 }
