@@ -12,12 +12,6 @@
 
 namespace hb {
 
-struct RawView {
-    halide_buffer_t buf{};
-    std::vector<halide_dimension_t> dims;
-    uint64_t published = 0;  ///< flags as last written into buf
-};
-
 namespace {
 
 constexpr size_t kAlignment = 128;
@@ -111,39 +105,11 @@ LiveCounts &live_counts() {
     return counts;
 }
 
-Storage::~Storage() {
-    if (ownership == HostOwnership::owned) std::free(allocation);
-    --live_counts().storages;
-}
-
-void Storage::absorb_raw_flags() {
-    for (RawView *r : raw_views) {
-        if (r->buf.flags != r->published) {
-            flags = r->buf.flags;
-            r->published = r->buf.flags;
-        }
-    }
-}
-
-uint64_t Storage::effective_flags() const {
-    if (external_writes && !(flags & halide_buffer_flag_device_dirty))
-        return flags | halide_buffer_flag_host_dirty;
-    return flags;
-}
-
 // ---------------------------------------------------------------------------------------------
 // Construction
 // ---------------------------------------------------------------------------------------------
 
 Buffer::Buffer(Buffer &&) noexcept = default;
-
-Buffer::~Buffer() {
-    if (!raw_) return;
-    // Flags a pipeline wrote through this view must outlive it.
-    storage_->absorb_raw_flags();
-    auto &views = storage_->raw_views;
-    views.erase(std::find(views.begin(), views.end(), raw_.get()));
-}
 
 Buffer Buffer::allocate(const char *entry, const std::vector<int64_t> &shape, const DType &dtype) {
     int64_t count = checked_count(entry, shape, dtype.itemsize);
@@ -154,18 +120,11 @@ Buffer Buffer::allocate(const char *entry, const std::vector<int64_t> &shape, co
     auto storage = std::make_shared<Storage>();
     ++live_counts().storages;
     storage->allocation = allocation;
-    storage->host = reinterpret_cast<uint8_t *>(
+    auto *host = reinterpret_cast<uint8_t *>(
         (reinterpret_cast<uintptr_t>(allocation) + kAlignment - 1) & ~uintptr_t(kAlignment - 1));
-
-    Buffer b;
-    b.storage_ = std::move(storage);
-    b.dtype_ = &dtype;
-    b.data_ = b.storage_->host;
-    b.shape_ = shape;
-    b.strides_ = c_strides(shape, dtype.itemsize);
-    normalize_strides(entry, shape, b.strides_, dtype.itemsize, "use a smaller shape");
-    b.mins_.assign(shape.size(), 0);
-    return b;
+    std::vector<int64_t> strides = c_strides(shape, dtype.itemsize);
+    normalize_strides(entry, shape, strides, dtype.itemsize, "use a smaller shape");
+    return adopt_storage(std::move(storage), dtype, host, shape, std::move(strides));
 }
 
 Buffer Buffer::copy_of(const char *entry, const uint8_t *data, const std::vector<int64_t> &shape,
@@ -191,14 +150,33 @@ Buffer Buffer::wrap(const char *entry, uint8_t *data, const std::vector<int64_t>
     storage->owner = std::move(owner);
     storage->readonly = readonly;
     storage->external_writes = external_writes && !readonly;
+    return adopt_storage(std::move(storage), dtype, data, shape, std::move(element_strides));
+}
+
+Buffer Buffer::adopt_storage(std::shared_ptr<Storage> storage, const DType &dtype, uint8_t *data,
+                             std::vector<int64_t> shape, std::vector<int64_t> strides) {
+    // The storage's root halide_buffer_t: this first view's geometry, in bytes when Halide has
+    // no type of this size (complex128): one extra innermost dimension over the item's bytes.
+    Storage &s = *storage;
+    s.host = data;
+    bool bytes = !dtype.has_halide_type();
+    int unit = bytes ? 1 : dtype.itemsize;
+    if (bytes) s.root_dims.push_back(halide_dimension_t{0, dtype.itemsize, 1, 0});
+    for (size_t i = shape.size(); i-- > 0;)
+        s.root_dims.push_back(halide_dimension_t{0, int32_t(shape[i]), int32_t(strides[i] / unit), 0});
+    s.root.host = data;
+    s.root.type = bytes ? halide_type_t{halide_type_uint, 8, 1} : dtype.halide;
+    s.root.dimensions = int32_t(s.root_dims.size());
+    s.root.dim = s.root_dims.empty() ? nullptr : s.root_dims.data();
+    s.root.flags = halide_buffer_flag_host_dirty;
 
     Buffer b;
     b.storage_ = std::move(storage);
     b.dtype_ = &dtype;
     b.data_ = data;
-    b.shape_ = shape;
-    b.strides_ = std::move(element_strides);
     b.mins_.assign(shape.size(), 0);
+    b.shape_ = std::move(shape);
+    b.strides_ = std::move(strides);
     return b;
 }
 
@@ -354,83 +332,6 @@ Buffer Buffer::bits() const {
 
 Buffer Buffer::copy(const char *entry) const {
     return copy_of(entry, data_, shape_, strides_, *dtype_);
-}
-
-// ---------------------------------------------------------------------------------------------
-// Residency (host side; the device side arrives with the device backends)
-// ---------------------------------------------------------------------------------------------
-
-bool Buffer::host_dirty() {
-    storage_->absorb_raw_flags();
-    return storage_->effective_flags() & halide_buffer_flag_host_dirty;
-}
-
-bool Buffer::device_dirty() {
-    storage_->absorb_raw_flags();
-    return storage_->effective_flags() & halide_buffer_flag_device_dirty;
-}
-
-void Buffer::set_host_dirty(bool value) {
-    storage_->absorb_raw_flags();
-    if (value && (storage_->flags & halide_buffer_flag_device_dirty))
-        throw ValueError("set_host_dirty(): the device copy is newer (device_dirty); call "
-                         "copy_to_host() before writing on the host");
-    if (value) storage_->flags |= halide_buffer_flag_host_dirty;
-    else storage_->flags &= ~uint64_t(halide_buffer_flag_host_dirty);
-}
-
-void Buffer::set_device_dirty(bool value) {
-    storage_->absorb_raw_flags();
-    if (value && !has_device_allocation())
-        throw ValueError("set_device_dirty(): the buffer has no device allocation; call "
-                         "copy_to_device() or device_malloc() first");
-    if (value && (storage_->effective_flags() & halide_buffer_flag_host_dirty))
-        throw ValueError("set_device_dirty(): the host copy is newer (host_dirty); call "
-                         "copy_to_device() before writing on the device");
-    if (value) storage_->flags |= halide_buffer_flag_device_dirty;
-    else storage_->flags &= ~uint64_t(halide_buffer_flag_device_dirty);
-}
-
-void Buffer::copy_to_host() {
-    storage_->absorb_raw_flags();
-    // Without a device allocation the host copy is the only one and always current.
-}
-
-void Buffer::begin_host_read() { copy_to_host(); }
-
-void Buffer::begin_host_write(const char *entry) {
-    if (storage_->readonly)
-        throw BufferError(std::string(entry) + "(): the buffer wraps read-only memory; use "
-                          "Buffer.from_host(obj, copy=True) for a writable copy");
-    copy_to_host();
-    storage_->flags |= halide_buffer_flag_host_dirty;
-}
-
-halide_buffer_t *Buffer::raw(const char *entry) {
-    if (!dtype_->has_halide_type())
-        throw BufferError(std::string(entry) + "(): Halide has no type for " + dtype_->name +
-                          "; pass a buffer of another dtype");
-    storage_->absorb_raw_flags();
-    if (!raw_) {
-        raw_ = std::make_unique<RawView>();
-        int n = ndim();
-        raw_->dims.resize(size_t(n));
-        for (int i = 0; i < n; ++i) {
-            // NumPy axis i is Halide dimension n - 1 - i.
-            halide_dimension_t &d = raw_->dims[size_t(n - 1 - i)];
-            d.min = int32_t(mins_[size_t(i)]);
-            d.extent = int32_t(shape_[size_t(i)]);
-            d.stride = int32_t(strides_[size_t(i)] / dtype_->itemsize);
-            d.flags = 0;
-        }
-        raw_->buf.host = data_;
-        raw_->buf.type = dtype_->halide;
-        raw_->buf.dimensions = n;
-        raw_->buf.dim = n ? raw_->dims.data() : nullptr;
-        storage_->raw_views.push_back(raw_.get());
-    }
-    raw_->buf.flags = raw_->published = storage_->effective_flags();
-    return &raw_->buf;
 }
 
 }  // namespace hb

@@ -6,14 +6,19 @@
 // raw() publishes lists the same axes reversed (dim 0 innermost), strides in elements.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <memory>
+#include <mutex>
 #include <vector>
 
+#include "device_interface.h"
 #include "dtype.h"
 #include "halide_abi.h"
 
 namespace hb {
+
+class OpenCLDevice;
 
 /// Who frees a Storage's host memory.
 enum class HostOwnership : uint8_t {
@@ -21,30 +26,62 @@ enum class HostOwnership : uint8_t {
     borrowed,  ///< someone else's; `owner` keeps it alive until the Storage dies
 };
 
+/// Whose a Storage's device allocation is.
+enum class DeviceOwnership : uint8_t {
+    none,     ///< no device allocation: the host copy is the only one
+    owned,    ///< allocated by us; device_free() releases it
+    wrapped,  ///< someone else's native handle (device_wrap_native), kept alive by `device_owner`
+    foreign,  ///< set by a pipeline's own Halide runtime; freed through the interface it set
+};
+
 struct RawView;
 
-/// Memory and residency state shared by a buffer and every view of it.
+/// Memory and residency state shared by a buffer and every view of it. `mutex` guards all of
+/// it (and every view's published halide_buffer_t): one lock per storage.
 struct Storage {
-    uint8_t *host = nullptr;          ///< start of the host memory (aligned for owned storage)
+    uint8_t *host = nullptr;          ///< element at index 0 of the first view (owned: aligned start)
     void *allocation = nullptr;       ///< what to free (owned storage only)
     HostOwnership ownership = HostOwnership::owned;
     std::shared_ptr<void> owner;      ///< borrowed storage: releasing it releases the exporter
     bool readonly = false;            ///< the memory must not be written through us
     bool external_writes = false;     ///< borrowed writable memory its owner may write at any time
-    uint64_t flags = halide_buffer_flag_host_dirty;  ///< halide_buffer_flags of every view
-    std::vector<RawView *> raw_views;  ///< halide_buffer_t's handed to foreign code, still alive
+
+    std::mutex mutex;
+    /// The whole storage as Halide sees it (the first view's geometry). Its flags, device and
+    /// device_interface are THE residency state; every device operation is a call through
+    /// root.device_interface on it, so one transfer always moves the whole storage.
+    halide_buffer_t root{};
+    std::vector<halide_dimension_t> root_dims;
+    DeviceOwnership device_ownership = DeviceOwnership::none;
+    std::shared_ptr<OpenCLDevice> device;  ///< owned / wrapped: the device it lives on
+    std::shared_ptr<void> device_owner;    ///< wrapped: the native handle's owner
+    Transfers transfers;                   ///< every copy of this storage's bytes
+    std::atomic<bool> ever_on_device{false};  ///< read without the lock: may a lease copy?
+    std::vector<RawView *> raw_views;      ///< halide_buffer_t's handed to foreign code, still alive
 
     Storage() = default;
     Storage(const Storage &) = delete;
     Storage &operator=(const Storage &) = delete;
     ~Storage();
 
-    /// Halide's flags as a reader must see them: borrowed memory its owner may write is a
-    /// standing lease, so its host copy counts as dirty unless the device holds newer data.
+    // The rules (residency.cpp); the caller holds `mutex`.
     uint64_t effective_flags() const;
-    /// Takes back flags that foreign code (a pipeline) wrote into any published
-    /// halide_buffer_t of this storage, so every view sees them.
-    void absorb_raw_flags();
+    void absorb_raw_views();
+    void download(const char *entry);
+    void allocate(const char *entry, const std::shared_ptr<OpenCLDevice> &on);
+    void upload(const char *entry, const std::shared_ptr<OpenCLDevice> &on);
+    std::shared_ptr<void> free_device(const char *entry);
+    void forget_view_handles();
+    void publish(RawView &r, const uint8_t *data);
+};
+
+/// A view's halide_buffer_t handed to foreign code (see Buffer::raw()).
+struct RawView {
+    halide_buffer_t buf{};
+    std::vector<halide_dimension_t> dims;
+    uint64_t published = 0;         ///< flags as last written into buf
+    uint64_t published_device = 0;  ///< device as last written into buf
+    std::unique_ptr<DeviceHandle> handle;  ///< our handle into the storage's allocation, if any
 };
 
 /// Byte strides of a C-contiguous array of this shape.
@@ -60,8 +97,9 @@ struct AxisIndex {
 
 /// Counters of live objects, so tests can prove every one is released exactly once.
 struct LiveCounts {
-    int64_t storages = 0;
-    int64_t exports = 0;  ///< buffer-protocol exports not yet released
+    std::atomic<int64_t> storages{0};
+    std::atomic<int64_t> exports{0};             ///< buffer-protocol exports not yet released
+    std::atomic<int64_t> device_allocations{0};  ///< device memory we hold a reference to
 };
 LiveCounts &live_counts();
 
@@ -108,24 +146,56 @@ public:
     /// A C-contiguous owned copy of the elements (a new storage, host dirty).
     Buffer copy(const char *entry) const;
 
-    // --- residency -------------------------------------------------------------------------
+    // --- residency (residency.cpp): each takes the storage's lock -----------------------------
     bool host_dirty();
     bool device_dirty();
     void set_host_dirty(bool value);
     void set_device_dirty(bool value);
-    bool has_device_allocation() const { return false; }
+    bool has_device_allocation();
+    /// The device holding the device copy; null without one, or when a pipeline's runtime does.
+    std::shared_ptr<OpenCLDevice> device();
     /// Makes the host copy current: a no-op unless the device copy is newer.
     void copy_to_host();
+    /// Allocates on `on` (null: where it already is) if needed, then uploads if the host is newer.
+    void copy_to_device(const std::shared_ptr<OpenCLDevice> &on);
+    /// Allocates on `on` if needed; the device copy starts empty, so the host counts as newer.
+    void device_malloc(const std::shared_ptr<OpenCLDevice> &on);
+    /// Releases the device allocation, downloading first if the device copy is newer.
+    void device_free();
+    /// Blocks until every command queued on the buffer's device has finished.
+    void device_sync();
+    /// Adopts `native` (a cl_mem on `on`, starting `offset` bytes in) as the device copy, which
+    /// becomes the current one. `owner` keeps whoever allocated it alive.
+    void device_wrap_native(const std::shared_ptr<OpenCLDevice> &on, uint64_t native, uint64_t offset,
+                            std::shared_ptr<void> owner);
+    /// Lets go of a wrapped allocation (downloading first if it is newer); returns its owner.
+    std::shared_ptr<void> device_detach_native();
     /// Lease for a reader of the host memory: the host copy becomes current.
     void begin_host_read();
     /// Lease for a writer of the host memory: current, then host dirty.
     void begin_host_write(const char *entry);
+    /// What a device consumer gets: the memory, the byte offset of this view's first element.
+    struct DeviceView {
+        void *native;
+        uint64_t offset;
+        std::shared_ptr<OpenCLDevice> device;
+    };
+    /// Lease for a device consumer: the device copy becomes current (on `on`, null: where it
+    /// is, else error) and, for a writer of writable memory, device dirty.
+    DeviceView begin_device_use(const char *entry, const std::shared_ptr<OpenCLDevice> &on, bool write);
+    /// False while the storage has never had a device copy: leases cannot move data (a hint
+    /// read without the lock, so bindings keep the GIL for leases that cannot copy).
+    bool may_hold_device_copy() const { return storage_->ever_on_device.load(std::memory_order_relaxed); }
+    /// Copies and bytes moved for this buffer's storage so far.
+    const Transfers &transfers() const { return storage_->transfers; }
 
     /// The halide_buffer_t describing this view, flags refreshed from the shared state.
     halide_buffer_t *raw(const char *entry);
 
 private:
     Buffer() = default;
+    static Buffer adopt_storage(std::shared_ptr<Storage> storage, const DType &dtype, uint8_t *data,
+                                std::vector<int64_t> shape, std::vector<int64_t> strides);
     int check_axis(const char *entry, int axis) const;
 
     std::shared_ptr<Storage> storage_;

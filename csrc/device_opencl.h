@@ -4,13 +4,14 @@
 #include <memory>
 #include <string>
 
+#include "halide_abi.h"
 #include "opencl_api.h"
 
 namespace hb {
 
 /// One OpenCL device with a context and an in-order command queue on it. Holds a reference on
 /// both (clRetain*), so the objects outlive whoever created them (pyopencl, for one).
-class OpenCLDevice {
+class OpenCLDevice : public std::enable_shared_from_this<OpenCLDevice> {
 public:
     /// The first GPU of any platform, else the first device of the first platform with one.
     static std::shared_ptr<OpenCLDevice> open_default();
@@ -45,5 +46,9 @@ private:
     uint64_t max_allocation_ = 0, global_memory_ = 0;
     bool is_gpu_ = false;
 };
+
+/// Our OpenCL halide_device_interface_t (opencl_memory.cpp). Its halide_buffer_t::device is a
+/// DeviceHandle whose first fields match Halide's OpenCL runtime's ({offset, cl_mem}).
+const halide_device_interface_t *opencl_interface();
 
 }  // namespace hb

@@ -56,7 +56,13 @@ Api *open(const std::string &path, std::string &why) {
               resolve(library, "clGetCommandQueueInfo", api->GetCommandQueueInfo) &&
               resolve(library, "clRetainCommandQueue", api->RetainCommandQueue) &&
               resolve(library, "clReleaseCommandQueue", api->ReleaseCommandQueue) &&
-              resolve(library, "clFinish", api->Finish);
+              resolve(library, "clFinish", api->Finish) &&
+              resolve(library, "clCreateBuffer", api->CreateBuffer) &&
+              resolve(library, "clRetainMemObject", api->RetainMemObject) &&
+              resolve(library, "clReleaseMemObject", api->ReleaseMemObject) &&
+              resolve(library, "clGetMemObjectInfo", api->GetMemObjectInfo) &&
+              resolve(library, "clEnqueueReadBuffer", api->EnqueueReadBuffer) &&
+              resolve(library, "clEnqueueWriteBuffer", api->EnqueueWriteBuffer);
     if (!ok) {
         why = path + ": not an OpenCL loader (missing entry points)";
         dlclose(library);

@@ -28,9 +28,16 @@ using cl_platform_id = struct _cl_platform_id *;
 using cl_device_id = struct _cl_device_id *;
 using cl_context = struct _cl_context *;
 using cl_command_queue = struct _cl_command_queue *;
+using cl_mem = struct _cl_mem *;
+using cl_event = struct _cl_event *;
+using cl_mem_info = cl_uint;
+using cl_bool = cl_uint;
 
 constexpr cl_int CL_SUCCESS = 0;
 constexpr cl_int CL_DEVICE_NOT_FOUND = -1;
+constexpr cl_int CL_INVALID_CONTEXT = -34;
+constexpr cl_int CL_INVALID_MEM_OBJECT = -38;
+constexpr cl_int CL_INVALID_BUFFER_SIZE = -61;
 constexpr cl_device_type CL_DEVICE_TYPE_GPU = 1 << 2;
 constexpr cl_device_type CL_DEVICE_TYPE_ALL = 0xFFFFFFFF;
 constexpr cl_platform_info CL_PLATFORM_NAME = 0x0902;
@@ -42,6 +49,10 @@ constexpr cl_device_info CL_DEVICE_PLATFORM = 0x1031;
 constexpr cl_context_info CL_CONTEXT_DEVICES = 0x1081;
 constexpr cl_command_queue_info CL_QUEUE_CONTEXT = 0x1090;
 constexpr cl_command_queue_info CL_QUEUE_DEVICE = 0x1091;
+constexpr cl_mem_flags CL_MEM_READ_WRITE = 1 << 0;
+constexpr cl_mem_info CL_MEM_SIZE = 0x1102;
+constexpr cl_mem_info CL_MEM_CONTEXT = 0x1106;
+constexpr cl_bool CL_TRUE = 1;
 
 /// Entry points, resolved by name from the loaded library.
 struct Api {
@@ -62,6 +73,14 @@ struct Api {
     cl_int (*RetainCommandQueue)(cl_command_queue);
     cl_int (*ReleaseCommandQueue)(cl_command_queue);
     cl_int (*Finish)(cl_command_queue);
+    cl_mem (*CreateBuffer)(cl_context, cl_mem_flags, size_t, void *, cl_int *);
+    cl_int (*RetainMemObject)(cl_mem);
+    cl_int (*ReleaseMemObject)(cl_mem);
+    cl_int (*GetMemObjectInfo)(cl_mem, cl_mem_info, size_t, void *, size_t *);
+    cl_int (*EnqueueReadBuffer)(cl_command_queue, cl_mem, cl_bool, size_t, size_t, void *, cl_uint,
+                                const cl_event *, cl_event *);
+    cl_int (*EnqueueWriteBuffer)(cl_command_queue, cl_mem, cl_bool, size_t, size_t, const void *,
+                                 cl_uint, const cl_event *, cl_event *);
 };
 
 /// Libraries to try, in order, before the first use (set by halide_buffer.opencl).

@@ -221,20 +221,13 @@ Buffer(shape, dtype="float64") allocates owned, zero-filled, 128-byte aligned ho
         })
         .def("bits", method(&Buffer::bits))
         .def("copy", method([](Buffer &b) { return b.copy("copy"); }))
-        // --- residency
-        .def("host_dirty", method(&Buffer::host_dirty))
-        .def("device_dirty", method(&Buffer::device_dirty))
-        .def("set_host_dirty", method(&Buffer::set_host_dirty), py::arg("value") = true)
-        .def("set_device_dirty", method(&Buffer::set_device_dirty), py::arg("value") = true)
-        .def("copy_to_host", method(&Buffer::copy_to_host))
-        .def("has_device_allocation", method(&Buffer::has_device_allocation))
-        .def_property_readonly("device", method([](Buffer &) { return py::none(); }))
         // --- Halide
         .def("_get_raw_halide_buffer_t", method([](Buffer &b) {
             return reinterpret_cast<uintptr_t>(b.raw("_get_raw_halide_buffer_t"));
         }), "Address of the halide_buffer_t describing this view (Halide's extension protocol).")
         .def("__repr__", method(&repr_of));
     bind_numpy(cls);
+    bind_residency(cls);
 }
 
 }  // namespace hb

@@ -112,7 +112,7 @@ Buffer buffer_from_host(py::handle obj, bool copy, bool external_writes) {
     if (py::isinstance<Buffer>(obj)) {
         Buffer &src = buffer_of(obj.ptr());
         if (!copy) return src.view();
-        src.begin_host_read();
+        run_lease(src, [&] { src.begin_host_read(); });
         return src.copy(kEntry);
     }
     if (py::isinstance<py::array>(obj))

@@ -12,6 +12,15 @@
 namespace hb {
 namespace py = pybind11;
 
+/// Runs a residency lease (b.begin_host_read() and the like). One that may move data runs
+/// without the GIL, so other Python threads go on during the copy.
+template <typename F>
+void run_lease(const Buffer &b, F &&lease) {
+    if (!b.may_hold_device_copy()) return lease();
+    py::gil_scoped_release nogil;
+    lease();
+}
+
 // py_module.cpp
 /// Sets the Python exception for a C++ exception of the core; false if it is not one of ours.
 bool set_python_error(std::exception_ptr error);
@@ -30,6 +39,11 @@ void bind_device(py::module_ &m);
 void bind_buffer(py::module_ &m);
 /// The core Buffer inside a Python Buffer object (no type check: callers know the type).
 Buffer &buffer_of(PyObject *self);
+
+// py_residency.cpp
+void bind_residency(py::class_<Buffer> &cls);
+/// halide_buffer.transfers(): the process-wide counts.
+void bind_transfer_totals(py::module_ &m);
 
 // py_from_host.cpp
 /// Buffer.from_host(): wrap (or copy) anything with the buffer protocol or an ndarray.

@@ -108,11 +108,13 @@ PYBIND11_MODULE(_core, m) {
     hb::bind_dtype(m);
     hb::bind_device(m);
     hb::bind_buffer(m);
+    hb::bind_transfer_totals(m);
     m.def("_abi_layout", &hb::abi_layout);
     m.def("_live_counts", [] {
         py::dict d;
-        d["storages"] = hb::live_counts().storages;
-        d["exports"] = hb::live_counts().exports;
+        d["storages"] = hb::live_counts().storages.load();
+        d["exports"] = hb::live_counts().exports.load();
+        d["device_allocations"] = hb::live_counts().device_allocations.load();
         return d;
-    }, "Live storages and unreleased buffer-protocol exports (for leak tests).");
+    }, "Live storages, unreleased buffer-protocol exports and device allocations (for leak tests).");
 }

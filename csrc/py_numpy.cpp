@@ -25,7 +25,7 @@ namespace {
 /// always returns a new array, copy=False never copies (ValueError when it would have to).
 py::object array_protocol(py::handle self, py::object dtype, py::object copy) {
     Buffer &b = buffer_of(self.ptr());
-    b.begin_host_read();
+    run_lease(b, [&] { b.begin_host_read(); });
     py::array view = ndarray_view(self, b, false);
     py::object wanted;
     bool convert = false;
@@ -50,8 +50,7 @@ py::object array_protocol(py::handle self, py::object dtype, py::object copy) {
 
 py::object numpy_view(py::handle self, bool writable) {
     Buffer &b = buffer_of(self.ptr());
-    if (writable) b.begin_host_write("numpy");
-    else b.begin_host_read();
+    run_lease(b, [&] { writable ? b.begin_host_write("numpy") : b.begin_host_read(); });
     return ndarray_view(self, b, writable);
 }
 

@@ -1,0 +1,223 @@
+// device_interface.cpp: transfer counters, byte spans, the target device, and the public half of
+// our interface tables (Halide's flag rules in front of a backend's impl table).
+#include "device_interface.h"
+
+#include <algorithm>
+#include <cstdlib>
+#include <utility>
+#include <vector>
+
+namespace hb {
+
+Transfers &process_transfers() {
+    static Transfers totals;
+    return totals;
+}
+
+void record_transfer(Transfers *storage, Direction direction, int64_t bytes) {
+    for (Transfers *t : {storage, &process_transfers()}) {
+        if (!t) continue;
+        if (direction == Direction::to_device) {
+            t->to_device += 1;
+            t->to_device_bytes += bytes;
+        } else {
+            t->to_host += 1;
+            t->to_host_bytes += bytes;
+        }
+    }
+}
+
+ByteSpan byte_span(const halide_buffer_t *buf) {
+    ByteSpan span;
+    int64_t item = element_bytes(buf);
+    std::vector<std::pair<int64_t, int64_t>> axes;  // (|stride| in bytes, extent) of axes > 1
+    for (int i = 0; i < buf->dimensions; ++i) {
+        const halide_dimension_t &d = buf->dim[i];
+        if (d.extent <= 0) return span;  // no elements: an empty span
+        int64_t reach = int64_t(d.extent - 1) * d.stride * item;
+        (reach < 0 ? span.lo : span.hi) += reach;
+        if (d.extent > 1) axes.emplace_back(std::abs(int64_t(d.stride)) * item, d.extent);
+    }
+    span.hi += item;
+    std::sort(axes.begin(), axes.end());
+    int64_t expected = item;
+    for (const auto &[stride, extent] : axes) {
+        if (stride != expected) span.dense = false;
+        expected = stride * extent;
+    }
+    return span;
+}
+
+DeviceFailure &last_failure() {
+    thread_local DeviceFailure failure;
+    return failure;
+}
+
+namespace {
+thread_local OpenCLDevice *t_target = nullptr;
+}  // namespace
+
+TargetDevice::TargetDevice(OpenCLDevice *device) : previous_(t_target) { t_target = device; }
+TargetDevice::~TargetDevice() { t_target = previous_; }
+OpenCLDevice *TargetDevice::current() { return t_target; }
+
+// ---------------------------------------------------------------------------------------------
+// The public half: Halide's rules, then the buffer's (or the given) impl table
+// ---------------------------------------------------------------------------------------------
+
+namespace {
+
+constexpr uint64_t kHostDirty = halide_buffer_flag_host_dirty;
+constexpr uint64_t kDeviceDirty = halide_buffer_flag_device_dirty;
+
+// Halide's error codes (HalideRuntime.h, enum halide_error_code_t) that these rules return.
+constexpr int kNoDeviceInterface = -19;
+constexpr int kDeviceInterfaceNoDevice = -36;
+constexpr int kHostAndDeviceDirty = -37;
+constexpr int kBufferIsNull = -38;
+constexpr int kIncompatibleDeviceInterface = -42;
+
+/// What every entry checks first: a buffer whose device fields and flags are consistent.
+int validate(const halide_buffer_t *buf) {
+    if (!buf) return kBufferIsNull;
+    if (buf->device && !buf->device_interface) return kNoDeviceInterface;
+    if (!buf->device && buf->device_interface) return kDeviceInterfaceNoDevice;
+    if ((buf->flags & kHostDirty) && (buf->flags & kDeviceDirty)) return kHostAndDeviceDirty;
+    return 0;
+}
+
+/// An interface may take a buffer that has no device allocation or already has one of its own.
+bool compatible(const halide_buffer_t *buf, const halide_device_interface_t *interface) {
+    return !buf->device_interface || buf->device_interface == interface;
+}
+
+int device_malloc(void *uc, halide_buffer_t *buf, const halide_device_interface_t *interface) {
+    if (int rc = validate(buf)) return rc;
+    if (!compatible(buf, interface)) return kIncompatibleDeviceInterface;
+    if (buf->device) return 0;
+    return interface->impl->device_malloc(uc, buf);
+}
+
+int device_free(void *uc, halide_buffer_t *buf) {
+    if (int rc = validate(buf)) return rc;
+    if (buf->device_interface) {
+        if (int rc = buf->device_interface->impl->device_free(uc, buf)) return rc;
+    }
+    buf->flags &= ~kDeviceDirty;
+    return 0;
+}
+
+int device_sync(void *uc, halide_buffer_t *buf) {
+    if (int rc = validate(buf)) return rc;
+    if (!buf->device_interface) return kNoDeviceInterface;
+    return buf->device_interface->impl->device_sync(uc, buf);
+}
+
+void device_release(void *uc, const halide_device_interface_t *interface) {
+    interface->impl->device_release(uc);
+}
+
+int copy_to_host(void *uc, halide_buffer_t *buf) {
+    if (int rc = validate(buf)) return rc;
+    if (!(buf->flags & kDeviceDirty)) return 0;
+    if (!buf->device_interface) return kNoDeviceInterface;
+    if (int rc = buf->device_interface->impl->copy_to_host(uc, buf)) return rc;
+    buf->flags &= ~kDeviceDirty;
+    return 0;
+}
+
+int copy_to_device(void *uc, halide_buffer_t *buf, const halide_device_interface_t *interface) {
+    if (int rc = validate(buf)) return rc;
+    if (!interface) interface = buf->device_interface;
+    if (!interface) return kNoDeviceInterface;
+    if (!compatible(buf, interface)) return kIncompatibleDeviceInterface;
+    if (!buf->device) {
+        if (int rc = interface->impl->device_malloc(uc, buf)) return rc;
+    }
+    if (!(buf->flags & kHostDirty)) return 0;
+    if (int rc = interface->impl->copy_to_device(uc, buf)) return rc;
+    buf->flags &= ~kHostDirty;
+    return 0;
+}
+
+int device_and_host_malloc(void *uc, halide_buffer_t *buf, const halide_device_interface_t *interface) {
+    if (int rc = validate(buf)) return rc;
+    if (!compatible(buf, interface)) return kIncompatibleDeviceInterface;
+    return interface->impl->device_and_host_malloc(uc, buf);
+}
+
+int device_and_host_free(void *uc, halide_buffer_t *buf) {
+    if (int rc = validate(buf)) return rc;
+    if (buf->device_interface) {
+        if (int rc = buf->device_interface->impl->device_and_host_free(uc, buf)) return rc;
+    }
+    buf->flags &= ~(kHostDirty | kDeviceDirty);
+    return 0;
+}
+
+int buffer_copy(void *uc, halide_buffer_t *src, const halide_device_interface_t *dst_interface,
+                halide_buffer_t *dst) {
+    if (int rc = validate(src)) return rc;
+    if (int rc = validate(dst)) return rc;
+    const halide_device_interface_t *interface = dst_interface ? dst_interface : src->device_interface;
+    if (!interface) return kNoDeviceInterface;
+    return interface->impl->buffer_copy(uc, src, dst_interface, dst);
+}
+
+int device_crop(void *uc, const halide_buffer_t *src, halide_buffer_t *dst) {
+    if (int rc = validate(src)) return rc;
+    if (!src->device_interface) return kNoDeviceInterface;
+    if (dst->device) return kIncompatibleDeviceInterface;
+    return src->device_interface->impl->device_crop(uc, src, dst);
+}
+
+int device_slice(void *uc, const halide_buffer_t *src, int dim, int pos, halide_buffer_t *dst) {
+    if (int rc = validate(src)) return rc;
+    if (!src->device_interface) return kNoDeviceInterface;
+    if (dst->device) return kIncompatibleDeviceInterface;
+    return src->device_interface->impl->device_slice(uc, src, dim, pos, dst);
+}
+
+int device_release_crop(void *uc, halide_buffer_t *buf) {
+    if (!buf) return kBufferIsNull;
+    if (!buf->device) return 0;
+    if (!buf->device_interface) return kNoDeviceInterface;
+    return buf->device_interface->impl->device_release_crop(uc, buf);
+}
+
+int wrap_native(void *uc, halide_buffer_t *buf, uint64_t handle, const halide_device_interface_t *interface) {
+    if (int rc = validate(buf)) return rc;
+    if (!compatible(buf, interface) || buf->device) return kIncompatibleDeviceInterface;
+    buf->device_interface = interface;
+    if (int rc = interface->impl->wrap_native(uc, buf, handle)) {
+        buf->device_interface = nullptr;
+        return rc;
+    }
+    return 0;
+}
+
+int detach_native(void *uc, halide_buffer_t *buf) {
+    if (int rc = validate(buf)) return rc;
+    if (!buf->device_interface) return 0;
+    return buf->device_interface->impl->detach_native(uc, buf);
+}
+
+int compute_capability(void *, int *major, int *minor) {
+    // Meaningful for CUDA only; OpenCL devices report none.
+    *major = *minor = 0;
+    return 0;
+}
+
+}  // namespace
+
+halide_device_interface_t make_public_interface(const halide_device_interface_impl_t *impl) {
+    return halide_device_interface_t{
+        device_malloc,       device_free,          device_sync,  device_release,
+        copy_to_host,        copy_to_device,       device_and_host_malloc,
+        device_and_host_free, buffer_copy,         device_crop,  device_slice,
+        device_release_crop, wrap_native,          detach_native, compute_capability,
+        impl,
+    };
+}
+
+}  // namespace hb

@@ -1,0 +1,113 @@
+// device_interface.h: the one mechanism every device operation goes through.
+//
+// A buffer's device copy is reached only through the halide_device_interface_t stored in its
+// halide_buffer_t: ours (the backends here fill the impl half; the public half below is shared
+// and implements Halide's flag rules) or the one a pipeline's own Halide runtime set. What our
+// backends store in halide_buffer_t::device is a DeviceHandle; transfers are counted where the
+// bytes move; a failing backend call leaves the driver's code in this thread's DeviceFailure.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "halide_abi.h"
+
+namespace hb {
+
+class OpenCLDevice;
+
+// ---------------------------------------------------------------------------------------------
+// Transfer accounting
+// ---------------------------------------------------------------------------------------------
+
+/// Copies and bytes moved in each direction (one per storage, one for the process).
+struct Transfers {
+    std::atomic<int64_t> to_device{0}, to_device_bytes{0}, to_host{0}, to_host_bytes{0};
+};
+/// Every transfer of the process, whoever's storage it was.
+Transfers &process_transfers();
+enum class Direction { to_device, to_host };
+/// Counts one copy of `bytes` in `storage` (may be null) and in the process total.
+void record_transfer(Transfers *storage, Direction direction, int64_t bytes);
+
+// ---------------------------------------------------------------------------------------------
+// Device handles of our backends
+// ---------------------------------------------------------------------------------------------
+
+/// One device allocation, shared by the handles that point into it.
+struct DeviceAllocation {
+    std::shared_ptr<OpenCLDevice> device;  ///< where it lives
+    void *native = nullptr;                ///< cl_mem
+    uint64_t size = 0;                     ///< bytes of `native`
+    bool holds_reference = true;           ///< ours to release (created here, or retained by us)
+    Transfers *transfers = nullptr;        ///< counters of the storage it backs (null: none of ours)
+};
+
+/// What a handle is to its buffer.
+enum class HandleKind : uint8_t {
+    root,  ///< the allocation's owner: device_free / detach_native end the allocation
+    crop,  ///< made by device_crop / device_slice: device_release_crop frees the handle
+    view,  ///< a view's halide_buffer_t we published: its Buffer frees the handle
+};
+
+/// Our halide_buffer_t::device. The first two fields are Halide's OpenCL runtime's own layout
+/// ({uint64 offset, cl_mem}), so code that knows that layout reads ours correctly too.
+struct DeviceHandle {
+    uint64_t offset;               ///< bytes from the start of `native` to the element at buf->host
+    void *native;                  ///< cl_mem
+    DeviceAllocation *allocation;  ///< owned by the root handle
+    HandleKind kind;
+};
+/// The handle of a buffer using one of our interfaces (no check: callers know).
+inline DeviceHandle *handle_of(const halide_buffer_t *buf) {
+    return reinterpret_cast<DeviceHandle *>(buf->device);
+}
+
+/// The bytes a buffer's elements occupy, relative to the element at `host`: [lo, hi). `dense`
+/// when every byte in between belongs to an element (no gaps, any axis order).
+struct ByteSpan {
+    int64_t lo = 0, hi = 0;
+    bool dense = true;
+    int64_t size() const { return hi - lo; }
+};
+ByteSpan byte_span(const halide_buffer_t *buf);
+/// Bytes per element of a halide_buffer_t's type.
+inline int64_t element_bytes(const halide_buffer_t *buf) {
+    return (int64_t(buf->type.bits) + 7) / 8 * (buf->type.lanes ? buf->type.lanes : 1);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Failures and the target device
+// ---------------------------------------------------------------------------------------------
+
+/// Why this thread's last backend call failed, beyond the Halide error code it returned.
+struct DeviceFailure {
+    int code = 0;      ///< driver's code (0: none recorded)
+    std::string name;  ///< driver's name for it, e.g. "CL_INVALID_BUFFER_SIZE"
+    std::string what;  ///< the failing call and the fix, e.g. "clCreateBuffer of 3 GiB ...; ..."
+};
+DeviceFailure &last_failure();
+
+/// The device our backends' device_malloc allocates on while this object lives (this thread).
+/// Halide's impl table passes no device; without one, device_malloc fails.
+class TargetDevice {
+public:
+    explicit TargetDevice(OpenCLDevice *device);
+    ~TargetDevice();
+    static OpenCLDevice *current();
+
+private:
+    OpenCLDevice *previous_;
+};
+
+// ---------------------------------------------------------------------------------------------
+// Public tables
+// ---------------------------------------------------------------------------------------------
+
+/// A public halide_device_interface_t forwarding to `impl` with Halide's flag rules (what the
+/// runtime's halide_copy_to_host etc. do), so a Halide runtime and we use one table.
+halide_device_interface_t make_public_interface(const halide_device_interface_impl_t *impl);
+
+}  // namespace hb

@@ -1,0 +1,286 @@
+// opencl_memory.cpp: the OpenCL backend's impl table: device memory, copies, crops, wrapping.
+//
+// Layout rule: a buffer's device memory mirrors its host memory byte for byte over the span of
+// its elements, so one offset locates any view, and every copy is one OpenCL command over the
+// span. Copies are blocking: when one returns, the bytes have arrived.
+#include <cstdlib>
+#include <cstring>
+#include <new>
+#include <string>
+
+#include "buffer.h"
+#include "device_interface.h"
+#include "device_opencl.h"
+
+namespace hb {
+namespace {
+
+using namespace ocl;
+
+// Halide's error codes (HalideRuntime.h, enum halide_error_code_t) our impl returns.
+constexpr int kOutOfMemory = -11;
+constexpr int kCopyToHostFailed = -14;
+constexpr int kCopyToDeviceFailed = -15;
+constexpr int kDeviceMallocFailed = -16;
+constexpr int kDeviceSyncFailed = -17;
+constexpr int kDeviceWrapNativeFailed = -32;
+constexpr int kDeviceDetachNativeFailed = -33;
+constexpr int kHostIsNull = -34;
+constexpr int kDeviceCropFailed = -41;
+constexpr int kIncompatibleDeviceInterface = -42;
+
+/// Records the driver's code for the caller, returns Halide's.
+int fail(int halide_code, cl_int code, std::string what) {
+    DeviceFailure &f = last_failure();
+    f.code = code;
+    f.name = error_name(code);
+    f.what = std::move(what);
+    return halide_code;
+}
+
+std::string mib(uint64_t bytes) { return std::to_string(bytes / (1024 * 1024)) + " MiB"; }
+
+OpenCLDevice &device_of(const DeviceHandle *h) { return *h->allocation->device; }
+
+/// A new root handle for `mem`, its lowest byte at `offset`; nullptr when out of memory.
+DeviceHandle *new_root(std::shared_ptr<OpenCLDevice> device, cl_mem mem, uint64_t size, bool holds,
+                       uint64_t offset) {
+    auto *a = new (std::nothrow) DeviceAllocation{std::move(device), mem, size, holds, nullptr};
+    if (!a) return nullptr;
+    auto *h = new (std::nothrow) DeviceHandle{offset, mem, a, HandleKind::root};
+    if (!h) delete a;
+    return h;
+}
+
+/// Ends a root handle: our reference on the memory (if we hold one), the allocation, the handle.
+void end_root(DeviceHandle *h) {
+    DeviceAllocation *a = h->allocation;
+    if (a->holds_reference) {
+        api().ReleaseMemObject(static_cast<cl_mem>(a->native));
+        --live_counts().device_allocations;
+    }
+    delete a;
+    delete h;
+}
+
+void clear_device(halide_buffer_t *buf) {
+    buf->device = 0;
+    buf->device_interface = nullptr;
+    buf->flags &= ~uint64_t(halide_buffer_flag_device_dirty);
+}
+
+/// Copies the elements of `buf` out of a staging copy of its span (gaps stay untouched).
+void scatter(uint8_t *host, const uint8_t *staging, const halide_buffer_t *buf, int dim, int64_t item) {
+    if (dim < 0) {
+        std::memcpy(host, staging, size_t(item));
+        return;
+    }
+    const halide_dimension_t &d = buf->dim[dim];
+    int64_t step = int64_t(d.stride) * item;
+    for (int32_t i = 0; i < d.extent; ++i) scatter(host + i * step, staging + i * step, buf, dim - 1, item);
+}
+
+// ---------------------------------------------------------------------------------------------
+// The impl table
+// ---------------------------------------------------------------------------------------------
+
+void use_module() {}
+void release_module() {}
+
+int device_malloc(void *, halide_buffer_t *buf) {
+    OpenCLDevice *device = TargetDevice::current();
+    if (!device)
+        return fail(kDeviceMallocFailed, CL_INVALID_CONTEXT,
+                    "device_malloc without a target device; allocate through halide_buffer");
+    ByteSpan span = byte_span(buf);
+    uint64_t bytes = span.size() > 0 ? uint64_t(span.size()) : 1;  // OpenCL refuses size 0
+    if (bytes > device->max_allocation())
+        return fail(kDeviceMallocFailed, CL_INVALID_BUFFER_SIZE,
+                    "an allocation of " + mib(bytes) + " exceeds the device's largest (" +
+                        mib(device->max_allocation()) + ", CL_DEVICE_MAX_MEM_ALLOC_SIZE); split the buffer");
+    cl_int rc = CL_SUCCESS;
+    cl_mem mem = api().CreateBuffer(device->context(), CL_MEM_READ_WRITE, bytes, nullptr, &rc);
+    if (rc != CL_SUCCESS)
+        return fail(kDeviceMallocFailed, rc, "clCreateBuffer of " + mib(bytes) +
+                                                 "; free device buffers (device_free()) or use a smaller one");
+    ++live_counts().device_allocations;
+    DeviceHandle *h = new_root(device->shared_from_this(), mem, bytes, true, uint64_t(-span.lo));
+    if (!h) {
+        api().ReleaseMemObject(mem);
+        --live_counts().device_allocations;
+        return kOutOfMemory;
+    }
+    buf->device = reinterpret_cast<uint64_t>(h);
+    buf->device_interface = opencl_interface();
+    return 0;
+}
+
+int device_free(void *, halide_buffer_t *buf) {
+    DeviceHandle *h = handle_of(buf);
+    if (!h) return 0;
+    if (h->kind == HandleKind::root) end_root(h);
+    else if (h->kind == HandleKind::crop) delete h;
+    // A view's handle belongs to its Buffer, which frees it; here it is only forgotten.
+    clear_device(buf);
+    return 0;
+}
+
+int device_sync(void *, halide_buffer_t *buf) {
+    DeviceHandle *h = handle_of(buf);
+    if (!h) return 0;
+    cl_int rc = api().Finish(device_of(h).queue());
+    return rc == CL_SUCCESS ? 0 : fail(kDeviceSyncFailed, rc, "clFinish; the queue is lost, create a new device");
+}
+
+int device_release(void *) { return 0; }  // contexts and queues belong to OpenCLDevice objects
+
+int copy_to_host(void *, halide_buffer_t *buf) {
+    DeviceHandle *h = handle_of(buf);
+    if (!buf->host) return kHostIsNull;
+    ByteSpan span = byte_span(buf);
+    if (span.size() == 0) return 0;
+    uint8_t *staging = span.dense ? buf->host + span.lo
+                                  : static_cast<uint8_t *>(std::malloc(size_t(span.size())));
+    if (!staging) return kOutOfMemory;
+    cl_int rc = api().EnqueueReadBuffer(device_of(h).queue(), static_cast<cl_mem>(h->native), CL_TRUE,
+                                        size_t(int64_t(h->offset) + span.lo), size_t(span.size()),
+                                        staging, 0, nullptr, nullptr);
+    if (!span.dense) {
+        if (rc == CL_SUCCESS)
+            scatter(buf->host, staging - span.lo, buf, buf->dimensions - 1, element_bytes(buf));
+        std::free(staging);
+    }
+    if (rc != CL_SUCCESS)
+        return fail(kCopyToHostFailed, rc, "clEnqueueReadBuffer of " + mib(uint64_t(span.size())) +
+                                               "; the device copy is kept, retry or device_free()");
+    record_transfer(h->allocation->transfers, Direction::to_host, span.size());
+    return 0;
+}
+
+int copy_to_device(void *, halide_buffer_t *buf) {
+    DeviceHandle *h = handle_of(buf);
+    if (!buf->host) return kHostIsNull;
+    ByteSpan span = byte_span(buf);
+    if (span.size() == 0) return 0;
+    // The whole span goes up, gaps included: they are host bytes of the same storage (current,
+    // as the host is) or bytes no element of ours reads.
+    cl_int rc = api().EnqueueWriteBuffer(device_of(h).queue(), static_cast<cl_mem>(h->native), CL_TRUE,
+                                         size_t(int64_t(h->offset) + span.lo), size_t(span.size()),
+                                         buf->host + span.lo, 0, nullptr, nullptr);
+    if (rc != CL_SUCCESS)
+        return fail(kCopyToDeviceFailed, rc, "clEnqueueWriteBuffer of " + mib(uint64_t(span.size())) +
+                                                 "; the host copy is kept, free device memory and retry");
+    record_transfer(h->allocation->transfers, Direction::to_device, span.size());
+    return 0;
+}
+
+int device_and_host_malloc(void *uc, halide_buffer_t *buf) {
+    ByteSpan span = byte_span(buf);
+    void *host = std::malloc(size_t(span.size() > 0 ? span.size() : 1));
+    if (!host) return kOutOfMemory;
+    buf->host = static_cast<uint8_t *>(host) - span.lo;
+    if (int rc = device_malloc(uc, buf)) {
+        std::free(host);
+        buf->host = nullptr;
+        return rc;
+    }
+    return 0;
+}
+
+int device_and_host_free(void *uc, halide_buffer_t *buf) {
+    device_free(uc, buf);
+    if (buf->host) std::free(buf->host + byte_span(buf).lo);
+    buf->host = nullptr;
+    return 0;
+}
+
+int buffer_copy(void *, halide_buffer_t *, const halide_device_interface_t *, halide_buffer_t *) {
+    // Not done on the device: Halide's runtime takes this code to copy through the host instead.
+    return kIncompatibleDeviceInterface;
+}
+
+/// A crop handle into src's memory, `bytes` past src's first element.
+int new_crop(const halide_buffer_t *src, int64_t bytes, halide_buffer_t *dst) {
+    DeviceHandle *s = handle_of(src);
+    auto *h = new (std::nothrow)
+        DeviceHandle{uint64_t(int64_t(s->offset) + bytes), s->native, s->allocation, HandleKind::crop};
+    if (!h) return kDeviceCropFailed;
+    dst->device = reinterpret_cast<uint64_t>(h);
+    dst->device_interface = src->device_interface;
+    return 0;
+}
+
+int device_crop(void *, const halide_buffer_t *src, halide_buffer_t *dst) {
+    int64_t bytes = 0, item = element_bytes(src);
+    for (int i = 0; i < src->dimensions && i < dst->dimensions; ++i)
+        bytes += int64_t(dst->dim[i].min - src->dim[i].min) * src->dim[i].stride * item;
+    return new_crop(src, bytes, dst);
+}
+
+int device_slice(void *, const halide_buffer_t *src, int dim, int pos, halide_buffer_t *dst) {
+    const halide_dimension_t &d = src->dim[dim];
+    return new_crop(src, int64_t(pos - d.min) * d.stride * element_bytes(src), dst);
+}
+
+int device_release_crop(void *, halide_buffer_t *buf) {
+    DeviceHandle *h = handle_of(buf);
+    if (h->kind == HandleKind::crop) delete h;
+    buf->device = 0;
+    buf->device_interface = nullptr;
+    return 0;
+}
+
+int wrap_native(void *, halide_buffer_t *buf, uint64_t native) {
+    OpenCLDevice *device = TargetDevice::current();
+    if (!device)
+        return fail(kDeviceWrapNativeFailed, CL_INVALID_CONTEXT,
+                    "wrap_native without a target device; wrap through halide_buffer");
+    auto mem = reinterpret_cast<cl_mem>(native);
+    uint64_t size = 0;
+    cl_context context = nullptr;
+    cl_int rc = api().GetMemObjectInfo(mem, CL_MEM_SIZE, sizeof size, &size, nullptr);
+    if (rc == CL_SUCCESS) rc = api().GetMemObjectInfo(mem, CL_MEM_CONTEXT, sizeof context, &context, nullptr);
+    if (rc != CL_SUCCESS)
+        return fail(kDeviceWrapNativeFailed, rc, "clGetMemObjectInfo; pass a live cl_mem");
+    if (context != device->context())
+        return fail(kDeviceWrapNativeFailed, CL_INVALID_CONTEXT,
+                    "the cl_mem belongs to another context; pass the device of its context");
+    ByteSpan span = byte_span(buf);
+    if (uint64_t(span.size()) > size)
+        return fail(kDeviceWrapNativeFailed, CL_INVALID_BUFFER_SIZE,
+                    "the cl_mem holds " + std::to_string(size) + " bytes, the buffer needs " +
+                        std::to_string(span.size()) + "; wrap a larger cl_mem");
+    // Halide's rule: the caller keeps its reference; we take none.
+    DeviceHandle *h = new_root(device->shared_from_this(), mem, size, false, uint64_t(-span.lo));
+    if (!h) return kOutOfMemory;
+    buf->device = reinterpret_cast<uint64_t>(h);
+    return 0;
+}
+
+int detach_native(void *, halide_buffer_t *buf) {
+    DeviceHandle *h = handle_of(buf);
+    if (!h) return 0;
+    if (h->kind != HandleKind::root)
+        return fail(kDeviceDetachNativeFailed, CL_INVALID_MEM_OBJECT,
+                    "detach_native on a crop; detach the buffer that wrapped the memory");
+    end_root(h);
+    clear_device(buf);
+    return 0;
+}
+
+const halide_device_interface_impl_t kImpl = {
+    use_module,    release_module, device_malloc,          device_free,
+    device_sync,   device_release, copy_to_host,           copy_to_device,
+    device_and_host_malloc,        device_and_host_free,   buffer_copy,
+    device_crop,   device_slice,   device_release_crop,    wrap_native,
+    detach_native,
+};
+
+}  // namespace
+
+const halide_device_interface_t *opencl_interface() {
+    static const halide_device_interface_t table = make_public_interface(&kImpl);
+    return &table;
+}
+
+}  // namespace hb

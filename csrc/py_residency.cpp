@@ -1,0 +1,175 @@
+// py_residency.cpp: the residency methods of Buffer, transfer counts, and the device views the
+// pyopencl interop (halide_buffer.opencl) builds on. Every operation that may copy runs without
+// the GIL; the storage's own lock keeps it consistent.
+#include <string>
+
+#include "device_opencl.h"
+#include "errors.h"
+#include "py_glue.h"
+
+namespace hb {
+namespace {
+
+/// A snapshot of Transfers, as Python sees it.
+struct TransferCounts {
+    int64_t to_device = 0, to_device_bytes = 0, to_host = 0, to_host_bytes = 0;
+};
+
+TransferCounts snapshot(const Transfers &t) {
+    return TransferCounts{t.to_device.load(), t.to_device_bytes.load(), t.to_host.load(),
+                          t.to_host_bytes.load()};
+}
+
+std::string repr_of(const TransferCounts &t) {
+    return "Transfers(to_device=" + std::to_string(t.to_device) + ", to_device_bytes=" +
+           std::to_string(t.to_device_bytes) + ", to_host=" + std::to_string(t.to_host) +
+           ", to_host_bytes=" + std::to_string(t.to_host_bytes) + ")";
+}
+
+/// The device a call names: a Device, or None for "where the buffer is, else the default".
+std::shared_ptr<OpenCLDevice> device_arg(Buffer &b, py::handle device, const char *entry) {
+    if (device.is_none()) {
+        if (b.has_device_allocation()) return nullptr;
+        return py::module_::import("halide_buffer.opencl").attr("device")().cast<std::shared_ptr<OpenCLDevice>>();
+    }
+    if (!py::isinstance<OpenCLDevice>(device))
+        throw TypeError(std::string(entry) + "(): device must be a halide_buffer.Device or None, not " +
+                        Py_TYPE(device.ptr())->tp_name + "; get one with halide_buffer.opencl.device()");
+    return device.cast<std::shared_ptr<OpenCLDevice>>();
+}
+
+/// Keeps a Python object alive while the storage holds it; dropped with the GIL held.
+std::shared_ptr<void> keep(py::handle obj) {
+    if (obj.is_none()) return nullptr;
+    return std::shared_ptr<void>(new py::object(py::reinterpret_borrow<py::object>(obj)), [](void *p) {
+        py::gil_scoped_acquire gil;
+        delete static_cast<py::object *>(p);
+    });
+}
+
+/// The object a detach hands back (None when nothing was wrapped).
+py::object owner_object(const std::shared_ptr<void> &owner) {
+    if (!owner) return py::none();
+    return *static_cast<py::object *>(owner.get());
+}
+
+void wrap_native(py::handle self, py::handle handle, py::handle device, uint64_t offset) {
+    constexpr const char *entry = "device_wrap_native";
+    Buffer &b = buffer_of(self.ptr());
+    uint64_t native;
+    if (py::hasattr(handle, "int_ptr")) {  // pyopencl.Buffer and every MemoryObject
+        native = handle.attr("int_ptr").cast<uint64_t>();
+    } else if (PyIndex_Check(handle.ptr()) && !PyBool_Check(handle.ptr())) {
+        native = handle.cast<uint64_t>();
+    } else {
+        throw TypeError(std::string(entry) + "(): handle must be a pyopencl.Buffer or a cl_mem "
+                        "address (int), not " + Py_TYPE(handle.ptr())->tp_name);
+    }
+    if (!native) throw ValueError(std::string(entry) + "(): the handle is NULL; pass a live cl_mem");
+    std::shared_ptr<OpenCLDevice> on = device.is_none()
+        ? py::module_::import("halide_buffer.opencl").attr("device")().cast<std::shared_ptr<OpenCLDevice>>()
+        : device_arg(b, device, entry);
+    // A pool's buffer goes back to the pool when its Python object dies, cl_mem reference or
+    // not: the Python object is what must stay alive.
+    std::shared_ptr<void> owner = keep(handle);
+    py::gil_scoped_release nogil;
+    b.device_wrap_native(on, native, offset, std::move(owner));
+}
+
+}  // namespace
+
+void bind_residency(py::class_<Buffer> &cls) {
+    py::class_<TransferCounts>(cls, "Transfers",
+                               "Copies (count and bytes) in each direction, counted where they happen.")
+        .def_readonly("to_device", &TransferCounts::to_device)
+        .def_readonly("to_device_bytes", &TransferCounts::to_device_bytes)
+        .def_readonly("to_host", &TransferCounts::to_host)
+        .def_readonly("to_host_bytes", &TransferCounts::to_host_bytes)
+        .def("__eq__", [](const TransferCounts &a, const TransferCounts &b) {
+            return a.to_device == b.to_device && a.to_device_bytes == b.to_device_bytes &&
+                   a.to_host == b.to_host && a.to_host_bytes == b.to_host_bytes;
+        }, py::is_operator())
+        .def("__sub__", [](const TransferCounts &a, const TransferCounts &b) {
+            return TransferCounts{a.to_device - b.to_device, a.to_device_bytes - b.to_device_bytes,
+                                  a.to_host - b.to_host, a.to_host_bytes - b.to_host_bytes};
+        }, py::is_operator())
+        .def("__repr__", &repr_of);
+
+    auto nogil = [](void (Buffer::*f)()) {
+        return [f](py::handle self) {
+            Buffer &b = buffer_of(self.ptr());
+            py::gil_scoped_release release;
+            (b.*f)();
+        };
+    };
+    auto with_device = [](void (Buffer::*f)(const std::shared_ptr<OpenCLDevice> &), const char *entry) {
+        return [f, entry](py::handle self, py::handle device) {
+            Buffer &b = buffer_of(self.ptr());
+            std::shared_ptr<OpenCLDevice> on = device_arg(b, device, entry);
+            py::gil_scoped_release release;
+            (b.*f)(on);
+        };
+    };
+    auto flag = [](bool (Buffer::*f)()) {
+        return [f](py::handle self) { return (buffer_of(self.ptr()).*f)(); };
+    };
+    auto set_flag = [](void (Buffer::*f)(bool)) {
+        return [f](py::handle self, bool value) { (buffer_of(self.ptr()).*f)(value); };
+    };
+
+    cls.def("host_dirty", flag(&Buffer::host_dirty), "True when the host copy is newer than the device's.")
+        .def("device_dirty", flag(&Buffer::device_dirty), "True when the device copy is newer than the host's.")
+        .def("set_host_dirty", set_flag(&Buffer::set_host_dirty), py::arg("value") = true)
+        .def("set_device_dirty", set_flag(&Buffer::set_device_dirty), py::arg("value") = true)
+        .def("has_device_allocation", flag(&Buffer::has_device_allocation))
+        .def_property_readonly("device", [](py::handle self) -> py::object {
+            std::shared_ptr<OpenCLDevice> d = buffer_of(self.ptr()).device();
+            return d ? py::cast(d) : py::none();
+        }, "The Device holding the device copy, or None.")
+        .def("copy_to_host", nogil(&Buffer::copy_to_host),
+             "Downloads the device copy if it is newer; otherwise does nothing.")
+        .def("copy_to_device", with_device(&Buffer::copy_to_device, "copy_to_device"),
+             py::arg("device") = py::none(),
+             "Allocates on the device if needed (default: halide_buffer.opencl.device()), then "
+             "uploads if the host copy is newer.")
+        .def("device_malloc", with_device(&Buffer::device_malloc, "device_malloc"),
+             py::arg("device") = py::none(), "Allocates device memory without copying.")
+        .def("device_free", nogil(&Buffer::device_free),
+             "Releases the device memory; a newer device copy is downloaded first.")
+        .def("device_sync", nogil(&Buffer::device_sync),
+             "Waits for every command queued on the buffer's device.")
+        .def("device_wrap_native", &wrap_native, py::arg("handle"), py::arg("device") = py::none(),
+             py::arg("offset") = 0,
+             "Uses an existing cl_mem (a pyopencl.Buffer, kept alive) as the device copy, which "
+             "becomes the current one.")
+        .def("device_detach_native", [](py::handle self) {
+            Buffer &b = buffer_of(self.ptr());
+            std::shared_ptr<void> owner;
+            {
+                py::gil_scoped_release release;
+                owner = b.device_detach_native();
+            }
+            return owner_object(owner);
+        }, "Lets go of a wrapped cl_mem (downloading first if it is newer) and returns it.")
+        .def_property_readonly("transfers", [](py::handle self) {
+            return snapshot(buffer_of(self.ptr()).transfers());
+        }, "Copies between host and device of this buffer's storage so far.")
+        .def("_device_view", [](py::handle self, py::handle device, bool writable) {
+            Buffer &b = buffer_of(self.ptr());
+            std::shared_ptr<OpenCLDevice> on = device_arg(b, device, "opencl.as_array");
+            Buffer::DeviceView v;
+            {
+                py::gil_scoped_release release;
+                v = b.begin_device_use("opencl.as_array", on, writable);
+            }
+            return py::make_tuple(reinterpret_cast<uintptr_t>(v.native), v.offset, v.device);
+        }, py::arg("device"), py::arg("writable"),
+           "Device lease: (cl_mem address, byte offset of the first element, Device).");
+}
+
+void bind_transfer_totals(py::module_ &m) {
+    m.def("transfers", [] { return snapshot(process_transfers()); },
+          "Every host<->device copy of the process so far.");
+}
+
+}  // namespace hb

@@ -1,0 +1,398 @@
+// residency.cpp: where the current data is, and every copy that moves it (DESIGN §4).
+//
+// The state is the storage's root halide_buffer_t: its flags (host_dirty, device_dirty, never
+// both) and its device fields. Every rule below is one function, and every device operation
+// is a call through root.device_interface: ours, or the one a pipeline's Halide runtime set.
+// One transfer moves the whole storage (every view of it shares one state), so a crop's host
+// read downloads its parent too: simple, exact, and never stale.
+#include <algorithm>
+#include <string>
+#include <utility>
+
+#include "buffer.h"
+#include "device_opencl.h"
+#include "errors.h"
+
+namespace hb {
+
+constexpr uint64_t kHostDirty = halide_buffer_flag_host_dirty;
+constexpr uint64_t kDeviceDirty = halide_buffer_flag_device_dirty;
+
+namespace {
+
+/// Throws the DeviceError for a failed interface call: the driver's code when our backend
+/// recorded one, else Halide's code.
+void check(int rc, const char *entry, const char *operation) {
+    if (rc == 0) return;
+    DeviceFailure &f = last_failure();
+    if (f.code != 0) {
+        DeviceFailure failure = std::exchange(f, DeviceFailure{});
+        throw DeviceError(std::string(entry) + "(): " + operation + " failed with " + failure.name +
+                              " (" + std::to_string(failure.code) + "): " + failure.what,
+                          failure.code, failure.name);
+    }
+    throw DeviceError(std::string(entry) + "(): " + operation + " failed with Halide error " +
+                          std::to_string(rc) + "; the buffer and its current data are unchanged",
+                      rc, "halide_error_code " + std::to_string(rc));
+}
+
+/// Same geometry as the storage's root: a pipeline's allocation for it covers the storage.
+bool covers_storage(const halide_buffer_t &view, const halide_buffer_t &root) {
+    if (view.host != root.host || view.dimensions != root.dimensions ||
+        view.type.code != root.type.code || view.type.bits != root.type.bits)
+        return false;
+    for (int i = 0; i < view.dimensions; ++i) {
+        const halide_dimension_t &a = view.dim[i], &b = root.dim[i];
+        if (a.min != b.min || a.extent != b.extent || a.stride != b.stride) return false;
+    }
+    return true;
+}
+
+std::string describe(const OpenCLDevice &d) { return d.name() + " (" + d.platform() + ")"; }
+
+}  // namespace
+
+// ---------------------------------------------------------------------------------------------
+// Storage: the rules (the caller holds the storage's mutex)
+// ---------------------------------------------------------------------------------------------
+
+Storage::~Storage() {
+    if (root.device && root.device_interface) {
+        TargetDevice target(device.get());
+        root.device_interface->device_free(nullptr, &root);  // nothing to keep: no one can read it
+    }
+    if (ownership == HostOwnership::owned) std::free(allocation);
+    --live_counts().storages;
+}
+
+uint64_t Storage::effective_flags() const {
+    // Borrowed memory its owner may write is a standing lease: its host copy counts as newer
+    // unless the device holds newer data.
+    if (external_writes && !(root.flags & kDeviceDirty)) return root.flags | kHostDirty;
+    return root.flags;
+}
+
+void Storage::absorb_raw_views() {
+    for (RawView *r : raw_views) {
+        if (r->buf.flags != r->published) {
+            root.flags = r->buf.flags;
+            r->published = r->buf.flags;
+        }
+        if (r->buf.device == r->published_device) continue;
+        r->published_device = r->buf.device;
+        if (!r->buf.device) continue;  // foreign code let go of what we published: republished on use
+        if (!root.device && covers_storage(r->buf, root)) {
+            // A pipeline's runtime allocated the whole storage: its allocation becomes ours to track.
+            root.device = r->buf.device;
+            root.device_interface = r->buf.device_interface;
+            device_ownership = DeviceOwnership::foreign;
+            ever_on_device = true;
+            continue;
+        }
+        // A pipeline's allocation for part of the storage: bring its data home and free it, so
+        // the storage keeps one device copy. (Errors cannot be raised from here: the data stays
+        // where it is and the flags say so.)
+        const halide_device_interface_t *interface = r->buf.device_interface;
+        if (interface->copy_to_host(nullptr, &r->buf) == 0) {
+            if (r->buf.flags != r->published) root.flags = r->buf.flags;
+            interface->device_free(nullptr, &r->buf);
+            root.flags = (root.flags & ~kDeviceDirty) | kHostDirty;
+            r->published = r->buf.flags;
+            r->published_device = 0;
+        }
+    }
+}
+
+void Storage::download(const char *entry) {
+    absorb_raw_views();
+    if (!(root.flags & kDeviceDirty)) return;
+    TargetDevice target(device.get());
+    int64_t bytes = byte_span(&root).size();
+    check(root.device_interface->copy_to_host(nullptr, &root), entry, "copying to the host");
+    // Our backend counts where the bytes move; a pipeline runtime's copies are counted here.
+    if (device_ownership == DeviceOwnership::foreign) record_transfer(&transfers, Direction::to_host, bytes);
+}
+
+void Storage::allocate(const char *entry, const std::shared_ptr<OpenCLDevice> &on) {
+    absorb_raw_views();
+    if (root.device) {
+        if (on && on != device)
+            throw ValueError(std::string(entry) + "(): the buffer's device copy is on " +
+                             (device ? describe(*device) : std::string("a pipeline runtime's device")) +
+                             ", not " + describe(*on) + "; call device_free() first to move it");
+        return;
+    }
+    if (!on)
+        throw ValueError(std::string(entry) + "(): the buffer has no device allocation and no device "
+                         "was given; pass device=halide_buffer.opencl.device()");
+    TargetDevice target(on.get());
+    const halide_device_interface_t *interface = opencl_interface();
+    check(interface->device_malloc(nullptr, &root, interface), entry, "allocating device memory");
+    handle_of(&root)->allocation->transfers = &transfers;
+    device = on;
+    device_ownership = DeviceOwnership::owned;
+    ever_on_device = true;
+    // The new device copy is empty: the host holds the data.
+    root.flags |= kHostDirty;
+}
+
+void Storage::upload(const char *entry, const std::shared_ptr<OpenCLDevice> &on) {
+    allocate(entry, on);
+    uint64_t flags = effective_flags();
+    if (!(flags & kHostDirty)) return;
+    root.flags = flags;
+    TargetDevice target(device.get());
+    int64_t bytes = byte_span(&root).size();
+    check(root.device_interface->copy_to_device(nullptr, &root, root.device_interface), entry,
+          "copying to the device");
+    if (device_ownership == DeviceOwnership::foreign) record_transfer(&transfers, Direction::to_device, bytes);
+}
+
+std::shared_ptr<void> Storage::free_device(const char *entry) {
+    if (!root.device) return nullptr;
+    download(entry);  // freeing never loses data: a newer device copy comes home first
+    forget_view_handles();
+    TargetDevice target(device.get());
+    check(root.device_interface->device_free(nullptr, &root), entry, "freeing device memory");
+    device_ownership = DeviceOwnership::none;
+    device.reset();
+    return std::exchange(device_owner, nullptr);
+}
+
+void Storage::forget_view_handles() {
+    // Called after absorb_raw_views(): what the views show is ours to take back.
+    for (RawView *r : raw_views) {
+        r->buf.device = r->published_device = 0;
+        r->buf.device_interface = nullptr;
+        r->handle.reset();
+    }
+}
+
+void Storage::publish(RawView &r, const uint8_t *data) {
+    absorb_raw_views();
+    uint64_t device_field = 0;
+    const halide_device_interface_t *interface = nullptr;
+    if (root.device && device_ownership == DeviceOwnership::foreign) {
+        if (covers_storage(r.buf, root)) {
+            device_field = root.device;
+            interface = root.device_interface;
+        } else {
+            download("_get_raw_halide_buffer_t");  // a view the pipeline's runtime cannot describe
+        }
+    } else if (root.device) {
+        DeviceHandle *base = handle_of(&root);
+        if (!r.handle || r.handle->allocation != base->allocation) {
+            uint64_t offset = uint64_t(int64_t(base->offset) + (data - root.host));
+            r.handle.reset(new DeviceHandle{offset, base->native, base->allocation, HandleKind::view});
+        }
+        device_field = reinterpret_cast<uint64_t>(r.handle.get());
+        interface = root.device_interface;
+    } else {
+        r.handle.reset();
+    }
+    r.buf.device = r.published_device = device_field;
+    r.buf.device_interface = interface;
+    r.buf.flags = r.published = effective_flags();
+}
+
+// ---------------------------------------------------------------------------------------------
+// Buffer: each operation is one rule under the storage's lock
+// ---------------------------------------------------------------------------------------------
+
+Buffer::~Buffer() {
+    if (!raw_) return;
+    std::lock_guard<std::mutex> lock(storage_->mutex);
+    // Flags (and device memory) a pipeline left in this view must outlive it.
+    storage_->absorb_raw_views();
+    auto &views = storage_->raw_views;
+    views.erase(std::find(views.begin(), views.end(), raw_.get()));
+}
+
+bool Buffer::host_dirty() {
+    std::lock_guard<std::mutex> lock(storage_->mutex);
+    storage_->absorb_raw_views();
+    return storage_->effective_flags() & kHostDirty;
+}
+
+bool Buffer::device_dirty() {
+    std::lock_guard<std::mutex> lock(storage_->mutex);
+    storage_->absorb_raw_views();
+    return storage_->effective_flags() & kDeviceDirty;
+}
+
+void Buffer::set_host_dirty(bool value) {
+    std::lock_guard<std::mutex> lock(storage_->mutex);
+    Storage &s = *storage_;
+    s.absorb_raw_views();
+    if (value && (s.root.flags & kDeviceDirty))
+        throw ValueError("set_host_dirty(): the device copy is newer (device_dirty); call "
+                         "copy_to_host() before writing on the host");
+    if (value) s.root.flags |= kHostDirty;
+    else s.root.flags &= ~kHostDirty;
+}
+
+void Buffer::set_device_dirty(bool value) {
+    std::lock_guard<std::mutex> lock(storage_->mutex);
+    Storage &s = *storage_;
+    s.absorb_raw_views();
+    if (value && !s.root.device)
+        throw ValueError("set_device_dirty(): the buffer has no device allocation; call "
+                         "copy_to_device() or device_malloc() first");
+    if (value && (s.root.flags & kHostDirty))
+        throw ValueError("set_device_dirty(): the host copy is newer (host_dirty); call "
+                         "copy_to_device() before writing on the device");
+    if (value) s.root.flags |= kDeviceDirty;
+    else s.root.flags &= ~kDeviceDirty;
+}
+
+bool Buffer::has_device_allocation() {
+    std::lock_guard<std::mutex> lock(storage_->mutex);
+    storage_->absorb_raw_views();
+    return storage_->root.device != 0;
+}
+
+std::shared_ptr<OpenCLDevice> Buffer::device() {
+    std::lock_guard<std::mutex> lock(storage_->mutex);
+    storage_->absorb_raw_views();
+    return storage_->device;
+}
+
+void Buffer::copy_to_host() {
+    std::lock_guard<std::mutex> lock(storage_->mutex);
+    storage_->download("copy_to_host");
+}
+
+void Buffer::copy_to_device(const std::shared_ptr<OpenCLDevice> &on) {
+    std::lock_guard<std::mutex> lock(storage_->mutex);
+    storage_->upload("copy_to_device", on);
+}
+
+void Buffer::device_malloc(const std::shared_ptr<OpenCLDevice> &on) {
+    std::lock_guard<std::mutex> lock(storage_->mutex);
+    storage_->allocate("device_malloc", on);
+}
+
+void Buffer::device_free() {
+    std::shared_ptr<void> released;  // declared first: dropped after the lock is let go
+    std::lock_guard<std::mutex> lock(storage_->mutex);
+    released = storage_->free_device("device_free");
+}
+
+void Buffer::device_sync() {
+    std::lock_guard<std::mutex> lock(storage_->mutex);
+    Storage &s = *storage_;
+    s.absorb_raw_views();
+    if (!s.root.device) return;
+    TargetDevice target(s.device.get());
+    check(s.root.device_interface->device_sync(nullptr, &s.root), "device_sync", "waiting for the device");
+}
+
+void Buffer::device_wrap_native(const std::shared_ptr<OpenCLDevice> &on, uint64_t native, uint64_t offset,
+                                std::shared_ptr<void> owner) {
+    constexpr const char *entry = "device_wrap_native";
+    std::lock_guard<std::mutex> lock(storage_->mutex);
+    Storage &s = *storage_;
+    s.absorb_raw_views();
+    if (s.root.device)
+        throw ValueError(std::string(entry) + "(): the buffer already has a device allocation; call "
+                         "device_free() first");
+    const halide_device_interface_t *interface = opencl_interface();
+    TargetDevice target(on.get());
+    check(interface->wrap_native(nullptr, &s.root, native, interface), entry, "wrapping the cl_mem");
+    DeviceHandle *h = handle_of(&s.root);
+    int64_t needed = byte_span(&s.root).size();
+    if (offset > h->allocation->size || uint64_t(needed) > h->allocation->size - offset) {
+        interface->detach_native(nullptr, &s.root);
+        throw ValueError(std::string(entry) + "(): the cl_mem holds " + std::to_string(h->allocation->size) +
+                         " bytes, the buffer needs " + std::to_string(needed) + " from offset " +
+                         std::to_string(offset) + "; wrap a larger cl_mem");
+    }
+    h->offset += offset;
+    // Our own reference, on top of Halide's rule (the caller keeps its own): the memory stays
+    // valid even if the owner is released by someone else.
+    ocl::api().RetainMemObject(static_cast<ocl::cl_mem>(h->native));
+    h->allocation->holds_reference = true;
+    ++live_counts().device_allocations;
+    h->allocation->transfers = &s.transfers;
+    s.device = on;
+    s.device_owner = std::move(owner);
+    s.device_ownership = DeviceOwnership::wrapped;
+    s.ever_on_device = true;
+    // The wrapped memory is the current copy; the host's previous contents are superseded.
+    s.root.flags = kDeviceDirty;
+}
+
+std::shared_ptr<void> Buffer::device_detach_native() {
+    constexpr const char *entry = "device_detach_native";
+    std::lock_guard<std::mutex> lock(storage_->mutex);
+    Storage &s = *storage_;
+    s.absorb_raw_views();
+    if (!s.root.device) return nullptr;
+    if (s.device_ownership != DeviceOwnership::wrapped)
+        throw ValueError(std::string(entry) + "(): the device allocation was not wrapped with "
+                         "device_wrap_native(); use device_free()");
+    s.download(entry);
+    s.forget_view_handles();
+    TargetDevice target(s.device.get());
+    check(s.root.device_interface->detach_native(nullptr, &s.root), entry, "detaching the cl_mem");
+    s.device_ownership = DeviceOwnership::none;
+    s.device.reset();
+    return std::exchange(s.device_owner, nullptr);
+}
+
+void Buffer::begin_host_read() {
+    std::lock_guard<std::mutex> lock(storage_->mutex);
+    storage_->download("copy_to_host");
+}
+
+void Buffer::begin_host_write(const char *entry) {
+    if (storage_->readonly)
+        throw BufferError(std::string(entry) + "(): the buffer wraps read-only memory; use "
+                          "Buffer.from_host(obj, copy=True) for a writable copy");
+    std::lock_guard<std::mutex> lock(storage_->mutex);
+    storage_->download(entry);
+    storage_->root.flags |= kHostDirty;
+}
+
+Buffer::DeviceView Buffer::begin_device_use(const char *entry, const std::shared_ptr<OpenCLDevice> &on,
+                                            bool write) {
+    std::lock_guard<std::mutex> lock(storage_->mutex);
+    Storage &s = *storage_;
+    s.absorb_raw_views();
+    if (s.device_ownership == DeviceOwnership::foreign)
+        throw BufferError(std::string(entry) + "(): the device copy belongs to a pipeline's Halide "
+                          "runtime; call copy_to_host() and device_free() first");
+    s.upload(entry, on);
+    if (write && !s.readonly) s.root.flags = kDeviceDirty;  // the consumer may write: a lease
+    DeviceHandle *h = handle_of(&s.root);
+    return DeviceView{h->native, uint64_t(int64_t(h->offset) + (data_ - s.root.host)), s.device};
+}
+
+halide_buffer_t *Buffer::raw(const char *entry) {
+    if (!dtype_->has_halide_type())
+        throw BufferError(std::string(entry) + "(): Halide has no type for " + dtype_->name +
+                          "; pass a buffer of another dtype");
+    std::lock_guard<std::mutex> lock(storage_->mutex);
+    if (!raw_) {
+        raw_ = std::make_unique<RawView>();
+        int n = ndim();
+        raw_->dims.resize(size_t(n));
+        for (int i = 0; i < n; ++i) {
+            // NumPy axis i is Halide dimension n - 1 - i.
+            halide_dimension_t &d = raw_->dims[size_t(n - 1 - i)];
+            d.min = int32_t(mins_[size_t(i)]);
+            d.extent = int32_t(shape_[size_t(i)]);
+            d.stride = int32_t(strides_[size_t(i)] / dtype_->itemsize);
+            d.flags = 0;
+        }
+        raw_->buf.host = data_;
+        raw_->buf.type = dtype_->halide;
+        raw_->buf.dimensions = n;
+        raw_->buf.dim = n ? raw_->dims.data() : nullptr;
+        storage_->raw_views.push_back(raw_.get());
+    }
+    storage_->publish(*raw_, data_);
+    return &raw_->buf;
+}
+
+}  // namespace hb
