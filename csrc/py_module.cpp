@@ -107,8 +107,8 @@ PYBIND11_MODULE(_core, m) {
     m.add_object("DeviceError", py::handle(hb::device_error_type));
     hb::bind_dtype(m);
     hb::bind_device(m);
-    hb::bind_buffer(m);
     hb::bind_transfer_totals(m);
+    hb::bind_buffer(m);
     m.def("_abi_layout", &hb::abi_layout);
     m.def("_live_counts", [] {
         py::dict d;

@@ -79,22 +79,6 @@ void wrap_native(py::handle self, py::handle handle, py::handle device, uint64_t
 }  // namespace
 
 void bind_residency(py::class_<Buffer> &cls) {
-    py::class_<TransferCounts>(cls, "Transfers",
-                               "Copies (count and bytes) in each direction, counted where they happen.")
-        .def_readonly("to_device", &TransferCounts::to_device)
-        .def_readonly("to_device_bytes", &TransferCounts::to_device_bytes)
-        .def_readonly("to_host", &TransferCounts::to_host)
-        .def_readonly("to_host_bytes", &TransferCounts::to_host_bytes)
-        .def("__eq__", [](const TransferCounts &a, const TransferCounts &b) {
-            return a.to_device == b.to_device && a.to_device_bytes == b.to_device_bytes &&
-                   a.to_host == b.to_host && a.to_host_bytes == b.to_host_bytes;
-        }, py::is_operator())
-        .def("__sub__", [](const TransferCounts &a, const TransferCounts &b) {
-            return TransferCounts{a.to_device - b.to_device, a.to_device_bytes - b.to_device_bytes,
-                                  a.to_host - b.to_host, a.to_host_bytes - b.to_host_bytes};
-        }, py::is_operator())
-        .def("__repr__", &repr_of);
-
     auto nogil = [](void (Buffer::*f)()) {
         return [f](py::handle self) {
             Buffer &b = buffer_of(self.ptr());
@@ -168,6 +152,25 @@ void bind_residency(py::class_<Buffer> &cls) {
 }
 
 void bind_transfer_totals(py::module_ &m) {
+    py::class_<TransferCounts>(m, "Transfers",
+                               "Copies (count and bytes) in each direction, counted where they happen.")
+        .def_readonly("to_device", &TransferCounts::to_device)
+        .def_readonly("to_device_bytes", &TransferCounts::to_device_bytes)
+        .def_readonly("to_host", &TransferCounts::to_host)
+        .def_readonly("to_host_bytes", &TransferCounts::to_host_bytes)
+        .def("__eq__", [](const TransferCounts &a, const TransferCounts &b) {
+            return a.to_device == b.to_device && a.to_device_bytes == b.to_device_bytes &&
+                   a.to_host == b.to_host && a.to_host_bytes == b.to_host_bytes;
+        }, py::is_operator())
+        .def("__hash__", [](const TransferCounts &t) {
+            return py::hash(py::make_tuple(t.to_device, t.to_device_bytes, t.to_host, t.to_host_bytes));
+        })
+        .def("__sub__", [](const TransferCounts &a, const TransferCounts &b) {
+            return TransferCounts{a.to_device - b.to_device, a.to_device_bytes - b.to_device_bytes,
+                                  a.to_host - b.to_host, a.to_host_bytes - b.to_host_bytes};
+        }, py::is_operator())
+        .def("__repr__", &repr_of);
+
     m.def("transfers", [] { return snapshot(process_transfers()); },
           "Every host<->device copy of the process so far.");
 }

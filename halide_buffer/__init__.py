@@ -7,7 +7,7 @@ every dtype of the table, bfloat16 and the float8 family included.
 """
 
 from . import opencl
-from ._core import Buffer, Device, DeviceError, DType, dtype, dtypes
+from ._core import Buffer, Device, DeviceError, DType, Transfers, dtype, dtypes, transfers
 from ._version import __version__
 
 
@@ -17,5 +17,5 @@ class Runtime:
     Buffer = Buffer
 
 
-__all__ = ["Buffer", "DType", "Device", "DeviceError", "Runtime", "dtype", "dtypes", "opencl",
-           "__version__"]
+__all__ = ["Buffer", "DType", "Device", "DeviceError", "Runtime", "Transfers", "dtype", "dtypes",
+           "opencl", "transfers", "__version__"]

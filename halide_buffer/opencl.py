@@ -24,9 +24,9 @@ import threading
 from typing import Any
 
 from . import _core
-from ._core import Device
+from ._core import Buffer, Device
 
-__all__ = ["device", "library_candidates", "loaded_library"]
+__all__ = ["as_array", "device", "library_candidates", "loaded_library", "wrap"]
 
 ENV_LIBRARY = "HALIDE_BUFFER_OPENCL_LIBRARY"
 _default: Device | None = None
@@ -91,3 +91,76 @@ def device(context: Any = None, queue: Any = None) -> Device:
                 _default = _core._opencl_default_device()
             return _default
     return _core._opencl_adopt(_handle(context, "context"), _handle(queue, "queue"))
+
+
+# ---------------------------------------------------------------------------------------------
+# Zero-copy interop with pyopencl
+# ---------------------------------------------------------------------------------------------
+
+
+def as_array(buffer: Buffer, *, device: Device | None = None, writable: bool = True) -> Any:
+    """The buffer's device data as a ``pyopencl.array.Array`` sharing its ``cl_mem``.
+
+    A device lease (DESIGN's residency table): the device copy is made current first (allocated
+    on ``device``, default: where it is, else :func:`device`), and, unless ``writable=False``
+    or the buffer wraps read-only memory, the buffer is marked ``device_dirty`` since the array
+    may be written. The array uses the device's in-order queue, so kernels enqueued on it run
+    before the buffer's next copy; work on another queue needs ``queue.finish()`` first.
+    """
+    import pyopencl as cl
+    import pyopencl.array as cla
+
+    if not isinstance(buffer, Buffer):
+        raise TypeError(f"opencl.as_array(): expected a halide_buffer.Buffer, not "
+                        f"{type(buffer).__name__}")
+    if any(s < 0 for s in buffer.strides):
+        raise BufferError("opencl.as_array(): pyopencl arrays cannot have negative strides; "
+                          "pass buffer.copy() instead")
+    mem, offset, dev = buffer._device_view(device, writable)
+    queue = cl.CommandQueue.from_int_ptr(dev.queue, retain=True)
+    data = cl.MemoryObject.from_int_ptr(mem, retain=True)
+    return cla.Array(queue, buffer.shape, buffer.dtype.numpy, strides=buffer.strides, data=data,
+                     offset=offset)
+
+
+def _device_of(context: Any, queue: Any) -> Device:
+    """The device for memory of ``context`` used on ``queue``: the default device when it is
+    that context (and queue), else one adopting them, so copies stay ordered after the user's
+    kernels on that queue."""
+    default = device()
+    if default.context == context.int_ptr and (queue is None or default.queue == queue.int_ptr):
+        return default
+    return device(context, queue)
+
+
+def wrap(obj: Any, *, shape: Any = None, dtype: Any = None) -> Buffer:
+    """A Buffer whose device copy is ``obj``'s memory, without a copy: a ``pyopencl.array.Array``
+    (shape and dtype from it; it must be C-contiguous) or a ``pyopencl.Buffer`` (pass ``shape``
+    and ``dtype``). The device data is current (``device_dirty``); the host copy is allocated
+    and filled on the first host read. ``obj`` is kept alive by the buffer.
+    """
+    import pyopencl as cl
+    import pyopencl.array as cla
+
+    if isinstance(obj, cla.Array):
+        if shape is not None or dtype is not None:
+            raise TypeError("opencl.wrap(): shape and dtype come from the pyopencl array; "
+                            "pass neither")
+        if not obj.flags.c_contiguous:
+            raise ValueError("opencl.wrap(): the pyopencl array is not C-contiguous; pass "
+                             "array.copy()")
+        if obj.base_data is None:
+            raise ValueError("opencl.wrap(): the pyopencl array has no device memory "
+                             "(an empty array); wrap a non-empty one")
+        out = Buffer(obj.shape, obj.dtype)
+        out.device_wrap_native(obj.base_data, device=_device_of(obj.context, obj.queue),
+                               offset=obj.offset)
+        return out
+    if isinstance(obj, cl.MemoryObject):
+        if shape is None or dtype is None:
+            raise TypeError("opencl.wrap(): a pyopencl.Buffer has no shape or dtype; pass both")
+        out = Buffer(shape, dtype)
+        out.device_wrap_native(obj, device=_device_of(obj.context, None))
+        return out
+    raise TypeError(f"opencl.wrap(): expected a pyopencl.array.Array or pyopencl.Buffer, not "
+                    f"{type(obj).__name__}")
