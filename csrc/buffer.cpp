@@ -8,6 +8,9 @@
 #include <new>
 #include <string>
 
+#include <sys/mman.h>
+#include <unistd.h>
+
 #include "errors.h"
 
 namespace hb {
@@ -15,6 +18,8 @@ namespace hb {
 namespace {
 
 constexpr size_t kAlignment = 128;
+constexpr size_t kLargeBlock = size_t(4) << 20;  // NumPy's huge-page threshold
+constexpr size_t kLargeAlignment = 4096;
 constexpr int kMaxDims = 64;  // NumPy's limit
 constexpr int64_t kInt32Max = std::numeric_limits<int32_t>::max();
 constexpr int64_t kInt32Min = std::numeric_limits<int32_t>::min();
@@ -98,6 +103,17 @@ void copy_elements(uint8_t *dst, const int64_t *dst_strides, const uint8_t *src,
     }
 }
 
+/// Asks the kernel for transparent huge pages on a large block, as NumPy does: where THP is
+/// "madvise" only, 4 KiB pages make every bulk copy through the block (a device upload, a
+/// download) about a quarter slower. Advice only: any failure leaves the block as it is.
+void advise_huge_pages(void *block, size_t bytes) {
+    if (bytes < kLargeBlock) return;
+    long page = sysconf(_SC_PAGESIZE);
+    auto start = (reinterpret_cast<uintptr_t>(block) + uintptr_t(page) - 1) & ~uintptr_t(page - 1);
+    auto end = (reinterpret_cast<uintptr_t>(block) + bytes) & ~uintptr_t(page - 1);
+    if (end > start) madvise(reinterpret_cast<void *>(start), end - start, MADV_HUGEPAGE);
+}
+
 }  // namespace
 
 LiveCounts &live_counts() {
@@ -115,13 +131,18 @@ Buffer Buffer::allocate(const char *entry, const std::vector<int64_t> &shape, co
     int64_t count = checked_count(entry, shape, dtype.itemsize);
     // calloc hands large blocks straight from the kernel: zero pages, touched only when used.
     size_t bytes = size_t(count) * size_t(dtype.itemsize);
-    void *allocation = std::calloc(bytes + kAlignment, 1);
+    // Large blocks start on a page: bulk copies between them and device memory (page-aligned
+    // on PoCL) then avoid memcpy's slow path for sources and destinations 4 KiB apart modulo
+    // a few cache lines (measured: 256 MiB uploads about 20% slower at page offset 0x80).
+    size_t alignment = bytes >= kLargeBlock ? kLargeAlignment : kAlignment;
+    void *allocation = std::calloc(bytes + alignment, 1);
     if (!allocation) throw std::bad_alloc();
+    advise_huge_pages(allocation, bytes + alignment);
     auto storage = std::make_shared<Storage>();
     ++live_counts().storages;
     storage->allocation = allocation;
     auto *host = reinterpret_cast<uint8_t *>(
-        (reinterpret_cast<uintptr_t>(allocation) + kAlignment - 1) & ~uintptr_t(kAlignment - 1));
+        (reinterpret_cast<uintptr_t>(allocation) + alignment - 1) & ~uintptr_t(alignment - 1));
     std::vector<int64_t> strides = c_strides(shape, dtype.itemsize);
     normalize_strides(entry, shape, strides, dtype.itemsize, "use a smaller shape");
     return adopt_storage(std::move(storage), dtype, host, shape, std::move(strides));

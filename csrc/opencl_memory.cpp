@@ -38,7 +38,16 @@ int fail(int halide_code, cl_int code, std::string what) {
     return halide_code;
 }
 
-std::string mib(uint64_t bytes) { return std::to_string(bytes / (1024 * 1024)) + " MiB"; }
+/// "64 B", "3 KiB", "256 MiB": sizes in messages, rounded down.
+std::string size_text(uint64_t bytes) {
+    const char *units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+    int unit = 0;
+    while (bytes >= 1024 * 16 && unit < 4) {
+        bytes /= 1024;
+        ++unit;
+    }
+    return std::to_string(bytes) + " " + units[unit];
+}
 
 OpenCLDevice &device_of(const DeviceHandle *h) { return *h->allocation->device; }
 
@@ -96,12 +105,12 @@ int device_malloc(void *, halide_buffer_t *buf) {
     uint64_t bytes = span.size() > 0 ? uint64_t(span.size()) : 1;  // OpenCL refuses size 0
     if (bytes > device->max_allocation())
         return fail(kDeviceMallocFailed, CL_INVALID_BUFFER_SIZE,
-                    "an allocation of " + mib(bytes) + " exceeds the device's largest (" +
-                        mib(device->max_allocation()) + ", CL_DEVICE_MAX_MEM_ALLOC_SIZE); split the buffer");
+                    "an allocation of " + size_text(bytes) + " exceeds the device's largest (" +
+                        size_text(device->max_allocation()) + ", CL_DEVICE_MAX_MEM_ALLOC_SIZE); split the buffer");
     cl_int rc = CL_SUCCESS;
     cl_mem mem = api().CreateBuffer(device->context(), CL_MEM_READ_WRITE, bytes, nullptr, &rc);
     if (rc != CL_SUCCESS)
-        return fail(kDeviceMallocFailed, rc, "clCreateBuffer of " + mib(bytes) +
+        return fail(kDeviceMallocFailed, rc, "clCreateBuffer of " + size_text(bytes) +
                                                  "; free device buffers (device_free()) or use a smaller one");
     ++live_counts().device_allocations;
     DeviceHandle *h = new_root(device->shared_from_this(), mem, bytes, true, uint64_t(-span.lo));
@@ -151,7 +160,7 @@ int copy_to_host(void *, halide_buffer_t *buf) {
         std::free(staging);
     }
     if (rc != CL_SUCCESS)
-        return fail(kCopyToHostFailed, rc, "clEnqueueReadBuffer of " + mib(uint64_t(span.size())) +
+        return fail(kCopyToHostFailed, rc, "clEnqueueReadBuffer of " + size_text(uint64_t(span.size())) +
                                                "; the device copy is kept, retry or device_free()");
     record_transfer(h->allocation->transfers, Direction::to_host, span.size());
     return 0;
@@ -168,7 +177,7 @@ int copy_to_device(void *, halide_buffer_t *buf) {
                                          size_t(int64_t(h->offset) + span.lo), size_t(span.size()),
                                          buf->host + span.lo, 0, nullptr, nullptr);
     if (rc != CL_SUCCESS)
-        return fail(kCopyToDeviceFailed, rc, "clEnqueueWriteBuffer of " + mib(uint64_t(span.size())) +
+        return fail(kCopyToDeviceFailed, rc, "clEnqueueWriteBuffer of " + size_text(uint64_t(span.size())) +
                                                  "; the host copy is kept, free device memory and retry");
     record_transfer(h->allocation->transfers, Direction::to_device, span.size());
     return 0;

@@ -1,8 +1,9 @@
-"""The command line: ``python -m halide_buffer [info]``.
+"""The command line: ``python -m halide_buffer [info|demo]``.
 
 ``info`` (the default) prints the version, the dtype table with the protocols that carry each
 dtype (found by trying them now, not read from a list), and the devices and peer libraries
-available on this machine.
+available on this machine. ``demo`` shows lazy copies between the host and the default OpenCL
+device, step by step.
 """
 
 from __future__ import annotations
@@ -81,7 +82,14 @@ def info() -> int:
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m halide_buffer", description=__doc__.splitlines()[0])
-    parser.add_argument("command", nargs="?", default="info", choices=["info"],
-                        help="info: version, dtype/protocol table, devices and peers (default)")
+    parser.add_argument("command", nargs="?", default="info", choices=["info", "demo"],
+                        help="info: version, dtype/protocol table, devices and peers (default); "
+                             "demo: lazy host/device copies on the default OpenCL device")
     args = parser.parse_args(argv)
-    return {"info": info}[args.command]()
+    return {"info": info, "demo": demo}[args.command]()
+
+
+def demo() -> int:
+    from . import demo as steps
+
+    return steps.run()

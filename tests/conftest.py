@@ -28,3 +28,35 @@ def bits_of(a):
     """The raw bytes of an ndarray, shaped like it, for exact comparison (NaN payloads too)."""
     a = np.ascontiguousarray(a)
     return a.view(np.uint8).reshape(a.shape + (a.dtype.itemsize,))
+
+
+def counts(t):
+    """A Transfers as (to_device, to_device_bytes, to_host, to_host_bytes)."""
+    return (t.to_device, t.to_device_bytes, t.to_host, t.to_host_bytes)
+
+
+class Moves:
+    """What a buffer's storage moved since this object was made: `moves()` gives
+    (to_device, to_device_bytes, to_host, to_host_bytes) and restarts the count."""
+
+    def __init__(self, b):
+        self.b = b
+        self.last = b.transfers
+
+    def __call__(self):
+        now = self.b.transfers
+        delta, self.last = counts(now - self.last), now
+        return delta
+
+
+NONE = (0, 0, 0, 0)
+
+
+def up(nbytes):
+    """One host->device copy of nbytes."""
+    return (1, nbytes, 0, 0)
+
+
+def down(nbytes):
+    """One device->host copy of nbytes."""
+    return (0, 0, 1, nbytes)

@@ -13,11 +13,6 @@ WITH_FORMAT = [t.name for t in hb.dtypes() if t.format]
 WITHOUT_FORMAT = [t.name for t in hb.dtypes() if not t.format]
 
 
-def bits_of(a):
-    a = np.ascontiguousarray(a)
-    return a.view(np.uint8).reshape(a.shape + (a.dtype.itemsize,))
-
-
 # --- buffer protocol ----------------------------------------------------------------------------
 
 @pytest.mark.parametrize("name", WITH_FORMAT)
