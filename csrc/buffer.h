@@ -36,6 +36,13 @@ enum class DeviceOwnership : uint8_t {
 
 struct RawView;
 
+/// The device an operation names: `device` is used when the buffer has no device copy yet;
+/// when it has one elsewhere, the call is refused if `required`, else it uses that one.
+struct DeviceChoice {
+    std::shared_ptr<OpenCLDevice> device;
+    bool required = false;
+};
+
 /// Memory and residency state shared by a buffer and every view of it. `mutex` guards all of
 /// it (and every view's published halide_buffer_t): one lock per storage.
 struct Storage {
@@ -68,8 +75,8 @@ struct Storage {
     uint64_t effective_flags() const;
     void absorb_raw_views();
     void download(const char *entry);
-    void allocate(const char *entry, const std::shared_ptr<OpenCLDevice> &on);
-    void upload(const char *entry, const std::shared_ptr<OpenCLDevice> &on);
+    void allocate(const char *entry, const DeviceChoice &on);
+    void upload(const char *entry, const DeviceChoice &on);
     std::shared_ptr<void> free_device(const char *entry);
     void forget_view_handles();
     void publish(RawView &r, const uint8_t *data);
@@ -156,10 +163,10 @@ public:
     std::shared_ptr<OpenCLDevice> device();
     /// Makes the host copy current: a no-op unless the device copy is newer.
     void copy_to_host();
-    /// Allocates on `on` (null: where it already is) if needed, then uploads if the host is newer.
-    void copy_to_device(const std::shared_ptr<OpenCLDevice> &on);
+    /// Allocates on `on` if needed, then uploads if the host is newer.
+    void copy_to_device(const DeviceChoice &on);
     /// Allocates on `on` if needed; the device copy starts empty, so the host counts as newer.
-    void device_malloc(const std::shared_ptr<OpenCLDevice> &on);
+    void device_malloc(const DeviceChoice &on);
     /// Releases the device allocation, downloading first if the device copy is newer.
     void device_free();
     /// Blocks until every command queued on the buffer's device has finished.
@@ -174,15 +181,16 @@ public:
     void begin_host_read();
     /// Lease for a writer of the host memory: current, then host dirty.
     void begin_host_write(const char *entry);
-    /// What a device consumer gets: the memory, the byte offset of this view's first element.
+    /// What a device consumer gets: the memory (with a reference it must release), the byte
+    /// offset of this view's first element, the device.
     struct DeviceView {
         void *native;
         uint64_t offset;
         std::shared_ptr<OpenCLDevice> device;
     };
-    /// Lease for a device consumer: the device copy becomes current (on `on`, null: where it
-    /// is, else error) and, for a writer of writable memory, device dirty.
-    DeviceView begin_device_use(const char *entry, const std::shared_ptr<OpenCLDevice> &on, bool write);
+    /// Lease for a device consumer: the device copy becomes current (as copy_to_device(on))
+    /// and, for a writer of writable memory, device dirty.
+    DeviceView begin_device_use(const char *entry, const DeviceChoice &on, bool write);
     /// False while the storage has never had a device copy: leases cannot move data (a hint
     /// read without the lock, so bindings keep the GIL for leases that cannot copy).
     bool may_hold_device_copy() const { return storage_->ever_on_device.load(std::memory_order_relaxed); }

@@ -26,16 +26,17 @@ std::string repr_of(const TransferCounts &t) {
            ", to_host_bytes=" + std::to_string(t.to_host_bytes) + ")";
 }
 
-/// The device a call names: a Device, or None for "where the buffer is, else the default".
-std::shared_ptr<OpenCLDevice> device_arg(Buffer &b, py::handle device, const char *entry) {
-    if (device.is_none()) {
-        if (b.has_device_allocation()) return nullptr;
-        return py::module_::import("halide_buffer.opencl").attr("device")().cast<std::shared_ptr<OpenCLDevice>>();
-    }
+std::shared_ptr<OpenCLDevice> default_device() {
+    return py::module_::import("halide_buffer.opencl").attr("device")().cast<std::shared_ptr<OpenCLDevice>>();
+}
+
+/// The device a call names: a Device (required), or None: where the buffer is, else the default.
+DeviceChoice device_arg(py::handle device, const char *entry) {
+    if (device.is_none()) return DeviceChoice{default_device(), false};
     if (!py::isinstance<OpenCLDevice>(device))
         throw TypeError(std::string(entry) + "(): device must be a halide_buffer.Device or None, not " +
                         Py_TYPE(device.ptr())->tp_name + "; get one with halide_buffer.opencl.device()");
-    return device.cast<std::shared_ptr<OpenCLDevice>>();
+    return DeviceChoice{device.cast<std::shared_ptr<OpenCLDevice>>(), true};
 }
 
 /// Keeps a Python object alive while the storage holds it; dropped with the GIL held.
@@ -66,9 +67,7 @@ void wrap_native(py::handle self, py::handle handle, py::handle device, uint64_t
                         "address (int), not " + Py_TYPE(handle.ptr())->tp_name);
     }
     if (!native) throw ValueError(std::string(entry) + "(): the handle is NULL; pass a live cl_mem");
-    std::shared_ptr<OpenCLDevice> on = device.is_none()
-        ? py::module_::import("halide_buffer.opencl").attr("device")().cast<std::shared_ptr<OpenCLDevice>>()
-        : device_arg(b, device, entry);
+    std::shared_ptr<OpenCLDevice> on = device_arg(device, entry).device;
     // A pool's buffer goes back to the pool when its Python object dies, cl_mem reference or
     // not: the Python object is what must stay alive.
     std::shared_ptr<void> owner = keep(handle);
@@ -86,10 +85,10 @@ void bind_residency(py::class_<Buffer> &cls) {
             (b.*f)();
         };
     };
-    auto with_device = [](void (Buffer::*f)(const std::shared_ptr<OpenCLDevice> &), const char *entry) {
+    auto with_device = [](void (Buffer::*f)(const DeviceChoice &), const char *entry) {
         return [f, entry](py::handle self, py::handle device) {
             Buffer &b = buffer_of(self.ptr());
-            std::shared_ptr<OpenCLDevice> on = device_arg(b, device, entry);
+            DeviceChoice on = device_arg(device, entry);
             py::gil_scoped_release release;
             (b.*f)(on);
         };
@@ -140,7 +139,7 @@ void bind_residency(py::class_<Buffer> &cls) {
         }, "Copies between host and device of this buffer's storage so far.")
         .def("_device_view", [](py::handle self, py::handle device, bool writable) {
             Buffer &b = buffer_of(self.ptr());
-            std::shared_ptr<OpenCLDevice> on = device_arg(b, device, "opencl.as_array");
+            DeviceChoice on = device_arg(device, "opencl.as_array");
             Buffer::DeviceView v;
             {
                 py::gil_scoped_release release;
@@ -148,7 +147,8 @@ void bind_residency(py::class_<Buffer> &cls) {
             }
             return py::make_tuple(reinterpret_cast<uintptr_t>(v.native), v.offset, v.device);
         }, py::arg("device"), py::arg("writable"),
-           "Device lease: (cl_mem address, byte offset of the first element, Device).");
+           "Device lease: (cl_mem address holding a new reference for the caller, byte offset "
+           "of the first element, Device).");
 }
 
 void bind_transfer_totals(py::module_ &m) {

@@ -113,30 +113,30 @@ void Storage::download(const char *entry) {
     if (device_ownership == DeviceOwnership::foreign) record_transfer(&transfers, Direction::to_host, bytes);
 }
 
-void Storage::allocate(const char *entry, const std::shared_ptr<OpenCLDevice> &on) {
+void Storage::allocate(const char *entry, const DeviceChoice &on) {
     absorb_raw_views();
     if (root.device) {
-        if (on && on != device)
+        if (on.required && on.device != device)
             throw ValueError(std::string(entry) + "(): the buffer's device copy is on " +
                              (device ? describe(*device) : std::string("a pipeline runtime's device")) +
-                             ", not " + describe(*on) + "; call device_free() first to move it");
+                             ", not " + describe(*on.device) + "; call device_free() first to move it");
         return;
     }
-    if (!on)
+    if (!on.device)
         throw ValueError(std::string(entry) + "(): the buffer has no device allocation and no device "
                          "was given; pass device=halide_buffer.opencl.device()");
-    TargetDevice target(on.get());
+    TargetDevice target(on.device.get());
     const halide_device_interface_t *interface = opencl_interface();
     check(interface->device_malloc(nullptr, &root, interface), entry, "allocating device memory");
     handle_of(&root)->allocation->transfers = &transfers;
-    device = on;
+    device = on.device;
     device_ownership = DeviceOwnership::owned;
     ever_on_device = true;
     // The new device copy is empty: the host holds the data.
     root.flags |= kHostDirty;
 }
 
-void Storage::upload(const char *entry, const std::shared_ptr<OpenCLDevice> &on) {
+void Storage::upload(const char *entry, const DeviceChoice &on) {
     allocate(entry, on);
     uint64_t flags = effective_flags();
     if (!(flags & kHostDirty)) return;
@@ -262,12 +262,12 @@ void Buffer::copy_to_host() {
     storage_->download("copy_to_host");
 }
 
-void Buffer::copy_to_device(const std::shared_ptr<OpenCLDevice> &on) {
+void Buffer::copy_to_device(const DeviceChoice &on) {
     std::lock_guard<std::mutex> lock(storage_->mutex);
     storage_->upload("copy_to_device", on);
 }
 
-void Buffer::device_malloc(const std::shared_ptr<OpenCLDevice> &on) {
+void Buffer::device_malloc(const DeviceChoice &on) {
     std::lock_guard<std::mutex> lock(storage_->mutex);
     storage_->allocate("device_malloc", on);
 }
@@ -354,7 +354,7 @@ void Buffer::begin_host_write(const char *entry) {
     storage_->root.flags |= kHostDirty;
 }
 
-Buffer::DeviceView Buffer::begin_device_use(const char *entry, const std::shared_ptr<OpenCLDevice> &on,
+Buffer::DeviceView Buffer::begin_device_use(const char *entry, const DeviceChoice &on,
                                             bool write) {
     std::lock_guard<std::mutex> lock(storage_->mutex);
     Storage &s = *storage_;
@@ -365,6 +365,9 @@ Buffer::DeviceView Buffer::begin_device_use(const char *entry, const std::shared
     s.upload(entry, on);
     if (write && !s.readonly) s.root.flags = kDeviceDirty;  // the consumer may write: a lease
     DeviceHandle *h = handle_of(&s.root);
+    // The consumer gets its own reference, taken under the lock: a device_free() racing with
+    // it cannot release the memory under the consumer's feet.
+    ocl::api().RetainMemObject(static_cast<ocl::cl_mem>(h->native));
     return DeviceView{h->native, uint64_t(int64_t(h->offset) + (data_ - s.root.host)), s.device};
 }
 

@@ -117,8 +117,8 @@ def as_array(buffer: Buffer, *, device: Device | None = None, writable: bool = T
         raise BufferError("opencl.as_array(): pyopencl arrays cannot have negative strides; "
                           "pass buffer.copy() instead")
     mem, offset, dev = buffer._device_view(device, writable)
+    data = cl.MemoryObject.from_int_ptr(mem, retain=False)  # adopts the reference the lease took
     queue = cl.CommandQueue.from_int_ptr(dev.queue, retain=True)
-    data = cl.MemoryObject.from_int_ptr(mem, retain=True)
     return cla.Array(queue, buffer.shape, buffer.dtype.numpy, strides=buffer.strides, data=data,
                      offset=offset)
 

@@ -99,8 +99,13 @@ try:
 except hb.DeviceError as e:
     print(type(e).__mro__[1].__name__, e.code, e.name)
     print(e)
-b = hb.Buffer((2,), "bfloat16")  # every host feature still works
-print(b.numpy().dtype)
+b = hb.Buffer((2,), "bfloat16")  # every host feature still works, and no data is lost
+b.numpy(writable=True)[:] = 1.5
+try:
+    b.copy_to_device()
+except hb.DeviceError as e:
+    print("copy_to_device:", e.name)
+print(b.numpy().dtype, b.numpy().tolist(), b.host_dirty(), b.has_device_allocation())
 """
 
 
@@ -116,7 +121,7 @@ def test_no_opencl_at_all_is_a_device_error_naming_the_fix(library, reason):
     assert lines[1].startswith("opencl.device(): no OpenCL loader found; pip install "
                                "'halide_buffer[opencl]' for pyopencl and PoCL")
     assert re.search(reason, run.stdout)
-    assert lines[-1] == "bfloat16"
+    assert lines[-2:] == ["copy_to_device: CL_PLATFORM_NOT_FOUND_KHR", "bfloat16 [1.5, 1.5] True False"]
 
 
 def test_loader_without_platforms_is_a_device_error():
