@@ -105,9 +105,9 @@ def c_compiler():
     pytest.skip("no C compiler (gcc, cc or clang) on PATH to link the Halide pipelines")
 
 
-def build(directory, compiler, func, args, name):
+def build(directory, compiler, func, args, name, target=TARGET):
     obj = directory / f"{name}.o"
-    func.compile_to_object(str(obj), args, name, hl.Target(TARGET))
+    func.compile_to_object(str(obj), args, name, hl.Target(target))
     lib = directory / f"lib{name}.so"
     link = subprocess.run(
         [compiler, "-shared", "-o", str(lib), str(obj), "-lpthread", "-ldl", "-lm"],

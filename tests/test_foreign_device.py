@@ -1,0 +1,75 @@
+"""A device allocation made by a pipeline's own Halide runtime (a real OpenCL AOT pipeline on
+PoCL): the buffer tracks it as foreign, reads it through the interface the runtime set, counts
+the copies, and frees it through that interface."""
+
+import halide as hl  # required test dependency: the test fails, not skips, without it
+import numpy as np
+import pytest
+
+import halide_buffer as hb
+
+from conftest import NONE, Moves, down, up
+from test_halide_pipeline import TARGET, build, c_compiler
+
+pytestmark = pytest.mark.needs_halide
+
+
+def brighter_func():
+    """out(x, y) = in(x, y) + 10 (uint8, wrapping), computed on the GPU target in 8x8 tiles."""
+    x, y, xo, yo, xi, yi = (hl.Var(n) for n in ("x", "y", "xo", "yo", "xi", "yi"))
+    inp = hl.ImageParam(hl.UInt(8), 2, "inp")
+    out = hl.Func("brighter")
+    out[x, y] = inp[x, y] + hl.u8(10)
+    out.gpu_tile(x, y, xo, yo, xi, yi, 8, 8)
+    return out, [inp]
+
+
+@pytest.fixture(scope="module")
+def brighter(tmp_path_factory):
+    hb.opencl.device()  # opens the OpenCL loader process-wide, where the pipeline's runtime looks
+    directory = tmp_path_factory.mktemp("halide_opencl")
+    return build(directory, c_compiler(), *brighter_func(), "hb_test_brighter_opencl",
+                 target=TARGET + "-opencl")
+
+
+def test_a_pipelines_device_output_is_tracked_read_and_freed(brighter):
+    src = np.random.default_rng(3).integers(0, 256, (24, 32), dtype=np.uint8)
+    inp = hb.Buffer.from_host(src, external_writes=False)
+    out = hb.Buffer((24, 32), "uint8")
+    moves = Moves(out)
+    brighter.run(inp, out)
+    # The runtime ran on the device and said so in the flags: nothing has come back yet.
+    assert out.device_dirty() and out.has_device_allocation() and out.device is None
+    assert moves() == NONE
+    expected = (src + np.uint8(10)).astype(np.uint8)
+    np.testing.assert_array_equal(np.asarray(out), expected)
+    assert moves() == down(24 * 32)
+    np.testing.assert_array_equal(np.asarray(out.cropped(0, 5, 7)), expected[5:12])
+    np.testing.assert_array_equal(np.asarray(out), expected)
+    assert moves() == NONE
+    # A host write goes back up through the runtime's own interface.
+    out.numpy(writable=True)[0, 0] = 1
+    out.copy_to_device()
+    assert moves() == up(24 * 32) and not out.host_dirty()
+    with pytest.raises(BufferError, match=r"opencl.as_array\(\): the device copy belongs to a pipeline's "
+                                          r"Halide runtime; call copy_to_host\(\) and device_free\(\) first"):
+        hb.opencl.as_array(out)
+    with pytest.raises(ValueError, match=r"the buffer's device copy is on a pipeline runtime's device"):
+        out.copy_to_device(hb.opencl.device())
+    out.device_free()
+    assert not out.has_device_allocation()
+    out.copy_to_device(hb.opencl.device())  # now ours
+    assert out.device is hb.opencl.device()
+    np.testing.assert_array_equal(hb.opencl.as_array(out, writable=False).get()[1:], expected[1:])
+
+
+def test_buffers_dying_with_a_foreign_allocation_free_it_through_its_runtime(brighter):
+    before = hb._core._live_counts()["storages"]
+    for i in range(50):
+        out = hb.Buffer((8, 8), "uint8")
+        brighter.run(hb.Buffer.from_host(np.full((8, 8), i, np.uint8)), out)
+        assert out.device_dirty()
+        if i % 2:
+            assert np.asarray(out)[7, 7] == i + 10
+        del out  # the storage frees the runtime's allocation through the runtime's interface
+    assert hb._core._live_counts()["storages"] == before
