@@ -64,6 +64,7 @@ struct Storage {
     std::shared_ptr<void> device_owner;    ///< wrapped: the native handle's owner
     Transfers transfers;                   ///< every copy of this storage's bytes
     std::atomic<bool> ever_on_device{false};  ///< read without the lock: may a lease copy?
+    std::atomic<int> published_views{0};      ///< raw_views.size(), read without the lock
     std::vector<RawView *> raw_views;      ///< halide_buffer_t's handed to foreign code, still alive
 
     Storage() = default;

@@ -206,6 +206,7 @@ Buffer::~Buffer() {
     storage_->absorb_raw_views();
     auto &views = storage_->raw_views;
     views.erase(std::find(views.begin(), views.end(), raw_.get()));
+    --storage_->published_views;
 }
 
 bool Buffer::host_dirty() {
@@ -341,6 +342,8 @@ std::shared_ptr<void> Buffer::device_detach_native() {
 }
 
 void Buffer::begin_host_read() {
+    // Never on a device and no halide_buffer_t out: nothing can have made the host stale.
+    if (!may_hold_device_copy() && storage_->published_views.load(std::memory_order_relaxed) == 0) return;
     std::lock_guard<std::mutex> lock(storage_->mutex);
     storage_->download("copy_to_host");
 }
@@ -393,6 +396,7 @@ halide_buffer_t *Buffer::raw(const char *entry) {
         raw_->buf.dimensions = n;
         raw_->buf.dim = n ? raw_->dims.data() : nullptr;
         storage_->raw_views.push_back(raw_.get());
+        ++storage_->published_views;
     }
     storage_->publish(*raw_, data_);
     return &raw_->buf;

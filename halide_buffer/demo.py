@@ -58,7 +58,7 @@ def run() -> int:
     def step(what: str) -> None:
         nonlocal last
         now = b.transfers
-        print(f"{what:<52} data: {where(b):<32} moved: {moved(last, now)}")
+        print(f"{what:<58} data: {where(b):<32} moved: {moved(last, now)}")
         last = now
 
     step("b = hb.Buffer((8,), 'float32')")

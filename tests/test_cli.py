@@ -33,3 +33,15 @@ def test_protocol_probe_follows_the_table():
 def test_unknown_command_is_a_usage_error():
     run = subprocess.run([sys.executable, "-m", "halide_buffer", "frobnicate"], capture_output=True, text=True)
     assert run.returncode == 2 and "invalid choice: 'frobnicate'" in run.stderr
+
+
+def test_demo_shows_each_copy_once():
+    out = subprocess.run([sys.executable, "-m", "halide_buffer", "demo"], capture_output=True, text=True,
+                         check=True).stdout
+    steps = [line for line in out.splitlines() if "moved:" in line]
+    moved = [line.split("moved:")[1].strip() for line in steps]
+    assert moved == ["no copy", "1 copy host->device (32 B)", "no copy", "1 copy device->host (32 B)",
+                     "no copy", "no copy", "1 copy host->device (32 B)", "no copy", "no copy"]
+    assert "[0.0, 0.5, 1.0, 1.5, 2.0, 2.5, 3.0, 3.5]" in steps[3]
+    assert "-> 22" in steps[6]  # (0 + 0.5 + ... + 3.5) + 8 * 1 on the device
+    assert out.rstrip().endswith("Transfers(to_device=2, to_device_bytes=64, to_host=1, to_host_bytes=32)")
