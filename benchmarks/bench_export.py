@@ -44,6 +44,8 @@ import numpy as np
 
 import halide_buffer as hb
 
+from rounds import Rounds
+
 HERE = Path(__file__).resolve().parent
 PEER_SOURCE = HERE / "peer_def_buffer.cpp"
 PEER_MODULE = "peer_def_buffer"
@@ -105,15 +107,7 @@ class Case:
         self.label = label        # what the table prints
         self.timer = timeit.Timer(stmt, globals=env)
         self.group = group        # "ours", "reference", "peer", "info"
-        self.rounds_ns = []       # per-call ns of every round
-
-    @property
-    def best_ns(self):
-        return min(self.rounds_ns)
-
-    @property
-    def median_ns(self):
-        return statistics.median(self.rounds_ns)
+        self.rounds_ns = Rounds()  # per-call ns of every round
 
 
 def data_address(arr: np.ndarray) -> int:
@@ -220,7 +214,7 @@ def main(argv=None):
         del peer_obj
 
     by_key = {c.key: c for c in cases}
-    best = {k: c.best_ns for k, c in by_key.items()}
+    best = {k: c.rounds_ns.best for k, c in by_key.items()}
     ref = best["asarray_memoryview_ndarray"]
     peer = best.get("asarray_def_buffer")
 
@@ -235,8 +229,8 @@ def main(argv=None):
     print(f"{'case':<{w}}  {'best ns':>8}  {'median':>8}  {'vs NumPy':>8}  {'vs peer':>8}")
     print("-" * (w + 2 + 8 + 2 + 8 + 2 + 8 + 2 + 8))
     for c in cases:
-        print(f"{c.label:<{w}}  {c.best_ns:8.1f}  {c.median_ns:8.1f}  "
-              f"{fmt_ratio(ratio(c.best_ns, ref)):>8}  {fmt_ratio(ratio(c.best_ns, peer)):>8}")
+        print(f"{c.label:<{w}}  {c.rounds_ns.best:8.1f}  {c.rounds_ns.median:8.1f}  "
+              f"{fmt_ratio(ratio(c.rounds_ns.best, ref)):>8}  {fmt_ratio(ratio(c.rounds_ns.best, peer)):>8}")
     print()
 
     r_np = ratio(best["asarray_buffer"], ref)
@@ -251,7 +245,7 @@ def main(argv=None):
         x / y for x, y in zip(by_key["asarray_buffer"].rounds_ns,
                               by_key["asarray_memoryview_ndarray"].rounds_ns))
     noisy = [c.label for c in cases
-             if c.group in ("ours", "reference", "peer") and c.median_ns > 1.25 * c.best_ns]
+             if c.group in ("ours", "reference", "peer") and c.rounds_ns.median > 1.25 * c.rounds_ns.best]
     verdict = "met" if r_np <= 1.0 else "NOT met"
     print(f"np.asarray(Buffer) / NumPy's np.asarray(memoryview(ndarray)): {r_np:.2f}x "
           f"(target <= 1.00x: {verdict}; {r_np_net:.2f}x net of the loop floor)")
@@ -283,8 +277,8 @@ def main(argv=None):
             },
             "peer": {"available": peer_mod is not None, "reason": peer_reason},
             "cases": {
-                c.key: {"label": c.label, "group": c.group, "best_ns": c.best_ns,
-                        "median_ns": c.median_ns, "rounds_ns": c.rounds_ns}
+                c.key: {"label": c.label, "group": c.group, "best_ns": c.rounds_ns.best,
+                        "median_ns": c.rounds_ns.median, "rounds_ns": c.rounds_ns}
                 for c in cases
             },
             "ratios": {

@@ -46,6 +46,8 @@ import numpy as np
 
 import halide_buffer as hb
 
+from rounds import Rounds
+
 KiB, MiB = 1 << 10, 1 << 20
 
 # (label, bytes, copies per round). The counts keep each round of each case near 15-100 ms:
@@ -84,7 +86,7 @@ class Case:
         self.side = side                # "ours", "peer" or "ndmem" (ours on NumPy memory)
         self.number = number            # copies per round
         self.fn = fn                    # one copy
-        self.rounds_s = []              # seconds per copy, every round
+        self.rounds_s = Rounds()        # seconds per copy, every round
 
     def run_round(self):
         fn, n = self.fn, self.number
@@ -94,16 +96,8 @@ class Case:
         self.rounds_s.append((time.perf_counter() - t0) / n)
 
     @property
-    def best_s(self):
-        return min(self.rounds_s)
-
-    @property
-    def median_s(self):
-        return statistics.median(self.rounds_s)
-
-    @property
     def gbps(self):
-        return self.nbytes / self.best_s / 1e9
+        return self.nbytes / self.rounds_s.best / 1e9
 
 
 def make_copy_cases(cl, ctx, queue, sizes):
@@ -327,21 +321,21 @@ def report_copies(cases, repeat, device):
             continue
         p = by_key[c.key.replace("_ours", "_peer")]
         m = by_key[c.key.replace("_ours", "_ndmem")]
-        r = c.best_s / p.best_s
-        r_nd = m.best_s / p.best_s
+        r = c.rounds_s.best / p.rounds_s.best
+        r_nd = m.rounds_s.best / p.rounds_s.best
         # Rounds of the two sides ran back to back, so their per-round ratios cancel drift of
         # the machine; their median backs up the ratio of the bests.
         paired = statistics.median(x / y for x, y in zip(c.rounds_s, p.rounds_s))
         rows.append({"size": c.size_label, "bytes": c.nbytes, "direction": c.direction,
-                     "copies_per_round": c.number, "ours_s": c.best_s, "peer_s": p.best_s,
-                     "ours_median_s": c.median_s, "peer_median_s": p.median_s,
+                     "copies_per_round": c.number, "ours_s": c.rounds_s.best, "peer_s": p.rounds_s.best,
+                     "ours_median_s": c.rounds_s.median, "peer_median_s": p.rounds_s.median,
                      "ours_gbps": c.gbps, "peer_gbps": p.gbps, "ratio": r,
-                     "paired_ratio": paired, "ndmem_s": m.best_s, "ndmem_ratio": r_nd})
-        print(f"{c.size_label:>8}  {c.direction:<9}  {c.number:>6}  {fmt_time(c.best_s):>10}  "
-              f"{fmt_time(p.best_s):>10}  {c.gbps:9.3f}  {p.gbps:9.3f}  {r:8.3f}x  "
+                     "paired_ratio": paired, "ndmem_s": m.rounds_s.best, "ndmem_ratio": r_nd})
+        print(f"{c.size_label:>8}  {c.direction:<9}  {c.number:>6}  {fmt_time(c.rounds_s.best):>10}  "
+              f"{fmt_time(p.rounds_s.best):>10}  {c.gbps:9.3f}  {p.gbps:9.3f}  {r:8.3f}x  "
               f"{paired:6.3f}x  {r_nd:9.3f}x")
     print()
-    noisy = [c.key for c in cases if c.median_s > 1.25 * c.best_s]
+    noisy = [c.key for c in cases if c.rounds_s.median > 1.25 * c.rounds_s.best]
     return rows, noisy
 
 
@@ -429,8 +423,8 @@ def main(argv=None):
             },
             "copies": rows,
             "cases": {c.key: {"bytes": c.nbytes, "direction": c.direction, "side": c.side,
-                              "copies_per_round": c.number, "best_s": c.best_s,
-                              "median_s": c.median_s, "rounds_s": c.rounds_s}
+                              "copies_per_round": c.number, "best_s": c.rounds_s.best,
+                              "median_s": c.rounds_s.median, "rounds_s": c.rounds_s}
                       for c in cases},
             "targets": target_rows,
             "trace": {

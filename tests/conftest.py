@@ -30,6 +30,28 @@ def bits_of(a):
     return a.view(np.uint8).reshape(a.shape + (a.dtype.itemsize,))
 
 
+@pytest.fixture(scope="session")
+def dev():
+    """The default OpenCL device (PoCL's CPU device on a machine without a GPU)."""
+    return hb.opencl.device()
+
+
+@pytest.fixture(scope="session")
+def ctx(dev):
+    """pyopencl's view of the default device's context."""
+    import pyopencl as cl
+
+    return cl.Context.from_int_ptr(dev.context)
+
+
+@pytest.fixture(scope="session")
+def queue(dev):
+    """pyopencl's view of the default device's queue: work on it is ordered with our copies."""
+    import pyopencl as cl
+
+    return cl.CommandQueue.from_int_ptr(dev.queue)
+
+
 def counts(t):
     """A Transfers as (to_device, to_device_bytes, to_host, to_host_bytes)."""
     return (t.to_device, t.to_device_bytes, t.to_host, t.to_host_bytes)

@@ -11,21 +11,6 @@ import halide_buffer as hb
 from conftest import NONE, Moves
 
 
-@pytest.fixture(scope="module")
-def dev():
-    return hb.opencl.device()
-
-
-@pytest.fixture(scope="module")
-def ctx(dev):
-    return cl.Context.from_int_ptr(dev.context)
-
-
-@pytest.fixture(scope="module")
-def queue(dev):
-    return cl.CommandQueue.from_int_ptr(dev.queue)
-
-
 def test_an_allocation_over_the_device_limit_is_refused_and_changes_nothing(dev):
     rows = dev.max_allocation_size // 2**30 + 1
     b = hb.Buffer((rows, 2**30), "uint8")  # zero pages: only what is written gets memory

@@ -17,16 +17,6 @@ from test_exports import PyBUF_FORMAT, PyBUF_STRIDES, PyBUF_WRITABLE, release, r
 HOST_DIRTY, DEVICE_DIRTY = 1, 2
 
 
-@pytest.fixture(scope="module")
-def dev():
-    return hb.opencl.device()
-
-
-@pytest.fixture(scope="module")
-def queue(dev):
-    return cl.CommandQueue.from_int_ptr(dev.queue)
-
-
 def device_fill(b, value, *, writable=True):
     """Writes `value` into every element of b on the device, through the shared cl_mem."""
     a = hb.opencl.as_array(b, writable=writable)
