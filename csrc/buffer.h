@@ -151,7 +151,8 @@ public:
     Buffer indexed(const std::vector<AxisIndex> &index) const;
     Buffer bits() const;  ///< same bytes as the unsigned integer of the same size
 
-    /// A C-contiguous owned copy of the elements (a new storage, host dirty).
+    /// A C-contiguous owned copy of the host elements (a new storage, host dirty). The caller
+    /// makes the host copy current first (begin_host_read()).
     Buffer copy(const char *entry) const;
 
     // --- residency (residency.cpp): each takes the storage's lock -----------------------------

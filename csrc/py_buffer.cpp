@@ -220,7 +220,10 @@ Buffer(shape, dtype="float64") allocates owned, zero-filled, 128-byte aligned ho
             return b.indexed(to_index(b, key));
         })
         .def("bits", method(&Buffer::bits))
-        .def("copy", method([](Buffer &b) { return b.copy("copy"); }))
+        .def("copy", method([](Buffer &b) {
+            run_lease(b, [&] { b.begin_host_read(); });  // the copy reads the host copy
+            return b.copy("copy");
+        }), "A C-contiguous host copy in a new storage (the device copy is downloaded first if newer).")
         // --- Halide
         .def("_get_raw_halide_buffer_t", method([](Buffer &b) {
             return reinterpret_cast<uintptr_t>(b.raw("_get_raw_halide_buffer_t"));

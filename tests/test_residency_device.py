@@ -435,3 +435,13 @@ def test_device_free_withdraws_the_handles_of_published_views(dev):
     assert raw.device == 0 and not raw.device_interface
     b.copy_to_device()  # published again with the new allocation on the next request
     assert HalideBufferT.from_address(v._get_raw_halide_buffer_t()).device not in (0, None)
+
+
+def test_copy_reads_the_current_data(dev):
+    b = ramp((6,))
+    device_fill(b[2:], 4)
+    moves = Moves(b)
+    c = b[1:].copy()
+    assert moves() == down(24)
+    np.testing.assert_array_equal(np.asarray(c), [1, 4, 4, 4, 4])
+    assert not c.has_device_allocation() and c.host_dirty()
