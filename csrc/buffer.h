@@ -74,13 +74,22 @@ struct Storage {
 
     // The rules (residency.cpp); the caller holds `mutex`.
     uint64_t effective_flags() const;
+    /// Takes in what foreign code wrote into published views: flags, device memory.
     void absorb_raw_views();
+    void absorb(RawView &r);
+    void let_go(RawView &r);     ///< foreign code freed what a view showed
+    bool bring_home(RawView &r);  ///< a pipeline's allocation for part of the storage
+    int copy_root_home();        ///< the interface's copy_to_host on the root; Halide's code
     void download(const char *entry);
     void allocate(const char *entry, const DeviceChoice &on);
     void upload(const char *entry, const DeviceChoice &on);
     std::shared_ptr<void> free_device(const char *entry);
+    void adopt_allocation();     ///< our new allocation: its copies move and count this storage
     void forget_view_handles();
-    void publish(RawView &r, const uint8_t *data);
+    /// Writes the shared state into a view's halide_buffer_t (may_copy: downloading first when
+    /// the device copy is one the view cannot show).
+    void publish(RawView &r, bool may_copy);
+    void publish_all();
 };
 
 /// A view's halide_buffer_t handed to foreign code (see Buffer::raw()).
@@ -91,6 +100,11 @@ struct RawView {
     uint64_t published_device = 0;  ///< device as last written into buf
     std::unique_ptr<DeviceHandle> handle;  ///< our handle into the storage's allocation, if any
 };
+
+/// How a residency operation waits for a storage's lock someone else holds (the bindings let
+/// other Python threads run meanwhile). The default just waits.
+using LockWaiter = void (*)(std::unique_lock<std::mutex> &);
+void set_lock_waiter(LockWaiter waiter);
 
 /// Byte strides of a C-contiguous array of this shape.
 std::vector<int64_t> c_strides(const std::vector<int64_t> &shape, int itemsize);

@@ -166,14 +166,14 @@ int buffer_copy(void *uc, halide_buffer_t *src, const halide_device_interface_t 
 
 int device_crop(void *uc, const halide_buffer_t *src, halide_buffer_t *dst) {
     if (int rc = validate(src)) return rc;
-    if (!src->device_interface) return kNoDeviceInterface;
+    if (!src->device) return 0;  // nothing on the device to crop
     if (dst->device) return kIncompatibleDeviceInterface;
     return src->device_interface->impl->device_crop(uc, src, dst);
 }
 
 int device_slice(void *uc, const halide_buffer_t *src, int dim, int pos, halide_buffer_t *dst) {
     if (int rc = validate(src)) return rc;
-    if (!src->device_interface) return kNoDeviceInterface;
+    if (!src->device) return 0;  // nothing on the device to slice
     if (dst->device) return kIncompatibleDeviceInterface;
     return src->device_interface->impl->device_slice(uc, src, dim, pos, dst);
 }

@@ -43,6 +43,9 @@ struct DeviceAllocation {
     uint64_t size = 0;                     ///< bytes of `native`
     bool holds_reference = true;           ///< ours to release (created here, or retained by us)
     Transfers *transfers = nullptr;        ///< counters of the storage it backs (null: none of ours)
+    /// The storage's root halide_buffer_t: copies through any handle move all of it, since one
+    /// state covers the storage (null: copy what the buffer describes).
+    const halide_buffer_t *whole = nullptr;
 };
 
 /// What a handle is to its buffer.

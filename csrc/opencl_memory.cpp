@@ -89,6 +89,13 @@ void scatter(uint8_t *host, const uint8_t *staging, const halide_buffer_t *buf, 
     for (int32_t i = 0; i < d.extent; ++i) scatter(host + i * step, staging + i * step, buf, dim - 1, item);
 }
 
+/// What a copy through `buf` moves: the whole storage behind its allocation (whose one state
+/// the flags of every view describe), else what `buf` describes.
+halide_buffer_t *copy_target(halide_buffer_t *buf) {
+    const halide_buffer_t *whole = handle_of(buf)->allocation->whole;
+    return whole ? const_cast<halide_buffer_t *>(whole) : buf;
+}
+
 // ---------------------------------------------------------------------------------------------
 // The impl table
 // ---------------------------------------------------------------------------------------------
@@ -97,6 +104,7 @@ void use_module() {}
 void release_module() {}
 
 int device_malloc(void *, halide_buffer_t *buf) {
+    if (buf->device) return 0;  // already allocated: nothing to do (Halide's impls agree)
     OpenCLDevice *device = TargetDevice::current();
     if (!device)
         return fail(kDeviceMallocFailed, CL_INVALID_CONTEXT,
@@ -143,7 +151,8 @@ int device_sync(void *, halide_buffer_t *buf) {
 
 int device_release(void *) { return 0; }  // contexts and queues belong to OpenCLDevice objects
 
-int copy_to_host(void *, halide_buffer_t *buf) {
+int copy_to_host(void *, halide_buffer_t *view) {
+    halide_buffer_t *buf = copy_target(view);
     DeviceHandle *h = handle_of(buf);
     if (!buf->host) return kHostIsNull;
     ByteSpan span = byte_span(buf);
@@ -166,13 +175,14 @@ int copy_to_host(void *, halide_buffer_t *buf) {
     return 0;
 }
 
-int copy_to_device(void *, halide_buffer_t *buf) {
+int copy_to_device(void *, halide_buffer_t *view) {
+    halide_buffer_t *buf = copy_target(view);
     DeviceHandle *h = handle_of(buf);
     if (!buf->host) return kHostIsNull;
     ByteSpan span = byte_span(buf);
     if (span.size() == 0) return 0;
     // The whole span goes up, gaps included: they are host bytes of the same storage (current,
-    // as the host is) or bytes no element of ours reads.
+    // as the host is: one state covers the storage) or bytes no element of ours reads.
     cl_int rc = api().EnqueueWriteBuffer(device_of(h).queue(), static_cast<cl_mem>(h->native), CL_TRUE,
                                          size_t(int64_t(h->offset) + span.lo), size_t(span.size()),
                                          buf->host + span.lo, 0, nullptr, nullptr);

@@ -105,6 +105,14 @@ PYBIND11_MODULE(_core, m) {
         "(e.g. 'CL_MEM_OBJECT_ALLOCATION_FAILURE').",
         PyExc_RuntimeError, nullptr);
     m.add_object("DeviceError", py::handle(hb::device_error_type));
+    // A thread waiting for a storage's lock lets the others run: the holder may need the GIL
+    // (a pipeline's error handler written in Python, an owner released in a callback).
+    hb::set_lock_waiter([](std::unique_lock<std::mutex> &lock) {
+        if (!PyGILState_Check()) return lock.lock();
+        PyThreadState *state = PyEval_SaveThread();
+        lock.lock();
+        PyEval_RestoreThread(state);
+    });
     hb::bind_dtype(m);
     hb::bind_device(m);
     hb::bind_transfer_totals(m);

@@ -73,48 +73,80 @@ uint64_t Storage::effective_flags() const {
 }
 
 void Storage::absorb_raw_views() {
-    for (RawView *r : raw_views) {
-        if (r->buf.flags != r->published) {
-            root.flags = r->buf.flags;
-            r->published = r->buf.flags;
-        }
-        if (r->buf.device == r->published_device) continue;
-        r->published_device = r->buf.device;
-        if (!r->buf.device) continue;  // foreign code let go of what we published: republished on use
-        if (!root.device && covers_storage(r->buf, root)) {
+    for (RawView *r : raw_views) absorb(*r);
+}
+
+void Storage::absorb(RawView &r) {
+    if (r.buf.device != r.published_device) {
+        if (!r.buf.device) {
+            let_go(r);
+        } else if (!root.device && covers_storage(r.buf, root)) {
             // A pipeline's runtime allocated the whole storage: its allocation becomes ours to track.
-            root.device = r->buf.device;
-            root.device_interface = r->buf.device_interface;
+            root.device = r.published_device = r.buf.device;
+            root.device_interface = r.buf.device_interface;
             device_ownership = DeviceOwnership::foreign;
             ever_on_device = true;
-            continue;
+        } else if (!bring_home(r)) {
+            return;  // tried again by the next operation; until then its flags describe its own copy
         }
-        // A pipeline's allocation for part of the storage: bring its data home and free it, so
-        // the storage keeps one device copy. (Errors cannot be raised from here: the data stays
-        // where it is and the flags say so.)
-        const halide_device_interface_t *interface = r->buf.device_interface;
-        if (interface->copy_to_host(nullptr, &r->buf) == 0) {
-            if (r->buf.flags != r->published) root.flags = r->buf.flags;
-            interface->device_free(nullptr, &r->buf);
-            root.flags = (root.flags & ~kDeviceDirty) | kHostDirty;
-            r->published = r->buf.flags;
-            r->published_device = 0;
-        }
+    }
+    if (r.buf.flags != r.published) {
+        // Halide's flags, as a pipeline left them; device_dirty means nothing without a device.
+        root.flags = root.device ? r.buf.flags : r.buf.flags & ~kDeviceDirty;
+        r.published = r.buf.flags;
     }
 }
 
-void Storage::download(const char *entry) {
-    absorb_raw_views();
-    if (!(root.flags & kDeviceDirty)) return;
+void Storage::let_go(RawView &r) {
+    bool whole = device_ownership == DeviceOwnership::foreign && r.published_device == root.device;
+    r.published_device = 0;
+    if (!whole) return;  // one of our view handles, forgotten by foreign code: republished on use
+    // The runtime freed the storage's allocation through this view: the data it held is gone.
+    root.device = 0;
+    root.device_interface = nullptr;
+    root.flags &= ~kDeviceDirty;
+    device_ownership = DeviceOwnership::none;
+    forget_view_handles();
+}
+
+bool Storage::bring_home(RawView &r) {
+    // A pipeline's allocation for part of the storage. The storage keeps one device copy, so
+    // the part comes home at once, onto a host copy made current first, and is freed.
+    if ((root.flags & kDeviceDirty) && copy_root_home() != 0) return false;
+    const halide_device_interface_t *interface = r.buf.device_interface;
+    bool newer = r.buf.flags & kDeviceDirty;
+    int64_t bytes = byte_span(&r.buf).size();
+    last_failure() = DeviceFailure{};
+    if (interface->copy_to_host(nullptr, &r.buf) != 0) return false;
+    if (newer) record_transfer(&transfers, Direction::to_host, bytes);
+    interface->device_free(nullptr, &r.buf);  // a failure here strands the runtime's memory, not data
+    r.published_device = r.buf.device;
+    if (newer) root.flags = (root.flags & ~kDeviceDirty) | kHostDirty;
+    r.buf.flags = r.published = root.flags;
+    return true;
+}
+
+int Storage::copy_root_home() {
     TargetDevice target(device.get());
     int64_t bytes = byte_span(&root).size();
-    check(root.device_interface->copy_to_host(nullptr, &root), entry, "copying to the host");
+    last_failure() = DeviceFailure{};
+    int rc = root.device_interface->copy_to_host(nullptr, &root);
     // Our backend counts where the bytes move; a pipeline runtime's copies are counted here.
-    if (device_ownership == DeviceOwnership::foreign) record_transfer(&transfers, Direction::to_host, bytes);
+    if (rc == 0 && device_ownership == DeviceOwnership::foreign)
+        record_transfer(&transfers, Direction::to_host, bytes);
+    return rc;
+}
+
+void Storage::download(const char *entry) {
+    if (!(root.flags & kDeviceDirty)) return;
+    if (readonly)
+        throw BufferError(std::string(entry) + "(): the device copy is newer, but the buffer wraps "
+                          "read-only memory it cannot be written into; wrap a writable copy "
+                          "(Buffer.from_host(obj, copy=True)) for device outputs");
+    check(copy_root_home(), entry, "copying to the host");
 }
 
 void Storage::allocate(const char *entry, const DeviceChoice &on) {
-    absorb_raw_views();
     if (root.device) {
         if (on.required && on.device != device)
             throw ValueError(std::string(entry) + "(): the buffer's device copy is on " +
@@ -127,8 +159,9 @@ void Storage::allocate(const char *entry, const DeviceChoice &on) {
                          "was given; pass device=halide_buffer.opencl.device()");
     TargetDevice target(on.device.get());
     const halide_device_interface_t *interface = opencl_interface();
+    last_failure() = DeviceFailure{};
     check(interface->device_malloc(nullptr, &root, interface), entry, "allocating device memory");
-    handle_of(&root)->allocation->transfers = &transfers;
+    adopt_allocation();
     device = on.device;
     device_ownership = DeviceOwnership::owned;
     ever_on_device = true;
@@ -143,6 +176,7 @@ void Storage::upload(const char *entry, const DeviceChoice &on) {
     root.flags = flags;
     TargetDevice target(device.get());
     int64_t bytes = byte_span(&root).size();
+    last_failure() = DeviceFailure{};
     check(root.device_interface->copy_to_device(nullptr, &root, root.device_interface), entry,
           "copying to the device");
     if (device_ownership == DeviceOwnership::foreign) record_transfer(&transfers, Direction::to_device, bytes);
@@ -153,6 +187,7 @@ std::shared_ptr<void> Storage::free_device(const char *entry) {
     download(entry);  // freeing never loses data: a newer device copy comes home first
     forget_view_handles();
     TargetDevice target(device.get());
+    last_failure() = DeviceFailure{};
     check(root.device_interface->device_free(nullptr, &root), entry, "freeing device memory");
     device_ownership = DeviceOwnership::none;
     device.reset();
@@ -168,25 +203,36 @@ void Storage::forget_view_handles() {
     }
 }
 
-void Storage::publish(RawView &r, const uint8_t *data) {
-    absorb_raw_views();
+void Storage::adopt_allocation() {
+    // Our backend's copies through any handle into this allocation move the whole storage
+    // (one state covers it), and are counted as this storage's.
+    DeviceAllocation *a = handle_of(&root)->allocation;
+    a->whole = &root;
+    a->transfers = &transfers;
+}
+
+void Storage::publish(RawView &r, bool may_copy) {
+    if (r.buf.device != r.published_device) return;  // a pipeline's allocation still to bring home
     uint64_t device_field = 0;
     const halide_device_interface_t *interface = nullptr;
     if (root.device && device_ownership == DeviceOwnership::foreign) {
         if (covers_storage(r.buf, root)) {
             device_field = root.device;
             interface = root.device_interface;
-        } else {
+        } else if (may_copy) {
             download("_get_raw_halide_buffer_t");  // a view the pipeline's runtime cannot describe
         }
     } else if (root.device) {
         DeviceHandle *base = handle_of(&root);
         if (!r.handle || r.handle->allocation != base->allocation) {
-            uint64_t offset = uint64_t(int64_t(base->offset) + (data - root.host));
-            r.handle.reset(new DeviceHandle{offset, base->native, base->allocation, HandleKind::view});
+            uint64_t offset = uint64_t(int64_t(base->offset) + (r.buf.host - root.host));
+            r.handle.reset(new (std::nothrow)
+                               DeviceHandle{offset, base->native, base->allocation, HandleKind::view});
         }
-        device_field = reinterpret_cast<uint64_t>(r.handle.get());
-        interface = root.device_interface;
+        if (r.handle) {
+            device_field = reinterpret_cast<uint64_t>(r.handle.get());
+            interface = root.device_interface;
+        }
     } else {
         r.handle.reset();
     }
@@ -195,36 +241,63 @@ void Storage::publish(RawView &r, const uint8_t *data) {
     r.buf.flags = r.published = effective_flags();
 }
 
+void Storage::publish_all() {
+    for (RawView *r : raw_views) publish(*r, false);
+}
+
 // ---------------------------------------------------------------------------------------------
-// Buffer: each operation is one rule under the storage's lock
+// Buffer: each operation is one rule inside one StorageOp
 // ---------------------------------------------------------------------------------------------
+
+namespace {
+
+void plain_wait(std::unique_lock<std::mutex> &lock) { lock.lock(); }
+std::atomic<LockWaiter> g_waiter{plain_wait};
+
+/// One residency operation on a storage: holds its lock (a contended one is waited for through
+/// the lock waiter, so the bindings can let other Python threads run meanwhile), takes in first
+/// what foreign code wrote into published views, and republishes every view from the shared
+/// state on the way out, so no halide_buffer_t handed out shows a stale state.
+class StorageOp {
+public:
+    explicit StorageOp(Storage &s) : storage_(s), lock_(s.mutex, std::try_to_lock) {
+        if (!lock_.owns_lock()) g_waiter.load()(lock_);
+        storage_.absorb_raw_views();
+    }
+    ~StorageOp() { storage_.publish_all(); }
+    StorageOp(const StorageOp &) = delete;
+    StorageOp &operator=(const StorageOp &) = delete;
+
+private:
+    Storage &storage_;
+    std::unique_lock<std::mutex> lock_;
+};
+
+}  // namespace
+
+void set_lock_waiter(LockWaiter waiter) { g_waiter = waiter ? waiter : plain_wait; }
 
 Buffer::~Buffer() {
     if (!raw_) return;
-    std::lock_guard<std::mutex> lock(storage_->mutex);
-    // Flags (and device memory) a pipeline left in this view must outlive it.
-    storage_->absorb_raw_views();
+    StorageOp op(*storage_);  // flags (and device memory) a pipeline left in this view outlive it
     auto &views = storage_->raw_views;
     views.erase(std::find(views.begin(), views.end(), raw_.get()));
     --storage_->published_views;
 }
 
 bool Buffer::host_dirty() {
-    std::lock_guard<std::mutex> lock(storage_->mutex);
-    storage_->absorb_raw_views();
+    StorageOp op(*storage_);
     return storage_->effective_flags() & kHostDirty;
 }
 
 bool Buffer::device_dirty() {
-    std::lock_guard<std::mutex> lock(storage_->mutex);
-    storage_->absorb_raw_views();
+    StorageOp op(*storage_);
     return storage_->effective_flags() & kDeviceDirty;
 }
 
 void Buffer::set_host_dirty(bool value) {
-    std::lock_guard<std::mutex> lock(storage_->mutex);
+    StorageOp op(*storage_);
     Storage &s = *storage_;
-    s.absorb_raw_views();
     if (value && (s.root.flags & kDeviceDirty))
         throw ValueError("set_host_dirty(): the device copy is newer (device_dirty); call "
                          "copy_to_host() before writing on the host");
@@ -233,72 +306,77 @@ void Buffer::set_host_dirty(bool value) {
 }
 
 void Buffer::set_device_dirty(bool value) {
-    std::lock_guard<std::mutex> lock(storage_->mutex);
+    StorageOp op(*storage_);
     Storage &s = *storage_;
-    s.absorb_raw_views();
     if (value && !s.root.device)
         throw ValueError("set_device_dirty(): the buffer has no device allocation; call "
                          "copy_to_device() or device_malloc() first");
     if (value && (s.root.flags & kHostDirty))
         throw ValueError("set_device_dirty(): the host copy is newer (host_dirty); call "
                          "copy_to_device() before writing on the device");
+    if (value && s.readonly)
+        throw ValueError("set_device_dirty(): the buffer wraps read-only memory, which the device "
+                         "copy could never be written back into; wrap a writable copy "
+                         "(Buffer.from_host(obj, copy=True))");
     if (value) s.root.flags |= kDeviceDirty;
     else s.root.flags &= ~kDeviceDirty;
 }
 
 bool Buffer::has_device_allocation() {
-    std::lock_guard<std::mutex> lock(storage_->mutex);
-    storage_->absorb_raw_views();
+    StorageOp op(*storage_);
     return storage_->root.device != 0;
 }
 
 std::shared_ptr<OpenCLDevice> Buffer::device() {
-    std::lock_guard<std::mutex> lock(storage_->mutex);
-    storage_->absorb_raw_views();
+    StorageOp op(*storage_);
     return storage_->device;
 }
 
 void Buffer::copy_to_host() {
-    std::lock_guard<std::mutex> lock(storage_->mutex);
+    StorageOp op(*storage_);
     storage_->download("copy_to_host");
 }
 
 void Buffer::copy_to_device(const DeviceChoice &on) {
-    std::lock_guard<std::mutex> lock(storage_->mutex);
+    StorageOp op(*storage_);
     storage_->upload("copy_to_device", on);
 }
 
 void Buffer::device_malloc(const DeviceChoice &on) {
-    std::lock_guard<std::mutex> lock(storage_->mutex);
+    StorageOp op(*storage_);
     storage_->allocate("device_malloc", on);
 }
 
 void Buffer::device_free() {
     std::shared_ptr<void> released;  // declared first: dropped after the lock is let go
-    std::lock_guard<std::mutex> lock(storage_->mutex);
+    StorageOp op(*storage_);
     released = storage_->free_device("device_free");
 }
 
 void Buffer::device_sync() {
-    std::lock_guard<std::mutex> lock(storage_->mutex);
+    StorageOp op(*storage_);
     Storage &s = *storage_;
-    s.absorb_raw_views();
     if (!s.root.device) return;
     TargetDevice target(s.device.get());
+    last_failure() = DeviceFailure{};
     check(s.root.device_interface->device_sync(nullptr, &s.root), "device_sync", "waiting for the device");
 }
 
 void Buffer::device_wrap_native(const std::shared_ptr<OpenCLDevice> &on, uint64_t native, uint64_t offset,
                                 std::shared_ptr<void> owner) {
     constexpr const char *entry = "device_wrap_native";
-    std::lock_guard<std::mutex> lock(storage_->mutex);
+    StorageOp op(*storage_);
     Storage &s = *storage_;
-    s.absorb_raw_views();
     if (s.root.device)
         throw ValueError(std::string(entry) + "(): the buffer already has a device allocation; call "
                          "device_free() first");
+    if (s.readonly)
+        throw ValueError(std::string(entry) + "(): the buffer wraps read-only memory, which the "
+                         "wrapped device data could never be written back into; wrap a writable "
+                         "buffer");
     const halide_device_interface_t *interface = opencl_interface();
     TargetDevice target(on.get());
+    last_failure() = DeviceFailure{};
     check(interface->wrap_native(nullptr, &s.root, native, interface), entry, "wrapping the cl_mem");
     DeviceHandle *h = handle_of(&s.root);
     int64_t needed = byte_span(&s.root).size();
@@ -314,7 +392,7 @@ void Buffer::device_wrap_native(const std::shared_ptr<OpenCLDevice> &on, uint64_
     ocl::api().RetainMemObject(static_cast<ocl::cl_mem>(h->native));
     h->allocation->holds_reference = true;
     ++live_counts().device_allocations;
-    h->allocation->transfers = &s.transfers;
+    s.adopt_allocation();
     s.device = on;
     s.device_owner = std::move(owner);
     s.device_ownership = DeviceOwnership::wrapped;
@@ -325,9 +403,9 @@ void Buffer::device_wrap_native(const std::shared_ptr<OpenCLDevice> &on, uint64_
 
 std::shared_ptr<void> Buffer::device_detach_native() {
     constexpr const char *entry = "device_detach_native";
-    std::lock_guard<std::mutex> lock(storage_->mutex);
+    std::shared_ptr<void> released;  // declared first: dropped after the lock is let go
+    StorageOp op(*storage_);
     Storage &s = *storage_;
-    s.absorb_raw_views();
     if (!s.root.device) return nullptr;
     if (s.device_ownership != DeviceOwnership::wrapped)
         throw ValueError(std::string(entry) + "(): the device allocation was not wrapped with "
@@ -335,16 +413,18 @@ std::shared_ptr<void> Buffer::device_detach_native() {
     s.download(entry);
     s.forget_view_handles();
     TargetDevice target(s.device.get());
+    last_failure() = DeviceFailure{};
     check(s.root.device_interface->detach_native(nullptr, &s.root), entry, "detaching the cl_mem");
     s.device_ownership = DeviceOwnership::none;
     s.device.reset();
-    return std::exchange(s.device_owner, nullptr);
+    released = std::exchange(s.device_owner, nullptr);
+    return released;
 }
 
 void Buffer::begin_host_read() {
     // Never on a device and no halide_buffer_t out: nothing can have made the host stale.
-    if (!may_hold_device_copy() && storage_->published_views.load(std::memory_order_relaxed) == 0) return;
-    std::lock_guard<std::mutex> lock(storage_->mutex);
+    if (storage_->published_views.load(std::memory_order_acquire) == 0 && !may_hold_device_copy()) return;
+    StorageOp op(*storage_);
     storage_->download("copy_to_host");
 }
 
@@ -352,21 +432,22 @@ void Buffer::begin_host_write(const char *entry) {
     if (storage_->readonly)
         throw BufferError(std::string(entry) + "(): the buffer wraps read-only memory; use "
                           "Buffer.from_host(obj, copy=True) for a writable copy");
-    std::lock_guard<std::mutex> lock(storage_->mutex);
+    StorageOp op(*storage_);
     storage_->download(entry);
     storage_->root.flags |= kHostDirty;
 }
 
-Buffer::DeviceView Buffer::begin_device_use(const char *entry, const DeviceChoice &on,
-                                            bool write) {
-    std::lock_guard<std::mutex> lock(storage_->mutex);
+Buffer::DeviceView Buffer::begin_device_use(const char *entry, const DeviceChoice &on, bool write) {
+    StorageOp op(*storage_);
     Storage &s = *storage_;
-    s.absorb_raw_views();
     if (s.device_ownership == DeviceOwnership::foreign)
         throw BufferError(std::string(entry) + "(): the device copy belongs to a pipeline's Halide "
                           "runtime; call copy_to_host() and device_free() first");
+    if (write && s.readonly)
+        throw BufferError(std::string(entry) + "(): the buffer wraps read-only memory; pass "
+                          "writable=False for a device view to read");
     s.upload(entry, on);
-    if (write && !s.readonly) s.root.flags = kDeviceDirty;  // the consumer may write: a lease
+    if (write) s.root.flags = kDeviceDirty;  // the consumer may write: a lease
     DeviceHandle *h = handle_of(&s.root);
     // The consumer gets its own reference, taken under the lock: a device_free() racing with
     // it cannot release the memory under the consumer's feet.
@@ -378,7 +459,7 @@ halide_buffer_t *Buffer::raw(const char *entry) {
     if (!dtype_->has_halide_type())
         throw BufferError(std::string(entry) + "(): Halide has no type for " + dtype_->name +
                           "; pass a buffer of another dtype");
-    std::lock_guard<std::mutex> lock(storage_->mutex);
+    StorageOp op(*storage_);
     if (!raw_) {
         raw_ = std::make_unique<RawView>();
         int n = ndim();
@@ -398,7 +479,7 @@ halide_buffer_t *Buffer::raw(const char *entry) {
         storage_->raw_views.push_back(raw_.get());
         ++storage_->published_views;
     }
-    storage_->publish(*raw_, data_);
+    storage_->publish(*raw_, true);
     return &raw_->buf;
 }
 

@@ -118,6 +118,9 @@ def as_array(buffer: Buffer, *, device: Device | None = None, writable: bool = T
                           "pass buffer.copy() instead")
     mem, offset, dev = buffer._device_view(device, writable)
     data = cl.MemoryObject.from_int_ptr(mem, retain=False)  # adopts the reference the lease took
+    # The array (and every array made from it) keeps the buffer alive, and with it whatever a
+    # wrapped cl_mem came from: a memory pool hands memory on when its owner dies, refcount or not.
+    data._halide_buffer = buffer
     queue = cl.CommandQueue.from_int_ptr(dev.queue, retain=True)
     return cla.Array(queue, buffer.shape, buffer.dtype.numpy, strides=buffer.strides, data=data,
                      offset=offset)

@@ -2,6 +2,8 @@
 PoCL): the buffer tracks it as foreign, reads it through the interface the runtime set, counts
 the copies, and frees it through that interface."""
 
+import ctypes
+
 import halide as hl  # required test dependency: the test fails, not skips, without it
 import numpy as np
 import pytest
@@ -24,12 +26,30 @@ def brighter_func():
     return out, [inp]
 
 
+def host_brighter_func():
+    """The same sum scheduled on the host, in a pipeline built for an OpenCL target: its runtime
+    brings device-resident inputs to the host itself (halide_copy_to_host)."""
+    x, y = hl.Var("x"), hl.Var("y")
+    inp = hl.ImageParam(hl.UInt(8), 2, "inp")
+    out = hl.Func("host_brighter")
+    out[x, y] = inp[x, y] + hl.u8(10)
+    return out, [inp]
+
+
 @pytest.fixture(scope="module")
-def brighter(tmp_path_factory):
+def pipelines(tmp_path_factory):
     hb.opencl.device()  # opens the OpenCL loader process-wide, where the pipeline's runtime looks
     directory = tmp_path_factory.mktemp("halide_opencl")
-    return build(directory, c_compiler(), *brighter_func(), "hb_test_brighter_opencl",
-                 target=TARGET + "-opencl")
+    target = TARGET + "-opencl"
+    return {
+        "device": build(directory, c_compiler(), *brighter_func(), "hb_test_brighter_opencl", target=target),
+        "host": build(directory, c_compiler(), *host_brighter_func(), "hb_test_host_brighter", target=target),
+    }
+
+
+@pytest.fixture(scope="module")
+def brighter(pipelines):
+    return pipelines["device"]
 
 
 def test_a_pipelines_device_output_is_tracked_read_and_freed(brighter):
@@ -73,3 +93,43 @@ def test_buffers_dying_with_a_foreign_allocation_free_it_through_its_runtime(bri
             assert np.asarray(out)[7, 7] == i + 10
         del out  # the storage frees the runtime's allocation through the runtime's interface
     assert hb._core._live_counts()["storages"] == before
+
+
+def test_a_runtime_freeing_the_tracked_allocation_leaves_the_buffer_on_the_host(brighter):
+    out = hb.Buffer((8, 8), "uint8")
+    brighter.run(hb.Buffer.from_host(np.ones((8, 8), np.uint8)), out)
+    free = brighter.lib.halide_device_free
+    free.argtypes, free.restype = [ctypes.c_void_p, ctypes.c_void_p], ctypes.c_int
+    assert free(None, out._get_raw_halide_buffer_t()) == 0  # Halide's API, on what we handed out
+    assert not out.has_device_allocation() and not out.device_dirty()
+    out.numpy(writable=True)[0, 0] = 5
+    out.copy_to_device()  # a fresh allocation of ours, not the freed one
+    assert out.device is hb.opencl.device()
+    del out
+
+
+def test_a_pipelines_allocation_for_a_crop_is_brought_home_and_counted(brighter):
+    out = hb.Buffer((10, 9), "uint8")
+    crop = out[1:9, 0:8]  # the runtime allocates device memory for the crop only
+    brighter.run(hb.Buffer.from_host(np.ones((10, 9), np.uint8)), crop)
+    moves = Moves(out)
+    expected = np.zeros((10, 9), np.uint8)
+    expected[1:9, 0:8] = 11
+    np.testing.assert_array_equal(np.asarray(out), expected)
+    assert moves() == down(7 * 9 + 8)  # the crop's span, from its (0, 0) to its (7, 7)
+    assert not out.has_device_allocation() and not crop.device_dirty()
+
+
+def test_a_runtime_reading_a_crop_of_our_device_buffer_gets_current_data(pipelines, dev):
+    full = hb.Buffer((16, 16), "uint8")
+    a = hb.opencl.as_array(full)
+    a.fill(5)
+    a.queue.finish()
+    out = hb.Buffer((8, 8), "uint8")
+    moves = Moves(full)
+    pipelines["host"].run(full[0:8, 0:8], out)  # the runtime calls our interface's copy_to_host
+    np.testing.assert_array_equal(np.asarray(out), np.full((8, 8), 15))
+    assert moves() == down(16 * 16)  # the whole storage: the rest of it is current too
+    assert not full.device_dirty()
+    np.testing.assert_array_equal(np.asarray(full), np.full((16, 16), 5))
+    assert moves() == NONE

@@ -7,6 +7,7 @@ import gc
 import numpy as np
 import pyopencl as cl
 import pyopencl.array as cla
+import pyopencl.tools  # noqa: F401  (cl.tools: memory pools)
 import pytest
 
 import halide_buffer as hb
@@ -181,14 +182,24 @@ def test_a_read_only_device_export_leaves_the_host_current(dev):
     assert moves() == NONE
 
 
-def test_read_only_memory_exported_to_the_device_is_never_marked_device_dirty(dev):
+def test_read_only_memory_goes_to_the_device_for_reading_only(dev, ctx):
     src = np.arange(6, dtype=np.int32)
     src.flags.writeable = False
     b = hb.Buffer.from_host(src)
     moves = Moves(b)
-    a = hb.opencl.as_array(b)
+    a = hb.opencl.as_array(b, writable=False)
     assert moves() == up(24) and not b.device_dirty()
     np.testing.assert_array_equal(a.get(), src)
+    # Nothing may make the device copy the newer one: it could never be written back.
+    with pytest.raises(BufferError, match=r"opencl.as_array\(\): the buffer wraps read-only memory; "
+                                          r"pass writable=False"):
+        hb.opencl.as_array(b)
+    with pytest.raises(ValueError, match=r"set_device_dirty\(\): the buffer wraps read-only memory"):
+        b.set_device_dirty()
+    b.device_free()
+    with pytest.raises(ValueError, match=r"device_wrap_native\(\): the buffer wraps read-only memory"):
+        b.device_wrap_native(cl.Buffer(ctx, cl.mem_flags.READ_WRITE, 24))
+    assert not b.device_dirty() and not b.has_device_allocation()
 
 
 # --- borrowed writable memory: a standing lease unless promised otherwise ----------------------
@@ -420,7 +431,7 @@ def test_a_halide_runtime_can_copy_our_buffer_through_the_interface_we_publish(d
     assert copy_to_host(None, address) == 0
     assert raw.flags == 0
     assert not b.device_dirty()  # the runtime cleared the flag; every view sees it
-    assert moves() == down((3 * 4 + 1) * 4 + 4)  # the crop's span: element (0, 1) to (3, 2)
+    assert moves() == down(4 * 4 * 4)  # the whole storage: one state covers all of it
     np.testing.assert_array_equal(np.asarray(crop), np.full((4, 2), 2, np.float32))
     assert moves() == NONE
 
@@ -445,3 +456,44 @@ def test_copy_reads_the_current_data(dev):
     assert moves() == down(24)
     np.testing.assert_array_equal(np.asarray(c), [1, 4, 4, 4, 4])
     assert not c.has_device_allocation() and c.host_dirty()
+
+
+HALIDE_COPY_TO_DEVICE = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p)
+
+
+def test_a_runtime_uploading_a_crop_uploads_the_whole_storage(dev):
+    b = ramp((4, 8), "int32")
+    b.copy_to_device()
+    b.numpy(writable=True)[:] = 7  # the host is newer everywhere
+    crop = b[1:3, 2:4]
+    address = crop._get_raw_halide_buffer_t()
+    raw = HalideBufferT.from_address(address)
+    table = (ctypes.c_void_p * 16).from_address(raw.device_interface)
+    moves = Moves(b)
+    assert HALIDE_COPY_TO_DEVICE(table[5])(None, address, None) == 0  # halide_copy_to_device
+    assert moves() == up(4 * 8 * 4)
+    assert not b.host_dirty() and not b.device_dirty()
+    np.testing.assert_array_equal(on_device(b), np.full((4, 8), 7))
+
+
+def test_published_views_never_show_a_stale_state(dev):
+    b = ramp((8,))
+    v = b[2:6]
+    raw = HalideBufferT.from_address(v._get_raw_halide_buffer_t())
+    assert raw.flags == HOST_DIRTY and raw.device == 0
+    device_fill(b, 3)  # every operation republishes the views it changed
+    assert raw.flags == DEVICE_DIRTY and raw.device != 0
+    np.asarray(b)
+    assert raw.flags == 0
+
+
+def test_device_arrays_keep_a_wrapped_pool_block_from_being_reused(dev, queue):
+    pool = cl.tools.MemoryPool(cl.tools.ImmediateAllocator(queue))
+    src = cla.to_device(queue, np.arange(16, dtype=np.float32), allocator=pool)
+    b = hb.opencl.wrap(src)
+    arr = hb.opencl.as_array(b)
+    del b, src
+    gc.collect()
+    other = cla.to_device(queue, np.full(16, -1, np.float32), allocator=pool)
+    assert other.base_data.int_ptr != arr.base_data.int_ptr  # the block is still ours
+    np.testing.assert_array_equal(arr.get(), np.arange(16))
