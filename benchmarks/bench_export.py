@@ -29,7 +29,6 @@ import argparse
 import importlib.util
 import json
 import os
-import platform
 import shlex
 import shutil
 import statistics
@@ -44,7 +43,7 @@ import numpy as np
 
 import halide_buffer as hb
 
-from rounds import Rounds
+from bench_common import Rounds, environment, environment_line
 
 HERE = Path(__file__).resolve().parent
 PEER_SOURCE = HERE / "peer_def_buffer.cpp"
@@ -220,8 +219,7 @@ def main(argv=None):
 
     print(f"export overhead: best of {args.repeat} x {args.number} calls, float32 {SMALL} "
           f"unless noted")
-    print(f"python {platform.python_version()}, numpy {np.__version__}, "
-          f"halide_buffer {hb.__version__}, {platform.machine()}, {os.cpu_count()} cpus")
+    print(environment_line())
     print(f"peer (pybind11 def_buffer): "
           f"{'built from ' + PEER_SOURCE.name if peer_mod is not None else 'unavailable: ' + peer_reason}")
     print()
@@ -268,13 +266,7 @@ def main(argv=None):
             "repeat": args.repeat,
             "shape": list(SMALL),
             "big_shape": list(big_shape),
-            "environment": {
-                "python": platform.python_version(),
-                "numpy": np.__version__,
-                "halide_buffer": hb.__version__,
-                "machine": platform.machine(),
-                "cpus": os.cpu_count(),
-            },
+            "environment": environment(),
             "peer": {"available": peer_mod is not None, "reason": peer_reason},
             "cases": {
                 c.key: {"label": c.label, "group": c.group, "best_ns": c.rounds_ns.best,

@@ -35,8 +35,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import platform
 import statistics
 import sys
 import time
@@ -46,7 +44,7 @@ import numpy as np
 
 import halide_buffer as hb
 
-from rounds import Rounds
+from bench_common import Rounds, environment, environment_line
 
 KiB, MiB = 1 << 10, 1 << 20
 
@@ -306,8 +304,7 @@ def fmt_time(s):
 
 def report_copies(cases, repeat, device):
     print(f"host <-> device copies: best of {repeat} interleaved rounds, uint8, {device}")
-    print(f"python {platform.python_version()}, numpy {np.__version__}, "
-          f"halide_buffer {hb.__version__}, {platform.machine()}, {os.cpu_count()} cpus")
+    print(environment_line())
     print()
     head = (f"{'size':>8}  {'direction':<9}  {'copies':>6}  {'ours':>10}  {'peer':>10}  "
             f"{'ours GB/s':>9}  {'peer GB/s':>9}  {'ours/peer':>9}  {'paired':>7}  "
@@ -414,13 +411,7 @@ def main(argv=None):
             "benchmark": "transfers",
             "repeat": args.repeat,
             "device": device,
-            "environment": {
-                "python": platform.python_version(),
-                "numpy": np.__version__,
-                "halide_buffer": hb.__version__,
-                "machine": platform.machine(),
-                "cpus": os.cpu_count(),
-            },
+            "environment": environment(),
             "copies": rows,
             "cases": {c.key: {"bytes": c.nbytes, "direction": c.direction, "side": c.side,
                               "copies_per_round": c.number, "best_s": c.rounds_s.best,

@@ -1,0 +1,40 @@
+"""What the benchmarks share: the rounds a case keeps, and the environment a run reports."""
+
+import os
+import platform
+import statistics
+
+import numpy as np
+
+import halide_buffer as hb
+
+
+class Rounds(list):
+    """The per-call time of each round, in the unit its name says. The best round is the
+    figure (least disturbed by the rest of the machine); the median says how noisy the run was."""
+
+    @property
+    def best(self):
+        return min(self)
+
+    @property
+    def median(self):
+        return statistics.median(self)
+
+
+def environment():
+    """The versions and machine a run's figures belong to (for --json)."""
+    return {
+        "python": platform.python_version(),
+        "numpy": np.__version__,
+        "halide_buffer": hb.__version__,
+        "machine": platform.machine(),
+        "cpus": os.cpu_count(),
+    }
+
+
+def environment_line():
+    """The environment in one line, for the head of a table."""
+    e = environment()
+    return (f"python {e['python']}, numpy {e['numpy']}, halide_buffer {e['halide_buffer']}, "
+            f"{e['machine']}, {e['cpus']} cpus")
