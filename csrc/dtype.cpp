@@ -69,6 +69,13 @@ const DType *dtype_by_name(const std::string &name) {
     return nullptr;
 }
 
+const DType *dtype_by_dlpack(uint8_t code, uint8_t bits) {
+    for (const DType &t : kTable) {
+        if (t.dlpack.code == code && t.dlpack.bits == bits) return &t;
+    }
+    return nullptr;
+}
+
 const DType *dtype_by_format(const char *format, size_t itemsize) {
     if (format == nullptr) return dtype_by_name("uint8");  // PEP 3118: no format means bytes
     // Byte order: native ('@'), standard ('='), little-endian ('<'); this library is

@@ -231,6 +231,8 @@ Buffer(shape, dtype="float64") allocates owned, zero-filled, 128-byte aligned ho
         .def("__repr__", method(&repr_of));
     bind_numpy(cls);
     bind_residency(cls);
+    bind_dlpack(cls, m);
+    bind_dlpack_exchange(cls);
 }
 
 }  // namespace hb

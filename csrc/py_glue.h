@@ -5,8 +5,10 @@
 #include <pybind11/pybind11.h>
 
 #include <exception>
+#include <optional>
 
 #include "buffer.h"
+#include "dlpack.h"
 #include "dtype.h"
 
 namespace hb {
@@ -42,8 +44,28 @@ Buffer &buffer_of(PyObject *self);
 
 // py_residency.cpp
 void bind_residency(py::class_<Buffer> &cls);
+/// The device a call names: a Device (required), or None: where the buffer is, else the default.
+DeviceChoice device_arg(py::handle device, const char *entry);
 /// halide_buffer.transfers(): the process-wide counts.
 void bind_transfer_totals(py::module_ &m);
+
+// py_dlpack.cpp
+void bind_dlpack(py::class_<Buffer> &cls, py::module_ &m);
+/// copy= of the DLPack entry points: -1 (None), 0 (False) or 1 (True); TypeError otherwise.
+int tri_state(py::handle value, const char *entry);
+/// What keeps an imported tensor alive (exactly one of `versioned`, `legacy`): runs its deleter
+/// once, with the GIL, when the last buffer over it dies.
+std::shared_ptr<void> import_owner(DLManagedTensorVersioned *versioned, DLManagedTensor *legacy,
+                                   py::object producer);
+/// A buffer over a checked tensor: wrapped; or copied when `copy` is 1 (unless the producer
+/// copied it for us already) or the values are packed, releasing `owner`.
+Buffer adopt_import(const DLImport &in, std::shared_ptr<void> owner, int copy, bool producer_copied = false);
+
+// py_dlpack_exchange.cpp
+/// DLPack 1.3's C exchange API: our table on the Buffer type.
+void bind_dlpack_exchange(py::class_<Buffer> &cls);
+/// A producer's exchange API, when its type has one: the fast import; nothing when it has none.
+std::optional<Buffer> exchange_import(py::handle obj, int copy);
 
 // py_from_host.cpp
 /// Buffer.from_host(): wrap (or copy) anything with the buffer protocol or an ndarray.

@@ -30,7 +30,8 @@ std::shared_ptr<OpenCLDevice> default_device() {
     return py::module_::import("halide_buffer.opencl").attr("device")().cast<std::shared_ptr<OpenCLDevice>>();
 }
 
-/// The device a call names: a Device (required), or None: where the buffer is, else the default.
+}  // namespace
+
 DeviceChoice device_arg(py::handle device, const char *entry) {
     if (device.is_none()) return DeviceChoice{default_device(), false};
     if (!py::isinstance<OpenCLDevice>(device))
@@ -38,6 +39,8 @@ DeviceChoice device_arg(py::handle device, const char *entry) {
                         Py_TYPE(device.ptr())->tp_name + "; get one with halide_buffer.opencl.device()");
     return DeviceChoice{device.cast<std::shared_ptr<OpenCLDevice>>(), true};
 }
+
+namespace {
 
 /// Keeps a Python object alive while the storage holds it; dropped with the GIL held.
 std::shared_ptr<void> keep(py::handle obj) {

@@ -7,7 +7,8 @@ every dtype of the table, bfloat16 and the float8 family included.
 """
 
 from . import opencl
-from ._core import Buffer, Device, DeviceError, DType, Transfers, dtype, dtypes, transfers
+from ._core import (Buffer, Device, DeviceError, DType, Transfers, dtype, dtypes, from_dlpack,
+                    transfers)
 from ._version import __version__
 
 
@@ -18,4 +19,4 @@ class Runtime:
 
 
 __all__ = ["Buffer", "DType", "Device", "DeviceError", "Runtime", "Transfers", "dtype", "dtypes",
-           "opencl", "transfers", "__version__"]
+           "from_dlpack", "opencl", "transfers", "__version__"]

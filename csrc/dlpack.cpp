@@ -1,0 +1,223 @@
+// dlpack.cpp: managed tensors of our buffers, and the checks every imported tensor passes.
+#include "dlpack.h"
+
+#include <cstring>
+#include <limits>
+#include <string>
+
+#include "errors.h"
+
+namespace hb {
+
+// ---------------------------------------------------------------------------------------------
+// Export
+// ---------------------------------------------------------------------------------------------
+
+namespace {
+
+/// Everything a managed tensor of ours points to: freed together by its deleter.
+struct ExportContext {
+    explicit ExportContext(Buffer v) : view(std::move(v)) {}
+    Buffer view;                          ///< keeps the storage (and its owner) alive
+    std::vector<int64_t> shape, strides;  ///< strides in elements
+    DLManagedTensorVersioned versioned{};
+    DLManagedTensor legacy{};
+};
+
+/// Fills a DLTensor describing the context's view.
+void describe(ExportContext &c, DLTensor &t) {
+    const Buffer &b = c.view;
+    c.shape = b.shape();
+    c.strides.resize(b.strides().size());
+    for (size_t i = 0; i < c.strides.size(); ++i) c.strides[i] = b.strides()[i] / b.dtype().itemsize;
+    // DLPack asks for NULL data when there are no elements; the first element otherwise.
+    t.data = b.size() ? b.data() : nullptr;
+    t.device = dlpack_device_of(b);
+    t.ndim = b.ndim();
+    t.dtype = b.dtype().dlpack;
+    t.shape = c.shape.empty() ? nullptr : c.shape.data();
+    t.strides = c.strides.empty() ? nullptr : c.strides.data();
+    t.byte_offset = 0;
+}
+
+}  // namespace
+
+DLDevice dlpack_device_of(const Buffer &) { return DLDevice{kDLCPU, 0}; }
+
+DLPackVersion dlpack_version_for(const DType &t) {
+    bool newer = t.dlpack.code >= kDLFloat8_e3m4 || t.dlpack_padded;
+    return DLPackVersion{1, newer ? 1u : 0u};
+}
+
+DLManagedTensorVersioned *export_versioned(Buffer view, bool copied) {
+    auto *c = new ExportContext(std::move(view));
+    const DType &t = c->view.dtype();
+    DLManagedTensorVersioned &m = c->versioned;
+    m.version = dlpack_version_for(t);
+    m.manager_ctx = c;
+    m.deleter = [](DLManagedTensorVersioned *self) { delete static_cast<ExportContext *>(self->manager_ctx); };
+    m.flags = (c->view.readonly() ? DLPACK_FLAG_BITMASK_READ_ONLY : 0) |
+              (copied ? DLPACK_FLAG_BITMASK_IS_COPIED : 0) |
+              (t.dlpack_padded ? DLPACK_FLAG_BITMASK_IS_SUBBYTE_TYPE_PADDED : 0);
+    describe(*c, m.dl_tensor);
+    return &m;
+}
+
+DLManagedTensor *export_legacy(Buffer view) {
+    auto *c = new ExportContext(std::move(view));
+    DLManagedTensor &m = c->legacy;
+    m.manager_ctx = c;
+    m.deleter = [](DLManagedTensor *self) { delete static_cast<ExportContext *>(self->manager_ctx); };
+    describe(*c, m.dl_tensor);
+    return &m;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Import
+// ---------------------------------------------------------------------------------------------
+
+namespace {
+
+constexpr int kMaxDims = 64;
+
+std::string str(int64_t v) { return std::to_string(v); }
+
+std::string dtype_text(const DLDataType &d) {
+    return "(code " + str(d.code) + ", bits " + str(d.bits) + ", lanes " + str(d.lanes) + ")";
+}
+
+/// Devices whose memory the host reads directly. Tensors elsewhere need their device's backend
+/// (the CUDA backend adds its device here).
+bool host_readable(const DLDevice &d) {
+    return d.device_type == kDLCPU || d.device_type == kDLCUDAHost || d.device_type == kDLROCMHost;
+}
+
+/// The row and packing of a DLPack element type. Sub-byte types are packed unless the padded
+/// flag says one per byte (legacy tensors cannot say so: theirs are packed, as JAX's float4 is);
+/// PyTorch packs two float4 into one element of lanes 2.
+const DType &element_type(const char *entry, const DLDataType &d, bool padded, int &packed_lanes) {
+    const DType *t = dtype_by_dlpack(d.code, d.bits);
+    packed_lanes = 0;
+    if (t && !t->dlpack_padded && d.lanes == 1) return *t;  // whole bytes per element
+    if (t && t->dlpack_padded && padded && d.lanes == 1) return *t;  // one per byte, as we store them
+    if (t && t->dlpack_padded && !padded && (d.lanes == 1 || d.bits * d.lanes % 8 == 0)) {
+        packed_lanes = d.lanes;
+        return *t;
+    }
+    throw BufferError(std::string(entry) + "(): no dtype of the table has the DLPack type " + dtype_text(d) +
+                      "; convert the tensor to one of: " + dtype_names());
+}
+
+}  // namespace
+
+DLImport check_import(const char *entry, const DLTensor &t, uint64_t flags, DLPackVersion version) {
+    std::string where = std::string(entry) + "(): ";
+    if (!host_readable(t.device))
+        throw BufferError(where + "the tensor is on DLPack device (" + str(t.device.device_type) + ", " +
+                          str(t.device.device_id) + "), which the host cannot read; copy it to the "
+                          "CPU first (e.g. tensor.cpu())");
+    if (t.ndim < 0 || t.ndim > kMaxDims)
+        throw BufferError(where + "ndim " + str(t.ndim) + " is outside 0.." + str(kMaxDims) +
+                          "; the producer sent a malformed tensor");
+    if (t.ndim > 0 && !t.shape)
+        throw BufferError(where + "the tensor has " + str(t.ndim) + " axes but no shape; the "
+                          "producer sent a malformed tensor");
+    bool versioned = version.major != 0;
+    if (t.ndim > 0 && !t.strides && versioned && (version.major > 1 || version.minor >= 2))
+        throw BufferError(where + "NULL strides in a DLPack " + str(version.major) + "." + str(version.minor) +
+                          " tensor (allowed only before 1.2); the producer sent a malformed tensor");
+
+    DLImport in;
+    const DType &dtype = element_type(entry, t.dtype, flags & DLPACK_FLAG_BITMASK_IS_SUBBYTE_TYPE_PADDED,
+                                      in.packed_lanes);
+    in.dtype = &dtype;
+    in.readonly = flags & DLPACK_FLAG_BITMASK_READ_ONLY;
+    in.copied = flags & DLPACK_FLAG_BITMASK_IS_COPIED;
+    in.shape.assign(t.shape, t.shape + t.ndim);
+    int64_t count = 1;
+    for (int64_t n : in.shape) {
+        if (n < 0) throw BufferError(where + "negative extent " + str(n) + " in the shape; the producer "
+                                     "sent a malformed tensor");
+        if (__builtin_mul_overflow(count, n, &count))
+            throw BufferError(where + "the shape has more than 2**63 elements; the producer sent a "
+                              "malformed tensor");
+    }
+    if (t.strides) {
+        in.strides.assign(t.strides, t.strides + t.ndim);
+    } else {  // C-contiguous, in elements
+        in.strides.resize(size_t(t.ndim));
+        int64_t s = 1;
+        for (int i = t.ndim; i-- > 0;) {
+            in.strides[size_t(i)] = s;
+            s *= in.shape[size_t(i)] > 0 ? in.shape[size_t(i)] : 1;
+        }
+    }
+    if (count > 0 && !t.data)
+        throw BufferError(where + "NULL data for a tensor of " + str(count) + " elements; the producer "
+                          "sent a malformed tensor");
+    // Every element's byte offset must be an address: lowest and highest, without overflow.
+    int64_t unit = in.packed_lanes ? 1 : dtype.itemsize;  // packed: offsets counted in elements
+    int64_t lo = 0, hi = 0;
+    for (int i = 0; count > 0 && i < t.ndim; ++i) {
+        int64_t reach;
+        if (__builtin_mul_overflow(in.shape[size_t(i)] - 1, in.strides[size_t(i)], &reach) ||
+            __builtin_mul_overflow(reach, unit, &reach) || __builtin_add_overflow(reach < 0 ? lo : hi, reach, reach < 0 ? &lo : &hi))
+            throw BufferError(where + "the strides reach beyond the address space; the producer sent a "
+                              "malformed tensor");
+    }
+    uintptr_t base = reinterpret_cast<uintptr_t>(t.data), first;
+    if (__builtin_add_overflow(base, uintptr_t(t.byte_offset), &first) ||
+        (lo < 0 && first < uintptr_t(-lo)) ||
+        (hi > 0 && first > std::numeric_limits<uintptr_t>::max() - uintptr_t(hi)))
+        throw BufferError(where + "data, byte_offset and strides reach beyond the address space; the "
+                          "producer sent a malformed tensor");
+    in.data = reinterpret_cast<uint8_t *>(first);
+    return in;
+}
+
+Buffer wrap_import(const char *entry, const DLImport &in, std::shared_ptr<void> owner, bool external_writes) {
+    std::vector<int64_t> bytes(in.strides.size());
+    for (size_t i = 0; i < bytes.size(); ++i) bytes[i] = in.strides[i] * in.dtype->itemsize;
+    return Buffer::wrap(entry, in.data, in.shape, bytes, *in.dtype, std::move(owner), in.readonly,
+                        external_writes && !in.copied);
+}
+
+namespace {
+
+/// The i-th `bits`-wide value of packed data (little bit-endian: value i starts at bit i * bits).
+uint8_t packed_value(const uint8_t *data, int64_t i, int bits) {
+    int64_t bit = i * bits;
+    int64_t byte = bit >= 0 ? bit / 8 : -((-bit + 7) / 8);  // floor: negative strides count back
+    int shift = int(bit - byte * 8);
+    unsigned window = data[byte];
+    if (shift + bits > 8) window |= unsigned(data[byte + 1]) << 8;
+    return uint8_t((window >> shift) & ((1u << bits) - 1));
+}
+
+/// Copies every packed element into one-per-byte `out` (C order), lanes innermost.
+void unpack(uint8_t *&out, const uint8_t *data, int64_t first, const DLImport &in, size_t axis) {
+    int lanes = in.packed_lanes, bits = in.dtype->dlpack.bits;
+    if (axis == in.shape.size()) {
+        for (int j = 0; j < lanes; ++j) *out++ = packed_value(data, first * lanes + j, bits);
+        return;
+    }
+    for (int64_t k = 0; k < in.shape[axis]; ++k) unpack(out, data, first + k * in.strides[axis], in, axis + 1);
+}
+
+}  // namespace
+
+Buffer copy_import(const char *entry, const DLImport &in) {
+    if (!in.packed_lanes) {
+        std::vector<int64_t> bytes(in.strides.size());
+        for (size_t i = 0; i < bytes.size(); ++i) bytes[i] = in.strides[i] * in.dtype->itemsize;
+        return Buffer::copy_of(entry, in.data, in.shape, bytes, *in.dtype);
+    }
+    std::vector<int64_t> shape = in.shape;
+    if (in.packed_lanes > 1) shape.push_back(in.packed_lanes);
+    Buffer out = Buffer::allocate(entry, shape, *in.dtype);
+    uint8_t *cursor = out.data();
+    if (out.size() > 0) unpack(cursor, in.data, 0, in, 0);
+    return out;
+}
+
+}  // namespace hb

@@ -1,0 +1,266 @@
+// py_dlpack.cpp: the DLPack protocol in Python: Buffer.__dlpack__ / __dlpack_device__ (capsules
+// of our managed tensors) and halide_buffer.from_dlpack (any producer, any 1.x version, legacy
+// capsules, raw capsules). The managed tensors and the checks are dlpack.cpp's.
+#include <optional>
+#include <string>
+
+#include "dlpack.h"
+#include "errors.h"
+#include "py_glue.h"
+
+namespace hb {
+namespace {
+
+constexpr const char *kExport = "__dlpack__";
+constexpr const char *kImport = "from_dlpack";
+
+// ---------------------------------------------------------------------------------------------
+// Capsules
+// ---------------------------------------------------------------------------------------------
+
+/// A capsule's destructor: the deleter runs only for a tensor no consumer took (a consumer
+/// renames the capsule to the "used_" name). Exceptions pending on the caller are preserved.
+template <typename Managed>
+void capsule_destructor(PyObject *capsule, const char *name) {
+    if (!PyCapsule_IsValid(capsule, name)) return;
+    PyObject *type, *value, *traceback;
+    PyErr_Fetch(&type, &value, &traceback);
+    auto *m = static_cast<Managed *>(PyCapsule_GetPointer(capsule, name));
+    if (m && m->deleter) m->deleter(m);
+    PyErr_Restore(type, value, traceback);
+}
+
+void versioned_destructor(PyObject *c) { capsule_destructor<DLManagedTensorVersioned>(c, kDLTensorVersionedCapsule); }
+void legacy_destructor(PyObject *c) { capsule_destructor<DLManagedTensor>(c, kDLTensorCapsule); }
+
+/// A capsule owning `m`; if the capsule cannot be made, the tensor is deleted and the error raised.
+template <typename Managed>
+py::capsule capsule_of(Managed *m, const char *name, PyCapsule_Destructor destructor) {
+    PyObject *c = PyCapsule_New(m, name, destructor);
+    if (!c) {
+        m->deleter(m);
+        throw py::error_already_set();
+    }
+    return py::reinterpret_steal<py::capsule>(c);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Export: __dlpack__ and __dlpack_device__
+// ---------------------------------------------------------------------------------------------
+
+/// (major, minor) or (device_type, device_id): a pair of ints, or TypeError naming `what`.
+std::pair<int64_t, int64_t> int_pair(py::handle value, const char *what, const char *example) {
+    if (py::isinstance<py::tuple>(value) && py::len(value) == 2) {
+        py::tuple t = py::reinterpret_borrow<py::tuple>(value);
+        if (PyIndex_Check(t[0].ptr()) && PyIndex_Check(t[1].ptr()))
+            return {t[0].cast<int64_t>(), t[1].cast<int64_t>()};
+    }
+    throw TypeError(std::string(kExport) + "(): " + what + " must be a tuple of two ints such as " + example +
+                    ", not " + py::repr(value).cast<std::string>());
+}
+
+}  // namespace
+
+int tri_state(py::handle value, const char *entry) {
+    if (value.is_none()) return -1;
+    if (PyBool_Check(value.ptr())) return value.ptr() == Py_True;
+    throw TypeError(std::string(entry) + "(): copy must be True, False or None, not " +
+                    py::repr(value).cast<std::string>());
+}
+
+namespace {
+
+py::capsule dlpack_export(py::handle self, py::handle stream, py::handle max_version, py::handle dl_device,
+                          py::handle copy_arg) {
+    Buffer &b = buffer_of(self.ptr());
+    int copy = tri_state(copy_arg, kExport);
+    DLDevice here = dlpack_device_of(b);
+    if (!dl_device.is_none()) {
+        auto [type, id] = int_pair(dl_device, "dl_device", "(1, 0)");
+        if (type != here.device_type || id != here.device_id)
+            throw BufferError(std::string(kExport) + "(): dl_device (" + std::to_string(type) + ", " +
+                              std::to_string(id) + ") is not where the data is (" +
+                              std::to_string(here.device_type) + ", " + std::to_string(here.device_id) +
+                              "); ask for dl_device=None or the device of __dlpack_device__()");
+    }
+    // Streams order work on a GPU; host data has none to order. (The CUDA backend takes its
+    // stream here.)
+    if (!stream.is_none())
+        throw BufferError(std::string(kExport) + "(): stream must be None for data on the CPU, not " +
+                          py::repr(stream).cast<std::string>());
+    bool versioned = false;
+    if (!max_version.is_none()) versioned = int_pair(max_version, "max_version", "(1, 0)").first >= 1;
+    const DType &t = b.dtype();
+    if (!versioned && t.dlpack_padded)
+        throw BufferError(std::string(kExport) + "(): " + t.name + " is stored one element per byte, "
+                          "which only a versioned capsule can say (the padded flag of DLPack 1.1); "
+                          "call __dlpack__(max_version=(1, 1))");
+    if (!versioned && b.readonly() && copy != 1)
+        throw BufferError(std::string(kExport) + "(): the buffer is read-only, which a legacy capsule "
+                          "cannot say; call __dlpack__(max_version=(1, 0)), or copy=True");
+    if (copy == 1) {
+        run_lease(b, [&] { b.begin_host_read(); });
+        Buffer c = b.copy(kExport);
+        if (versioned) return capsule_of(export_versioned(std::move(c), true), kDLTensorVersionedCapsule, versioned_destructor);
+        return capsule_of(export_legacy(std::move(c)), kDLTensorCapsule, legacy_destructor);
+    }
+    // A CPU consumer may write: a writable lease, unless the memory is read-only.
+    run_lease(b, [&] { b.readonly() ? b.begin_host_read() : b.begin_host_write(kExport); });
+    if (versioned) return capsule_of(export_versioned(b.view(), false), kDLTensorVersionedCapsule, versioned_destructor);
+    return capsule_of(export_legacy(b.view()), kDLTensorCapsule, legacy_destructor);
+}
+
+py::tuple dlpack_device(py::handle self) {
+    DLDevice d = dlpack_device_of(buffer_of(self.ptr()));
+    return py::make_tuple(int(d.device_type), d.device_id);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Import: from_dlpack
+// ---------------------------------------------------------------------------------------------
+
+}  // namespace
+
+/// What keeps an imported tensor alive: the producer object and the managed tensor, whose
+/// deleter runs exactly once, when the last buffer or view over it dies (with the GIL held:
+/// producers' deleters may touch Python objects).
+struct ImportOwner {
+    DLManagedTensorVersioned *versioned = nullptr;
+    DLManagedTensor *legacy = nullptr;
+    py::object producer;
+};
+
+std::shared_ptr<void> import_owner(DLManagedTensorVersioned *v, DLManagedTensor *l, py::object producer) {
+    auto *o = new ImportOwner{v, l, std::move(producer)};
+    return std::shared_ptr<void>(o, [](void *p) {
+        py::gil_scoped_acquire gil;
+        auto *o = static_cast<ImportOwner *>(p);
+        if (o->versioned && o->versioned->deleter) o->versioned->deleter(o->versioned);
+        if (o->legacy && o->legacy->deleter) o->legacy->deleter(o->legacy);
+        delete o;
+    });
+}
+
+Buffer adopt_import(const DLImport &in, std::shared_ptr<void> owner, int copy, bool producer_copied) {
+    if (in.packed_lanes && copy != 1)
+        throw BufferError(std::string(kImport) + "(): the " + in.dtype->name + " values are packed, " +
+                          std::to_string(8 / in.dtype->dlpack.bits) + " to a byte or across bytes, which no "
+                          "NumPy dtype can view; pass copy=True to unpack them one per byte");
+    if (copy == 1 && !in.copied && !producer_copied) {
+        Buffer out = copy_import(kImport, in);
+        owner.reset();  // the copy needs the producer no longer
+        return out;
+    }
+    if (in.packed_lanes) return copy_import(kImport, in);
+    return wrap_import(kImport, in, std::move(owner), true);
+}
+
+namespace {
+
+/// DLPack's rule for another major version: another layout, of which only the deleter may be
+/// touched. Throws BufferError after deleting the tensor.
+[[noreturn]] void refuse_major(DLManagedTensorVersioned *m) {
+    DLPackVersion v = m->version;
+    if (m->deleter) m->deleter(m);
+    throw BufferError(std::string(kImport) + "(): the tensor follows DLPack " + std::to_string(v.major) + "." +
+                      std::to_string(v.minor) + ", whose layout this version (1.x) cannot read; export it "
+                      "as DLPack 1.x");
+}
+
+/// Takes a capsule: checks it, marks it used, and makes the buffer. A check that fails leaves
+/// the capsule as it was: its destructor then deletes the tensor.
+Buffer from_capsule(py::handle capsule, py::object producer, int copy, bool producer_copied = false) {
+    const char *name = PyCapsule_GetName(capsule.ptr());
+    if (!name && PyErr_Occurred()) throw py::error_already_set();
+    std::string n = name ? name : "";
+    if (n == kDLTensorVersionedCapsule) {
+        auto *m = static_cast<DLManagedTensorVersioned *>(PyCapsule_GetPointer(capsule.ptr(), name));
+        if (!m) throw py::error_already_set();
+        if (m->version.major != kDLPackMajor) {
+            PyCapsule_SetName(capsule.ptr(), kUsedDLTensorVersionedCapsule);
+            refuse_major(m);
+        }
+        DLImport in = check_import(kImport, m->dl_tensor, m->flags, m->version);
+        PyCapsule_SetName(capsule.ptr(), kUsedDLTensorVersionedCapsule);
+        return adopt_import(in, import_owner(m, nullptr, std::move(producer)), copy, producer_copied);
+    }
+    if (n == kDLTensorCapsule) {
+        auto *m = static_cast<DLManagedTensor *>(PyCapsule_GetPointer(capsule.ptr(), name));
+        if (!m) throw py::error_already_set();
+        DLImport in = check_import(kImport, m->dl_tensor, 0, DLPackVersion{0, 0});
+        PyCapsule_SetName(capsule.ptr(), kUsedDLTensorCapsule);
+        return adopt_import(in, import_owner(nullptr, m, std::move(producer)), copy, producer_copied);
+    }
+    if (n == kUsedDLTensorCapsule || n == kUsedDLTensorVersionedCapsule)
+        throw BufferError(std::string(kImport) + "(): the capsule was already consumed (named '" + n +
+                          "'); a DLPack capsule can be taken once: call __dlpack__() again");
+    throw BufferError(std::string(kImport) + "(): a capsule named '" + n + "' is no DLPack tensor; pass "
+                      "an object with __dlpack__ or a 'dltensor'/'dltensor_versioned' capsule");
+}
+
+/// The capsule of a producer: the newest version we read first; producers from before
+/// max_version get the old call. `copied` tells whether the producer was asked to copy.
+py::object capsule_from(py::handle obj, int copy, bool &copied) {
+    py::object method = obj.attr("__dlpack__");
+    py::dict kwargs;
+    kwargs["max_version"] = py::make_tuple(kDLPackMajor, kDLPackMinor);
+    if (copy != -1) kwargs["copy"] = py::bool_(copy == 1);
+    py::object capsule;
+    try {
+        capsule = method(**kwargs);
+        copied = copy == 1;  // a producer that takes copy=True copies (not all say so in the flags)
+    } catch (py::error_already_set &e) {
+        if (!e.matches(PyExc_TypeError)) throw;
+        capsule = method();
+        copied = false;
+    }
+    if (!PyCapsule_CheckExact(capsule.ptr()))
+        throw TypeError(std::string(kImport) + "(): " + Py_TYPE(obj.ptr())->tp_name + ".__dlpack__() returned " +
+                        Py_TYPE(capsule.ptr())->tp_name + ", not a DLPack capsule; the producer is broken");
+    return capsule;
+}
+
+Buffer from_dlpack(py::handle obj, py::handle device, py::handle copy_arg) {
+    int copy = tri_state(copy_arg, kImport);
+    std::optional<DeviceChoice> on;
+    if (!device.is_none()) on = device_arg(device, kImport);
+    Buffer out = [&] {
+        if (py::isinstance<Buffer>(obj)) {  // ours: the same storage (one residency state), or a copy
+            Buffer &b = buffer_of(obj.ptr());
+            if (copy != 1) return b.view();
+            run_lease(b, [&] { b.begin_host_read(); });
+            return b.copy(kImport);
+        }
+        if (PyCapsule_CheckExact(obj.ptr())) return from_capsule(obj, py::none(), copy);
+        if (!py::hasattr(obj, "__dlpack__"))
+            throw TypeError(std::string(kImport) + "(): " + Py_TYPE(obj.ptr())->tp_name + " has no __dlpack__ "
+                            "and is no DLPack capsule; pass a tensor of a DLPack library");
+        if (std::optional<Buffer> fast = exchange_import(obj, copy)) return std::move(*fast);
+        bool copied = false;
+        py::object capsule = capsule_from(obj, copy, copied);
+        // What the producer copied for us is ours alone: no second copy.
+        return from_capsule(capsule, py::reinterpret_borrow<py::object>(obj), copy, copied);
+    }();
+    if (on) {
+        py::gil_scoped_release nogil;
+        out.copy_to_device(*on);
+    }
+    return out;
+}
+
+}  // namespace
+
+void bind_dlpack(py::class_<Buffer> &cls, py::module_ &m) {
+    cls.def("__dlpack__", &dlpack_export, py::kw_only(), py::arg("stream") = py::none(),
+            py::arg("max_version") = py::none(), py::arg("dl_device") = py::none(),
+            py::arg("copy") = py::none(),
+            "A DLPack capsule of the host data (versioned when max_version >= (1, 0)); a writable "
+            "lease unless the buffer is read-only.")
+        .def("__dlpack_device__", &dlpack_device, "(DLPack device type, device id): (1, 0), the CPU.");
+    m.def("from_dlpack", &from_dlpack, py::arg("obj"), py::kw_only(), py::arg("device") = py::none(),
+          py::arg("copy") = py::none(),
+          "A Buffer over any DLPack producer's tensor (copy=None/False: without copying), or over a "
+          "raw capsule; copy=True copies (and unpacks packed sub-byte values).");
+}
+
+}  // namespace hb
