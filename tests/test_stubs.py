@@ -28,7 +28,7 @@ def stub_names():
 def runtime_names(obj):
     return {n for n in vars(obj) if not (n.startswith("__") and n.endswith("__")) or
             n in {"__len__", "__getitem__", "__array__", "__eq__", "__hash__",
-                    "__sub__"}} - IMPLICIT
+                    "__sub__", "__dlpack__", "__dlpack_device__"}} - IMPLICIT
 
 
 def test_module_functions_match():
@@ -47,3 +47,11 @@ def test_class_members_match():
         runtime = runtime_names(getattr(_core, name))
         # __buffer__ is the buffer-protocol slot: Python shows it as a method from 3.12 on.
         assert members - {"__buffer__"} == runtime - {"__buffer__"}, name
+
+
+def test_the_exchange_api_attribute_is_declared():
+    tree = ast.parse(STUB.read_text())
+    buffer = next(n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == "Buffer")
+    declared = {n.target.id for n in buffer.body if isinstance(n, ast.AnnAssign)}
+    assert declared == {"__dlpack_c_exchange_api__"}
+    assert hasattr(_core.Buffer, "__dlpack_c_exchange_api__")
