@@ -14,7 +14,7 @@ from typing import Callable, Sequence
 
 import numpy as np
 
-from . import Buffer, DeviceError, DType, __version__, dtypes, opencl
+from . import Buffer, DeviceError, DType, __version__, dtypes, from_dlpack, opencl
 
 PEERS = ("numpy", "ml_dtypes", "torch", "jax", "halide", "pyopencl", "pocl-binary-distribution", "cupy")
 
@@ -34,6 +34,7 @@ def protocols(t: DType) -> dict[str, bool]:
         "__array__": _works(lambda: np.asarray(b).dtype == t.numpy),
         "from_host": _works(lambda: Buffer.from_host(np.zeros(1, t.numpy)).dtype == t),
         "Halide": _works(lambda: b._get_raw_halide_buffer_t() != 0),
+        "DLPack": _works(lambda: from_dlpack(b.__dlpack__(max_version=(1, 1))).dtype == t),
     }
 
 

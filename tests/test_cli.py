@@ -15,19 +15,19 @@ def test_main_job_runs_and_lists_every_dtype():
     for t in hb.dtypes():
         assert t.name in rows
     # bfloat16 has no PEP 3118 format: no buffer protocol, but __array__ carries it.
-    assert rows["bfloat16"][-4:] == ["no", "yes", "yes", "yes"]
-    assert rows["float32"][-4:] == ["yes", "yes", "yes", "yes"]
-    assert rows["complex128"][-1] == "no"  # Halide has no 128-bit type
+    assert rows["bfloat16"][-5:] == ["no", "yes", "yes", "yes", "yes"]
+    assert rows["float32"][-5:] == ["yes", "yes", "yes", "yes", "yes"]
+    assert rows["complex128"][-2] == "no"  # Halide has no 128-bit type
     assert "peer libraries:" in out and "numpy" in out and "OpenCL" in out
 
 
 def test_protocol_probe_follows_the_table():
     # Independent expectations: the buffer protocol carries exactly the rows with a PEP 3118
-    # format, Halide exactly the rows with a Halide type, __array__ and from_host every row.
+    # format, Halide exactly the rows with a Halide type, __array__, from_host and DLPack every row.
     for t in hb.dtypes():
         carried = cli.protocols(t)
         assert carried == {"buffer protocol": t.format is not None, "__array__": True,
-                           "from_host": True, "Halide": t.halide_type is not None}, t.name
+                           "from_host": True, "Halide": t.halide_type is not None, "DLPack": True}, t.name
 
 
 def test_unknown_command_is_a_usage_error():
