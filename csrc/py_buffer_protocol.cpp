@@ -51,7 +51,7 @@ const char *refusal(const Buffer &b, int flags) {
 
 int buffer_getbuffer(PyObject *self, Py_buffer *view, int flags) {
     view->obj = nullptr;
-    try {
+    return c_call([&] {
         Buffer &b = buffer_of(self);
         if (const char *why = refusal(b, flags)) {
             PyErr_SetString(PyExc_BufferError, why);
@@ -80,13 +80,7 @@ int buffer_getbuffer(PyObject *self, Py_buffer *view, int flags) {
         view->internal = nullptr;
         ++live_counts().exports;
         return 0;
-    } catch (py::error_already_set &e) {
-        e.restore();
-    } catch (...) {
-        if (!set_python_error(std::current_exception()))
-            PyErr_SetString(PyExc_BufferError, "__buffer__(): unexpected failure");
-    }
-    return -1;
+    });
 }
 
 void buffer_releasebuffer(PyObject *, Py_buffer *) { --live_counts().exports; }

@@ -12,21 +12,6 @@ namespace {
 
 constexpr const char *kAttribute = "__dlpack_c_exchange_api__";
 
-/// Runs `f` for a C caller: 0, or -1 with the Python exception its C++ exception maps to.
-template <typename F>
-int guarded(F &&f) noexcept {
-    try {
-        f();
-        return 0;
-    } catch (py::error_already_set &e) {
-        e.restore();
-    } catch (...) {
-        if (!set_python_error(std::current_exception()))
-            PyErr_SetString(PyExc_RuntimeError, "halide_buffer: unexpected error in the DLPack exchange API");
-    }
-    return -1;
-}
-
 /// Takes ownership of a producer's versioned tensor: a buffer over it, or the tensor deleted
 /// and the reason raised.
 Buffer adopt_owned(const char *entry, DLManagedTensorVersioned *m, py::object producer, int copy) {
@@ -69,18 +54,20 @@ int allocator(DLTensor *prototype, DLManagedTensorVersioned **out, void *error_c
 }
 
 int from_py_object(void *py_object, DLManagedTensorVersioned **out) {
-    return guarded([&] {
+    return c_call([&] {
         Buffer &b = buffer_of(static_cast<PyObject *>(py_object));
         // What __dlpack__() does: a writable lease unless the memory is read-only.
         run_lease(b, [&] { b.readonly() ? b.begin_host_read() : b.begin_host_write("__dlpack__"); });
         *out = export_versioned(b.view(), false);
+        return 0;
     });
 }
 
 int to_py_object(DLManagedTensorVersioned *tensor, void **out) {
-    return guarded([&] {
+    return c_call([&] {
         Buffer b = adopt_owned("DLPackManagedTensorToPyObjectNoSync", tensor, py::none(), -1);
         *out = py::cast(std::move(b)).release().ptr();
+        return 0;
     });
 }
 

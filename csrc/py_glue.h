@@ -27,6 +27,21 @@ void run_lease(const Buffer &b, F &&lease) {
 /// Sets the Python exception for a C++ exception of the core; false if it is not one of ours.
 bool set_python_error(std::exception_ptr error);
 
+/// Runs `f` (returning 0 or -1) for a C caller (a type slot, a DLPack table): a C++ exception
+/// becomes the Python exception it maps to, and -1.
+template <typename F>
+int c_call(F &&f) noexcept {
+    try {
+        return f();
+    } catch (py::error_already_set &e) {
+        e.restore();
+    } catch (...) {
+        if (!set_python_error(std::current_exception()))
+            PyErr_SetString(PyExc_RuntimeError, "halide_buffer: unexpected internal error");
+    }
+    return -1;
+}
+
 // py_dtype.cpp
 void bind_dtype(py::module_ &m);
 /// Any dtype spelling a user may pass (name, NumPy or ml_dtypes dtype, torch/jax dtype).
