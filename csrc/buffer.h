@@ -156,6 +156,8 @@ public:
     bool external_writes() const { return storage_->external_writes; }
     /// True when both are views of the same storage (and so share residency).
     bool shares_storage_with(const Buffer &other) const { return storage_ == other.storage_; }
+    /// Keeps the memory (and whoever owns it) alive for a holder that needs no view of it.
+    std::shared_ptr<const void> keep_alive() const { return storage_; }
 
     // --- views (share storage and residency) -----------------------------------------------
     Buffer view() const;  ///< same geometry, same storage; the starting point of every view

@@ -3,6 +3,7 @@
 
 #include <cstring>
 #include <limits>
+#include <new>
 #include <string>
 
 #include "errors.h"
@@ -15,28 +16,42 @@ namespace hb {
 
 namespace {
 
-/// Everything a managed tensor of ours points to: freed together by its deleter.
+/// Everything a managed tensor of ours points to, in one allocation: the managed tensor, what
+/// keeps the memory alive, and the shape and strides (in elements) right behind the struct.
 struct ExportContext {
-    explicit ExportContext(Buffer v) : view(std::move(v)) {}
-    Buffer view;                          ///< keeps the storage (and its owner) alive
-    std::vector<int64_t> shape, strides;  ///< strides in elements
+    std::shared_ptr<const void> memory;
     DLManagedTensorVersioned versioned{};
     DLManagedTensor legacy{};
-};
 
-/// Fills a DLTensor describing the context's view.
-void describe(ExportContext &c, DLTensor &t) {
-    const Buffer &b = c.view;
-    c.shape = b.shape();
-    c.strides.resize(b.strides().size());
-    for (size_t i = 0; i < c.strides.size(); ++i) c.strides[i] = b.strides()[i] / b.dtype().itemsize;
+    int64_t *dims() { return reinterpret_cast<int64_t *>(this + 1); }
+
+    static ExportContext *make(const Buffer &b) {
+        size_t n = size_t(b.ndim());
+        void *block = ::operator new(sizeof(ExportContext) + 2 * n * sizeof(int64_t));
+        auto *c = new (block) ExportContext{b.keep_alive()};
+        int64_t *shape = c->dims(), *strides = shape + n;
+        for (size_t i = 0; i < n; ++i) {
+            shape[i] = b.shape()[i];
+            strides[i] = b.strides()[i] / b.dtype().itemsize;
+        }
+        return c;
+    }
+    static void destroy(ExportContext *c) {
+        c->~ExportContext();
+        ::operator delete(c);
+    }
+};
+static_assert(alignof(ExportContext) >= alignof(int64_t), "dims() follow the struct");
+
+/// Fills a DLTensor describing `b`, with the context's shape and strides.
+void describe(ExportContext &c, const Buffer &b, DLTensor &t) {
     // DLPack asks for NULL data when there are no elements; the first element otherwise.
     t.data = b.size() ? b.data() : nullptr;
     t.device = dlpack_device_of(b);
     t.ndim = b.ndim();
     t.dtype = b.dtype().dlpack;
-    t.shape = c.shape.empty() ? nullptr : c.shape.data();
-    t.strides = c.strides.empty() ? nullptr : c.strides.data();
+    t.shape = b.ndim() ? c.dims() : nullptr;
+    t.strides = b.ndim() ? c.dims() + b.ndim() : nullptr;
     t.byte_offset = 0;
 }
 
@@ -49,26 +64,28 @@ DLPackVersion dlpack_version_for(const DType &t) {
     return DLPackVersion{1, newer ? 1u : 0u};
 }
 
-DLManagedTensorVersioned *export_versioned(Buffer view, bool copied) {
-    auto *c = new ExportContext(std::move(view));
-    const DType &t = c->view.dtype();
+DLManagedTensorVersioned *export_versioned(const Buffer &view, bool copied) {
+    ExportContext *c = ExportContext::make(view);
+    const DType &t = view.dtype();
     DLManagedTensorVersioned &m = c->versioned;
     m.version = dlpack_version_for(t);
     m.manager_ctx = c;
-    m.deleter = [](DLManagedTensorVersioned *self) { delete static_cast<ExportContext *>(self->manager_ctx); };
-    m.flags = (c->view.readonly() ? DLPACK_FLAG_BITMASK_READ_ONLY : 0) |
+    m.deleter = [](DLManagedTensorVersioned *self) {
+        ExportContext::destroy(static_cast<ExportContext *>(self->manager_ctx));
+    };
+    m.flags = (view.readonly() ? DLPACK_FLAG_BITMASK_READ_ONLY : 0) |
               (copied ? DLPACK_FLAG_BITMASK_IS_COPIED : 0) |
               (t.dlpack_padded ? DLPACK_FLAG_BITMASK_IS_SUBBYTE_TYPE_PADDED : 0);
-    describe(*c, m.dl_tensor);
+    describe(*c, view, m.dl_tensor);
     return &m;
 }
 
-DLManagedTensor *export_legacy(Buffer view) {
-    auto *c = new ExportContext(std::move(view));
+DLManagedTensor *export_legacy(const Buffer &view) {
+    ExportContext *c = ExportContext::make(view);
     DLManagedTensor &m = c->legacy;
     m.manager_ctx = c;
-    m.deleter = [](DLManagedTensor *self) { delete static_cast<ExportContext *>(self->manager_ctx); };
-    describe(*c, m.dl_tensor);
+    m.deleter = [](DLManagedTensor *self) { ExportContext::destroy(static_cast<ExportContext *>(self->manager_ctx)); };
+    describe(*c, view, m.dl_tensor);
     return &m;
 }
 

@@ -23,11 +23,11 @@ DLDevice dlpack_device_of(const Buffer &b);
 /// added (float8/6/4) and for sub-byte types (the padded flag).
 DLPackVersion dlpack_version_for(const DType &t);
 
-/// A managed tensor over `view` (which it keeps alive); `copied` sets DLPACK_FLAG_BITMASK_IS_COPIED.
-/// Its deleter frees everything, from any thread.
-DLManagedTensorVersioned *export_versioned(Buffer view, bool copied);
+/// A managed tensor over `view` (keeping its memory alive); `copied` sets
+/// DLPACK_FLAG_BITMASK_IS_COPIED. One allocation; its deleter frees it, from any thread.
+DLManagedTensorVersioned *export_versioned(const Buffer &view, bool copied);
 /// The same as an unversioned tensor (no flags: the caller refused what needs them).
-DLManagedTensor *export_legacy(Buffer view);
+DLManagedTensor *export_legacy(const Buffer &view);
 
 // ---------------------------------------------------------------------------------------------
 // Import

@@ -50,13 +50,49 @@ py::capsule capsule_of(Managed *m, const char *name, PyCapsule_Destructor destru
 
 /// (major, minor) or (device_type, device_id): a pair of ints, or TypeError naming `what`.
 std::pair<int64_t, int64_t> int_pair(py::handle value, const char *what, const char *example) {
-    if (py::isinstance<py::tuple>(value) && py::len(value) == 2) {
-        py::tuple t = py::reinterpret_borrow<py::tuple>(value);
-        if (PyIndex_Check(t[0].ptr()) && PyIndex_Check(t[1].ptr()))
-            return {t[0].cast<int64_t>(), t[1].cast<int64_t>()};
+    PyObject *v = value.ptr();
+    if (PyTuple_Check(v) && PyTuple_GET_SIZE(v) == 2 && PyLong_Check(PyTuple_GET_ITEM(v, 0)) &&
+        PyLong_Check(PyTuple_GET_ITEM(v, 1))) {
+        int overflow = 0;
+        int64_t a = PyLong_AsLongLongAndOverflow(PyTuple_GET_ITEM(v, 0), &overflow);
+        int64_t b = overflow ? 0 : PyLong_AsLongLongAndOverflow(PyTuple_GET_ITEM(v, 1), &overflow);
+        if (!overflow) return {a, b};
     }
     throw TypeError(std::string(kExport) + "(): " + what + " must be a tuple of two ints such as " + example +
                     ", not " + py::repr(value).cast<std::string>());
+}
+
+/// The keywords of __dlpack__ (keyword-only, all optional).
+struct DLPackArgs {
+    py::handle stream = Py_None, max_version = Py_None, dl_device = Py_None, copy = Py_None;
+};
+
+/// Vectorcall arguments to DLPackArgs: consumers call __dlpack__ on every exchange, so this
+/// bypasses pybind11's keyword matching (which builds each name anew per call).
+DLPackArgs parse_dlpack_args(PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames) {
+    if (nargs != 0)
+        throw TypeError(std::string(kExport) + "() takes keyword arguments only (stream, max_version, "
+                        "dl_device, copy)");
+    // Keyword names in calling code are interned strings: compared by address first.
+    static PyObject *const kNames[] = {
+        PyUnicode_InternFromString("max_version"), PyUnicode_InternFromString("copy"),
+        PyUnicode_InternFromString("dl_device"), PyUnicode_InternFromString("stream")};
+    DLPackArgs out;
+    py::handle *slots[] = {&out.max_version, &out.copy, &out.dl_device, &out.stream};
+    Py_ssize_t n = kwnames ? PyTuple_GET_SIZE(kwnames) : 0;
+    for (Py_ssize_t i = 0; i < n; ++i) {
+        PyObject *name = PyTuple_GET_ITEM(kwnames, i);
+        int k = 0;
+        while (k < 4 && name != kNames[k]) ++k;
+        for (int j = 0; k == 4 && j < 4; ++j) {
+            if (PyUnicode_Compare(name, kNames[j]) == 0) k = j;
+        }
+        if (k == 4)
+            throw TypeError(std::string(kExport) + "() got an unexpected keyword argument '" +
+                            py::str(name).cast<std::string>() + "'");
+        *slots[k] = args[i];
+    }
+    return out;
 }
 
 }  // namespace
@@ -70,10 +106,10 @@ int tri_state(py::handle value, const char *entry) {
 
 namespace {
 
-py::capsule dlpack_export(py::handle self, py::handle stream, py::handle max_version, py::handle dl_device,
-                          py::handle copy_arg) {
+py::capsule dlpack_export(py::handle self, const DLPackArgs &a) {
     Buffer &b = buffer_of(self.ptr());
-    int copy = tri_state(copy_arg, kExport);
+    int copy = tri_state(a.copy, kExport);
+    py::handle stream = a.stream, max_version = a.max_version, dl_device = a.dl_device;
     DLDevice here = dlpack_device_of(b);
     if (!dl_device.is_none()) {
         auto [type, id] = int_pair(dl_device, "dl_device", "(1, 0)");
@@ -101,19 +137,45 @@ py::capsule dlpack_export(py::handle self, py::handle stream, py::handle max_ver
     if (copy == 1) {
         run_lease(b, [&] { b.begin_host_read(); });
         Buffer c = b.copy(kExport);
-        if (versioned) return capsule_of(export_versioned(std::move(c), true), kDLTensorVersionedCapsule, versioned_destructor);
-        return capsule_of(export_legacy(std::move(c)), kDLTensorCapsule, legacy_destructor);
+        if (versioned) return capsule_of(export_versioned(c, true), kDLTensorVersionedCapsule, versioned_destructor);
+        return capsule_of(export_legacy(c), kDLTensorCapsule, legacy_destructor);
     }
     // A CPU consumer may write: a writable lease, unless the memory is read-only.
     run_lease(b, [&] { b.readonly() ? b.begin_host_read() : b.begin_host_write(kExport); });
-    if (versioned) return capsule_of(export_versioned(b.view(), false), kDLTensorVersionedCapsule, versioned_destructor);
-    return capsule_of(export_legacy(b.view()), kDLTensorCapsule, legacy_destructor);
+    if (versioned) return capsule_of(export_versioned(b, false), kDLTensorVersionedCapsule, versioned_destructor);
+    return capsule_of(export_legacy(b), kDLTensorCapsule, legacy_destructor);
 }
 
-py::tuple dlpack_device(py::handle self) {
-    DLDevice d = dlpack_device_of(buffer_of(self.ptr()));
-    return py::make_tuple(int(d.device_type), d.device_id);
+// Both are plain CPython methods (no pybind11 dispatch): they run on every exchange.
+
+PyObject *dlpack_method(PyObject *self, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames) {
+    PyObject *capsule = nullptr;
+    c_call([&] {
+        capsule = dlpack_export(self, parse_dlpack_args(args, nargs, kwnames)).release().ptr();
+        return 0;
+    });
+    return capsule;
 }
+
+PyObject *dlpack_device_method(PyObject *self, PyObject *) {
+    PyObject *device = nullptr;
+    c_call([&] {
+        DLDevice d = dlpack_device_of(buffer_of(self));
+        device = py::make_tuple(int(d.device_type), d.device_id).release().ptr();
+        return 0;
+    });
+    return device;
+}
+
+PyMethodDef kDLPackMethods[] = {
+    {"__dlpack__", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(dlpack_method)),
+     METH_FASTCALL | METH_KEYWORDS,
+     "__dlpack__($self, /, *, stream=None, max_version=None, dl_device=None, copy=None)\n--\n\n"
+     "A DLPack capsule of the host data (versioned when max_version >= (1, 0)); a writable lease "
+     "unless the buffer is read-only."},
+    {"__dlpack_device__", dlpack_device_method, METH_NOARGS,
+     "__dlpack_device__($self, /)\n--\n\n(DLPack device type, device id): (1, 0), the CPU."},
+};
 
 // ---------------------------------------------------------------------------------------------
 // Import: from_dlpack
@@ -251,12 +313,12 @@ Buffer from_dlpack(py::handle obj, py::handle device, py::handle copy_arg) {
 }  // namespace
 
 void bind_dlpack(py::class_<Buffer> &cls, py::module_ &m) {
-    cls.def("__dlpack__", &dlpack_export, py::kw_only(), py::arg("stream") = py::none(),
-            py::arg("max_version") = py::none(), py::arg("dl_device") = py::none(),
-            py::arg("copy") = py::none(),
-            "A DLPack capsule of the host data (versioned when max_version >= (1, 0)); a writable "
-            "lease unless the buffer is read-only.")
-        .def("__dlpack_device__", &dlpack_device, "(DLPack device type, device id): (1, 0), the CPU.");
+    for (PyMethodDef &def : kDLPackMethods) {
+        py::object method = py::reinterpret_steal<py::object>(
+            PyDescr_NewMethod(reinterpret_cast<PyTypeObject *>(cls.ptr()), &def));
+        if (!method) throw py::error_already_set();
+        cls.attr(def.ml_name) = method;
+    }
     m.def("from_dlpack", &from_dlpack, py::arg("obj"), py::kw_only(), py::arg("device") = py::none(),
           py::arg("copy") = py::none(),
           "A Buffer over any DLPack producer's tensor (copy=None/False: without copying), or over a "

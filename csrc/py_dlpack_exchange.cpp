@@ -41,7 +41,7 @@ int allocator(DLTensor *prototype, DLManagedTensorVersioned **out, void *error_c
         if (prototype->ndim < 0 || (prototype->ndim > 0 && !prototype->shape))
             throw BufferError(std::string(entry) + "(): the prototype has no valid shape");
         std::vector<int64_t> shape(prototype->shape, prototype->shape + prototype->ndim);
-        *out = export_versioned(Buffer::allocate(entry, shape, *t), false);
+        *out = export_versioned(Buffer::allocate(entry, shape, *t), false);  // keeps the new memory
         return 0;
     } catch (const std::bad_alloc &) {
         set_error(error_ctx, "MemoryError", "DLPackManagedTensorAllocator(): out of host memory");
@@ -58,7 +58,7 @@ int from_py_object(void *py_object, DLManagedTensorVersioned **out) {
         Buffer &b = buffer_of(static_cast<PyObject *>(py_object));
         // What __dlpack__() does: a writable lease unless the memory is read-only.
         run_lease(b, [&] { b.readonly() ? b.begin_host_read() : b.begin_host_write("__dlpack__"); });
-        *out = export_versioned(b.view(), false);
+        *out = export_versioned(b, false);
         return 0;
     });
 }
