@@ -65,6 +65,7 @@ struct Storage {
     Transfers transfers;                   ///< every copy of this storage's bytes
     std::atomic<bool> ever_on_device{false};  ///< read without the lock: may a lease copy?
     std::atomic<int> published_views{0};      ///< raw_views.size(), read without the lock
+    std::atomic<bool> host_flag_cleared{false};  ///< host_dirty was ever cleared (read without the lock)
     std::vector<RawView *> raw_views;      ///< halide_buffer_t's handed to foreign code, still alive
 
     Storage() = default;
@@ -212,6 +213,13 @@ public:
     /// False while the storage has never had a device copy: leases cannot move data (a hint
     /// read without the lock, so bindings keep the GIL for leases that cannot copy).
     bool may_hold_device_copy() const { return storage_->ever_on_device.load(std::memory_order_relaxed); }
+    /// True while nothing can have changed the residency state since construction: never on a
+    /// device, no halide_buffer_t out, host_dirty never cleared. Leases are then no-ops (read
+    /// without the lock: exports are hot paths).
+    bool residency_untouched() const {
+        return storage_->published_views.load(std::memory_order_acquire) == 0 && !may_hold_device_copy() &&
+               !storage_->host_flag_cleared.load(std::memory_order_relaxed);
+    }
     /// Copies and bytes moved for this buffer's storage so far.
     const Transfers &transfers() const { return storage_->transfers; }
 

@@ -30,9 +30,10 @@ struct ExportContext {
         void *block = ::operator new(sizeof(ExportContext) + 2 * n * sizeof(int64_t));
         auto *c = new (block) ExportContext{b.keep_alive()};
         int64_t *shape = c->dims(), *strides = shape + n;
+        int shift = __builtin_ctz(unsigned(b.dtype().itemsize));  // itemsizes are powers of two
         for (size_t i = 0; i < n; ++i) {
             shape[i] = b.shape()[i];
-            strides[i] = b.strides()[i] / b.dtype().itemsize;
+            strides[i] = b.strides()[i] >> shift;  // whole elements: exact, negative ones too
         }
         return c;
     }
@@ -166,26 +167,30 @@ DLImport check_import(const char *entry, const DLTensor &t, uint64_t flags, DLPa
         int64_t s = 1;
         for (int i = t.ndim; i-- > 0;) {
             in.strides[size_t(i)] = s;
-            s *= in.shape[size_t(i)] > 0 ? in.shape[size_t(i)] : 1;
+            if (__builtin_mul_overflow(s, in.shape[size_t(i)] > 0 ? in.shape[size_t(i)] : 1, &s))
+                s = 0;  // past every element: a stride no element reaches with (the count is 0)
         }
     }
     if (count > 0 && !t.data)
         throw BufferError(where + "NULL data for a tensor of " + str(count) + " elements; the producer "
                           "sent a malformed tensor");
     // Every element's byte offset must be an address: lowest and highest, without overflow.
-    int64_t unit = in.packed_lanes ? 1 : dtype.itemsize;  // packed: offsets counted in elements
-    int64_t lo = 0, hi = 0;
+    // Every element's bits, from the first element's, must stay in the address space: the
+    // lowest and the highest, without overflow (packed elements may be more or less than a byte).
+    int64_t unit = in.packed_lanes ? int64_t(dtype.dlpack.bits) * in.packed_lanes : int64_t(dtype.itemsize) * 8;
+    int64_t lo = 0, hi = count > 0 ? unit : 0;
     for (int i = 0; count > 0 && i < t.ndim; ++i) {
         int64_t reach;
         if (__builtin_mul_overflow(in.shape[size_t(i)] - 1, in.strides[size_t(i)], &reach) ||
-            __builtin_mul_overflow(reach, unit, &reach) || __builtin_add_overflow(reach < 0 ? lo : hi, reach, reach < 0 ? &lo : &hi))
+            __builtin_mul_overflow(reach, unit, &reach) ||
+            __builtin_add_overflow(reach < 0 ? lo : hi, reach, reach < 0 ? &lo : &hi))
             throw BufferError(where + "the strides reach beyond the address space; the producer sent a "
                               "malformed tensor");
     }
+    uintptr_t below = (uintptr_t(0) - uintptr_t(lo) + 7) / 8, above = (uintptr_t(hi) + 7) / 8;  // whole bytes
     uintptr_t base = reinterpret_cast<uintptr_t>(t.data), first;
-    if (__builtin_add_overflow(base, uintptr_t(t.byte_offset), &first) ||
-        (lo < 0 && first < uintptr_t(-lo)) ||
-        (hi > 0 && first > std::numeric_limits<uintptr_t>::max() - uintptr_t(hi)))
+    if (__builtin_add_overflow(base, uintptr_t(t.byte_offset), &first) || first < below ||
+        first > std::numeric_limits<uintptr_t>::max() - above)
         throw BufferError(where + "data, byte_offset and strides reach beyond the address space; the "
                           "producer sent a malformed tensor");
     in.data = reinterpret_cast<uint8_t *>(first);

@@ -205,8 +205,8 @@ std::shared_ptr<void> import_owner(DLManagedTensorVersioned *v, DLManagedTensor 
 
 Buffer adopt_import(const DLImport &in, std::shared_ptr<void> owner, int copy, bool producer_copied) {
     if (in.packed_lanes && copy != 1)
-        throw BufferError(std::string(kImport) + "(): the " + in.dtype->name + " values are packed, " +
-                          std::to_string(8 / in.dtype->dlpack.bits) + " to a byte or across bytes, which no "
+        throw BufferError(std::string(kImport) + "(): the " + in.dtype->name + " values are packed (" +
+                          std::to_string(in.dtype->dlpack.bits) + " bits each, several to a byte), which no "
                           "NumPy dtype can view; pass copy=True to unpack them one per byte");
     if (copy == 1 && !in.copied && !producer_copied) {
         Buffer out = copy_import(kImport, in);

@@ -94,6 +94,7 @@ void Storage::absorb(RawView &r) {
         // Halide's flags, as a pipeline left them; device_dirty means nothing without a device.
         root.flags = root.device ? r.buf.flags : r.buf.flags & ~kDeviceDirty;
         r.published = r.buf.flags;
+        if (!(root.flags & kHostDirty)) host_flag_cleared = true;
     }
 }
 
@@ -301,8 +302,12 @@ void Buffer::set_host_dirty(bool value) {
     if (value && (s.root.flags & kDeviceDirty))
         throw ValueError("set_host_dirty(): the device copy is newer (device_dirty); call "
                          "copy_to_host() before writing on the host");
-    if (value) s.root.flags |= kHostDirty;
-    else s.root.flags &= ~kHostDirty;
+    if (value) {
+        s.root.flags |= kHostDirty;
+    } else {
+        s.root.flags &= ~kHostDirty;
+        s.host_flag_cleared = true;
+    }
 }
 
 void Buffer::set_device_dirty(bool value) {
@@ -423,7 +428,7 @@ std::shared_ptr<void> Buffer::device_detach_native() {
 
 void Buffer::begin_host_read() {
     // Never on a device and no halide_buffer_t out: nothing can have made the host stale.
-    if (storage_->published_views.load(std::memory_order_acquire) == 0 && !may_hold_device_copy()) return;
+    if (residency_untouched()) return;
     StorageOp op(*storage_);
     storage_->download("copy_to_host");
 }
@@ -432,6 +437,7 @@ void Buffer::begin_host_write(const char *entry) {
     if (storage_->readonly)
         throw BufferError(std::string(entry) + "(): the buffer wraps read-only memory; use "
                           "Buffer.from_host(obj, copy=True) for a writable copy");
+    if (residency_untouched()) return;  // host_dirty since construction: nothing to change
     StorageOp op(*storage_);
     storage_->download(entry);
     storage_->root.flags |= kHostDirty;

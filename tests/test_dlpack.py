@@ -159,8 +159,8 @@ def test_the_producer_lives_as_long_as_the_buffer_and_its_views():
 @pytest.mark.needs_torch
 def test_packed_float4_from_torch_unpacks_on_request():
     x2 = torch.tensor([0x21, 0x7F, 0x09], dtype=torch.uint8).view(torch.float4_e2m1fn_x2)
-    with pytest.raises(BufferError, match=r"from_dlpack\(\): the float4_e2m1fn values are packed, 2 to a byte "
-                                          r"or across bytes, which no NumPy dtype can view; pass copy=True"):
+    with pytest.raises(BufferError, match=r"from_dlpack\(\): the float4_e2m1fn values are packed \(4 bits each, "
+                                          r"several to a byte\), which no NumPy dtype can view; pass copy=True"):
         hb.from_dlpack(x2)
     b = hb.from_dlpack(x2, copy=True)
     assert b.shape == (3, 2) and b.dtype == "float4_e2m1fn"
