@@ -38,3 +38,22 @@ def environment_line():
     e = environment()
     return (f"python {e['python']}, numpy {e['numpy']}, halide_buffer {e['halide_buffer']}, "
             f"{e['machine']}, {e['cpus']} cpus")
+
+
+def run_cases(cases, number, repeat):
+    """Warms every case up, then runs `repeat` rounds of `number` calls, the cases interleaved
+    round by round (so a busy stretch of the machine hits them all alike)."""
+    warm = max(1, number // 10)
+    for c in cases:
+        c.timer.timeit(warm)
+    for _ in range(repeat):
+        for c in cases:
+            c.rounds_ns.append(c.timer.timeit(number) / number * 1e9)
+
+
+def ratio(x, y):
+    return None if (x is None or y is None) else x / y
+
+
+def fmt_ratio(r):
+    return "-" if r is None else f"{r:.2f}x"

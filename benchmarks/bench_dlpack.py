@@ -55,7 +55,7 @@ import numpy as np
 
 import halide_buffer as hb
 
-from bench_common import Rounds, environment, environment_line
+from bench_common import Rounds, environment, environment_line, fmt_ratio, ratio, run_cases
 
 try:
     import torch
@@ -324,26 +324,9 @@ def make_cases(b, b_bf16, a, t, capsule_only, peer_obj):
     return sections, sec
 
 
-def run_cases(cases, number, repeat):
-    warm = max(1, number // 10)
-    for c in cases:
-        c.timer.timeit(warm)
-    for _ in range(repeat):
-        for c in cases:
-            c.rounds_ns.append(c.timer.timeit(number) / number * 1e9)
-
-
 # --------------------------------------------------------------------------------------------
 # Report
 # --------------------------------------------------------------------------------------------
-
-
-def ratio(x, y):
-    return None if (x is None or y is None) else x / y
-
-
-def fmt_ratio(r):
-    return "-" if r is None else f"{r:.2f}x"
 
 
 def paired(by_key, ours, ref):
