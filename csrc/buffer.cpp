@@ -307,6 +307,12 @@ Buffer Buffer::transposed(const std::vector<int> &axes) const {
     return b;
 }
 
+Buffer Buffer::with_mins(const std::vector<int64_t> &mins) const {
+    Buffer b = view();
+    b.mins_ = mins;
+    return b;
+}
+
 Buffer Buffer::indexed(const std::vector<AxisIndex> &index) const {
     if (index.size() != shape_.size())
         throw IndexError("__getitem__(): " + str(int64_t(index.size())) + " indices for " +

@@ -165,6 +165,7 @@ public:
     Buffer cropped(int axis, int64_t min, int64_t extent) const;
     Buffer sliced(int axis, int64_t pos) const;
     Buffer transposed(const std::vector<int> &axes) const;
+    Buffer with_mins(const std::vector<int64_t> &mins) const;  ///< same elements, other coordinates
     Buffer indexed(const std::vector<AxisIndex> &index) const;
     Buffer bits() const;  ///< same bytes as the unsigned integer of the same size
 
@@ -220,6 +221,11 @@ public:
         return storage_->published_views.load(std::memory_order_acquire) == 0 && !may_hold_device_copy() &&
                !storage_->host_flag_cleared.load(std::memory_order_relaxed);
     }
+    /// Makes the buffer ready for a pipeline that reaches device memory through `interface`
+    /// (null: a host-only pipeline): a device copy it cannot use comes home and is released
+    /// (Halide refuses to switch interfaces); a host-only pipeline gets a current host copy,
+    /// and an output the lease of a host writer.
+    void prepare_for_pipeline(const char *entry, const halide_device_interface_t *interface, bool output);
     /// Copies and bytes moved for this buffer's storage so far.
     const Transfers &transfers() const { return storage_->transfers; }
 

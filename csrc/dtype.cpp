@@ -69,6 +69,15 @@ const DType *dtype_by_name(const std::string &name) {
     return nullptr;
 }
 
+const DType *dtype_by_halide(halide_type_t type) {
+    for (const DType &t : kTable) {  // table order: the plain integer before what borrows its type
+        if (t.has_halide_type() && t.halide.code == type.code && t.halide.bits == type.bits &&
+            t.halide.lanes == type.lanes)
+            return &t;
+    }
+    return nullptr;
+}
+
 const DType *dtype_by_dlpack(uint8_t code, uint8_t bits) {
     for (const DType &t : kTable) {
         if (t.dlpack.code == code && t.dlpack.bits == bits) return &t;

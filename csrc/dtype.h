@@ -38,6 +38,8 @@ inline size_t index_of(const DType &t) { return static_cast<size_t>(&t - dtype_t
 /// Lookups; each returns nullptr when no row matches.
 const DType *dtype_by_name(const std::string &name);
 const DType *dtype_by_format(const char *format, size_t itemsize);
+/// The first row carrying a Halide type (uint8 before the float8 rows that borrow it), or nullptr.
+const DType *dtype_by_halide(halide_type_t type);
 /// The row of a DLPack element type (code and bits; lanes are the caller's business).
 const DType *dtype_by_dlpack(uint8_t code, uint8_t bits);
 

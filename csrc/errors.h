@@ -22,4 +22,11 @@ struct DeviceError : std::runtime_error {
     std::string name;
 };
 
+/// A Halide pipeline's runtime failed (Python's halide_buffer.PipelineError): Halide's error
+/// code (halide_error_code_t, e.g. -3 for a bad type) and its message.
+struct PipelineError : std::runtime_error {
+    PipelineError(const std::string &message, int code) : std::runtime_error(message), code(code) {}
+    int code;
+};
+
 }  // namespace hb

@@ -120,6 +120,52 @@ struct halide_device_interface_impl_t {
     // No compute_capability here: the runtime answers that through the public table only.
 };
 
+// ---------------------------------------------------------------------------------------------
+// AOT pipeline metadata (<name>_metadata())
+// ---------------------------------------------------------------------------------------------
+
+/// What an argument of a pipeline is.
+enum halide_argument_kind_t : int32_t {
+    halide_argument_kind_input_scalar = 0,
+    halide_argument_kind_input_buffer = 1,
+    halide_argument_kind_output_buffer = 2,
+};
+
+/// A scalar argument's value, as <name>_argv takes it (by address).
+union halide_scalar_value_t {
+    bool b;
+    int8_t i8;
+    int16_t i16;
+    int32_t i32;
+    int64_t i64;
+    uint8_t u8;
+    uint16_t u16;
+    uint32_t u32;
+    uint64_t u64;
+    float f32;
+    double f64;
+    void *handle;
+};
+
+/// One argument of a pipeline, in call order.
+struct halide_filter_argument_t {
+    const char *name;        ///< never null or empty
+    int32_t kind;            ///< halide_argument_kind_t
+    int32_t dimensions;      ///< 0 for scalars
+    halide_type_t type;
+    const halide_scalar_value_t *scalar_def, *scalar_min, *scalar_max, *scalar_estimate;  ///< may be null
+    const int64_t *const *buffer_estimates;
+};
+
+/// A pipeline's description, returned by <name>_metadata().
+struct halide_filter_metadata_t {
+    int32_t version;  ///< 1
+    int32_t num_arguments;
+    const halide_filter_argument_t *arguments;
+    const char *target;  ///< the target string it was compiled for
+    const char *name;
+};
+
 }  // extern "C"
 
 static_assert(sizeof(halide_type_t) == 4, "halide_type_t is one 32-bit word");

@@ -82,6 +82,9 @@ void bind_dlpack_exchange(py::class_<Buffer> &cls);
 /// A producer's exchange API, when its type has one: the fast import; nothing when it has none.
 std::optional<Buffer> exchange_import(py::handle obj, int copy);
 
+// py_aot.cpp
+void bind_aot(py::module_ &m);
+
 // py_from_host.cpp
 /// Buffer.from_host(): wrap (or copy) anything with the buffer protocol or an ndarray.
 Buffer buffer_from_host(py::handle obj, bool copy, bool external_writes);

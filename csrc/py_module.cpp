@@ -7,7 +7,8 @@
 namespace hb {
 
 namespace {
-PyObject *device_error_type = nullptr;  // halide_buffer.DeviceError, created with the module
+PyObject *device_error_type = nullptr;    // halide_buffer.DeviceError, created with the module
+PyObject *pipeline_error_type = nullptr;  // halide_buffer.PipelineError
 }  // namespace
 
 bool set_python_error(std::exception_ptr error) {
@@ -19,6 +20,10 @@ bool set_python_error(std::exception_ptr error) {
         exc.attr("code") = e.code;
         exc.attr("name") = e.name;
         PyErr_SetObject(device_error_type, exc.ptr());
+    } catch (const PipelineError &e) {
+        py::object exc = py::reinterpret_borrow<py::object>(pipeline_error_type)(e.what());
+        exc.attr("code") = e.code;
+        PyErr_SetObject(pipeline_error_type, exc.ptr());
     } catch (const ValueError &e) {
         PyErr_SetString(PyExc_ValueError, e.what());
     } catch (const TypeError &e) {
@@ -105,6 +110,12 @@ PYBIND11_MODULE(_core, m) {
         "(e.g. 'CL_MEM_OBJECT_ALLOCATION_FAILURE').",
         PyExc_RuntimeError, nullptr);
     m.add_object("DeviceError", py::handle(hb::device_error_type));
+    hb::pipeline_error_type = PyErr_NewExceptionWithDoc(
+        "halide_buffer.PipelineError",
+        "A Halide pipeline's runtime reported an error. .code is Halide's error code "
+        "(halide_error_code_t); the message is Halide's.",
+        PyExc_RuntimeError, nullptr);
+    m.add_object("PipelineError", py::handle(hb::pipeline_error_type));
     // A thread waiting for a storage's lock lets the others run: the holder may need the GIL
     // (a pipeline's error handler written in Python, an owner released in a callback).
     hb::set_lock_waiter([](std::unique_lock<std::mutex> &lock) {
@@ -117,6 +128,7 @@ PYBIND11_MODULE(_core, m) {
     hb::bind_device(m);
     hb::bind_transfer_totals(m);
     hb::bind_buffer(m);
+    hb::bind_aot(m);
     m.def("_abi_layout", &hb::abi_layout);
     m.def("_live_counts", [] {
         py::dict d;

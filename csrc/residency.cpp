@@ -461,6 +461,19 @@ Buffer::DeviceView Buffer::begin_device_use(const char *entry, const DeviceChoic
     return DeviceView{h->native, uint64_t(int64_t(h->offset) + (data_ - s.root.host)), s.device};
 }
 
+void Buffer::prepare_for_pipeline(const char *entry, const halide_device_interface_t *interface, bool output) {
+    if (output && storage_->readonly)
+        throw BufferError(std::string(entry) + "(): an output wraps read-only memory; pass a writable buffer");
+    if (!interface) {  // a host-only pipeline reads and writes the host copy
+        output ? begin_host_write(entry) : begin_host_read();
+        return;
+    }
+    std::shared_ptr<void> released;  // declared first: dropped after the lock is let go
+    StorageOp op(*storage_);
+    Storage &s = *storage_;
+    if (s.root.device && s.root.device_interface != interface) released = s.free_device(entry);
+}
+
 halide_buffer_t *Buffer::raw(const char *entry) {
     if (!dtype_->has_halide_type())
         throw BufferError(std::string(entry) + "(): Halide has no type for " + dtype_->name +

@@ -6,9 +6,9 @@ its data to NumPy (and, through DLPack and the CUDA array interface, to other fr
 every dtype of the table, bfloat16 and the float8 family included.
 """
 
-from . import opencl
-from ._core import (Buffer, Device, DeviceError, DType, Transfers, dtype, dtypes, from_dlpack,
-                    transfers)
+from . import aot, opencl
+from ._core import (Buffer, Device, DeviceError, DType, PipelineError, Transfers, dtype, dtypes,
+                    from_dlpack, transfers)
 from ._version import __version__
 
 
@@ -18,5 +18,5 @@ class Runtime:
     Buffer = Buffer
 
 
-__all__ = ["Buffer", "DType", "Device", "DeviceError", "Runtime", "Transfers", "dtype", "dtypes",
-           "from_dlpack", "opencl", "transfers", "__version__"]
+__all__ = ["Buffer", "DType", "Device", "DeviceError", "PipelineError", "Runtime", "Transfers",
+           "aot", "dtype", "dtypes", "from_dlpack", "opencl", "transfers", "__version__"]

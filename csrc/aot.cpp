@@ -1,0 +1,77 @@
+// aot.cpp: loading a Halide AOT pipeline and calling it, with Halide's errors as exceptions.
+#include "aot.h"
+
+#include <dlfcn.h>
+
+#include <mutex>
+
+#include "errors.h"
+
+namespace hb {
+namespace {
+
+/// Messages the runtime of the pipeline running on this thread reported.
+thread_local std::string t_messages;
+
+/// Replaces Halide's default handler (which aborts the process): collect, then the call throws.
+extern "C" void collect_error(void *, const char *message) {
+    if (!t_messages.empty()) t_messages += "; ";
+    t_messages += message ? message : "(no message)";
+    while (!t_messages.empty() && (t_messages.back() == '\n' || t_messages.back() == ' ')) t_messages.pop_back();
+}
+
+using ErrorHandler = void (*)(void *, const char *);
+
+template <typename F>
+F symbol(void *library, const std::string &name) {
+    return reinterpret_cast<F>(dlsym(library, name.c_str()));
+}
+
+}  // namespace
+
+std::shared_ptr<AotPipeline> AotPipeline::load(const std::string &path, const std::string &name) {
+    constexpr const char *entry = "aot.load";
+    // RTLD_LOCAL: each pipeline library has its own Halide runtime; never closed (see aot.h).
+    void *library = dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
+    if (!library) {
+        const char *why = dlerror();
+        throw ValueError(std::string(entry) + "(): cannot load " + path + ": " + (why ? why : "unknown error") +
+                         "; pass the path of a shared library built from Halide's compile_to_object output");
+    }
+    auto p = std::shared_ptr<AotPipeline>(new AotPipeline());
+    p->name_ = name;
+    p->argv_ = symbol<int (*)(void **)>(library, name + "_argv");
+    auto metadata = symbol<const halide_filter_metadata_t *(*)()>(library, name + "_metadata");
+    if (!p->argv_ || !metadata)
+        throw ValueError(std::string(entry) + "(): " + path + " has no " + name + "_argv / " + name +
+                         "_metadata; check the function name, and build with Halide's metadata (the default)");
+    p->metadata_ = metadata();
+    if (!p->metadata_ || p->metadata_->version != 1)
+        throw ValueError(std::string(entry) + "(): " + name + "_metadata() is missing or of an unknown "
+                         "version; rebuild the pipeline with Halide 16 or newer");
+    auto set_handler = symbol<ErrorHandler (*)(ErrorHandler)>(library, "halide_set_error_handler");
+    if (!set_handler)
+        throw ValueError(std::string(entry) + "(): " + path + " has no halide_set_error_handler; link the "
+                         "pipeline with its Halide runtime (compile_to_object embeds one)");
+    set_handler(collect_error);
+    // The device API of the target the pipeline was compiled for, as its runtime exposes it.
+    std::string target = p->metadata_->target ? p->metadata_->target : "";
+    for (const char *api : {"opencl", "cuda"}) {
+        if (target.find(std::string("-") + api) == std::string::npos) continue;
+        auto get = symbol<const halide_device_interface_t *(*)()>(library, std::string("halide_") + api +
+                                                                              "_device_interface");
+        if (get) p->device_interface_ = get();
+    }
+    return p;
+}
+
+void AotPipeline::call(void **argv) const {
+    t_messages.clear();
+    int rc = argv_(argv);
+    if (rc == 0) return;
+    std::string messages = t_messages.empty() ? "Halide error code " + std::to_string(rc) : t_messages;
+    t_messages.clear();
+    throw PipelineError(name_ + "(): " + messages + " (Halide error " + std::to_string(rc) + ")", rc);
+}
+
+}  // namespace hb

@@ -1,0 +1,35 @@
+// aot.h: Halide ahead-of-time compiled pipelines: the shared library, its metadata, its
+// runtime's device interface and error handler, and one call through <name>_argv.
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "halide_abi.h"
+
+namespace hb {
+
+class AotPipeline {
+public:
+    /// Opens `library_path` (kept loaded for the process: buffers may hold device memory its
+    /// runtime allocated) and finds <name>_argv and <name>_metadata. Throws ValueError naming
+    /// what is missing.
+    static std::shared_ptr<AotPipeline> load(const std::string &library_path, const std::string &name);
+
+    const std::string &name() const { return name_; }
+    const halide_filter_metadata_t &metadata() const { return *metadata_; }
+    /// The device interface of the pipeline's runtime (OpenCL or CUDA targets), else null.
+    const halide_device_interface_t *device_interface() const { return device_interface_; }
+
+    /// Runs the pipeline (the caller has released the GIL). A failure throws PipelineError with
+    /// the messages Halide's runtime reported and its error code.
+    void call(void **argv) const;
+
+private:
+    std::string name_;
+    int (*argv_)(void **) = nullptr;
+    const halide_filter_metadata_t *metadata_ = nullptr;
+    const halide_device_interface_t *device_interface_ = nullptr;
+};
+
+}  // namespace hb
