@@ -194,10 +194,7 @@ py::object call(py::handle self, py::args args, py::kwargs kwargs) {
     auto prepare = [&](size_t i) {
         Buffer &b = buffer_of(given[i].ptr());
         bool output = m.arguments[i].kind == halide_argument_kind_output_buffer;
-        {
-            py::gil_scoped_release nogil;
-            b.prepare_for_pipeline(p.name().c_str(), p.device_interface(), output);
-        }
+        run_lease(b, [&] { b.prepare_for_pipeline(p.name().c_str(), p.device_interface(), output); });
         argv[i] = b.raw(p.name().c_str());
     };
     for (size_t i = 0; i < n; ++i) {
