@@ -226,6 +226,10 @@ public:
     /// (Halide refuses to switch interfaces); a host-only pipeline gets a current host copy,
     /// and an output the lease of a host writer.
     void prepare_for_pipeline(const char *entry, const halide_device_interface_t *interface, bool output);
+    /// This view is about to be overwritten whole on a device (a device pipeline's output): its
+    /// published halide_buffer_t stops asking for an upload of the old contents, when the view
+    /// covers its storage (the rest of a storage matters) and no device copy is newer.
+    void expect_overwrite();
     /// Copies and bytes moved for this buffer's storage so far.
     const Transfers &transfers() const { return storage_->transfers; }
 

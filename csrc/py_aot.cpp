@@ -43,38 +43,44 @@ py::list arguments_of(const AotPipeline &p) {
 // ---------------------------------------------------------------------------------------------
 
 /// A Python number as the scalar type an argument declares, range-checked.
-halide_scalar_value_t to_scalar(const std::string &where, py::handle v, const halide_filter_argument_t &a) {
+/// "<pipeline>(): argument '<name>'": built only for an error message.
+std::string where_of(const AotPipeline &p, const halide_filter_argument_t &a) {
+    return p.name() + "(): argument '" + a.name + "'";
+}
+
+halide_scalar_value_t to_scalar(const AotPipeline &p, py::handle v, const halide_filter_argument_t &a) {
+    auto where = [&] { return where_of(p, a); };
     halide_scalar_value_t s{};
     s.u64 = 0;
     halide_type_t t = a.type;
-    std::string name = type_text(t);
+    auto name = type_text(t);
     auto out_of_range = [&] {
-        return ValueError(where + ": " + py::repr(v).cast<std::string>() + " is out of range for " + name);
+        return ValueError(where() + ": " + py::repr(v).cast<std::string>() + " is out of range for " + name);
     };
     if (t.code == halide_type_float) {
         if (!PyFloat_Check(v.ptr()) && !PyIndex_Check(v.ptr()))
-            throw TypeError(where + ": expected a number for " + name + ", not " + Py_TYPE(v.ptr())->tp_name);
+            throw TypeError(where() + ": expected a number for " + name + ", not " + Py_TYPE(v.ptr())->tp_name);
         double x = PyFloat_AsDouble(v.ptr());
         if (x == -1.0 && PyErr_Occurred()) throw py::error_already_set();
         if (t.bits == 32) s.f32 = float(x);
         else if (t.bits == 64) s.f64 = x;
-        else throw TypeError(where + ": scalars of " + name + " are not supported; pass a float32 or float64 parameter");
+        else throw TypeError(where() + ": scalars of " + name + " are not supported; pass a float32 or float64 parameter");
         return s;
     }
     if (t.code == halide_type_handle) {
         if (v.is_none()) return s;
-        if (!PyIndex_Check(v.ptr())) throw TypeError(where + ": expected an address (int) or None");
+        if (!PyIndex_Check(v.ptr())) throw TypeError(where() + ": expected an address (int) or None");
         s.handle = reinterpret_cast<void *>(v.cast<uintptr_t>());
         return s;
     }
     if (t.code == halide_type_uint && t.bits == 1) {  // bool
         if (!PyBool_Check(v.ptr()) && !PyIndex_Check(v.ptr()))
-            throw TypeError(where + ": expected a bool, not " + Py_TYPE(v.ptr())->tp_name);
+            throw TypeError(where() + ": expected a bool, not " + Py_TYPE(v.ptr())->tp_name);
         s.b = PyObject_IsTrue(v.ptr()) == 1;
         return s;
     }
     if (!PyIndex_Check(v.ptr()) || PyBool_Check(v.ptr()))
-        throw TypeError(where + ": expected an int for " + name + ", not " + Py_TYPE(v.ptr())->tp_name);
+        throw TypeError(where() + ": expected an int for " + name + ", not " + Py_TYPE(v.ptr())->tp_name);
     py::object i = py::reinterpret_steal<py::object>(PyNumber_Index(v.ptr()));
     if (!i) throw py::error_already_set();
     if (t.code == halide_type_int) {
@@ -103,16 +109,16 @@ halide_scalar_value_t to_scalar(const std::string &where, py::handle v, const ha
 
 /// A buffer argument as a Buffer object (a Buffer, or anything Buffer.from_host wraps), its
 /// element type and dimensions checked.
-py::object to_buffer(const std::string &where, py::handle v, const halide_filter_argument_t &a) {
+py::object to_buffer(const AotPipeline &p, py::handle v, const halide_filter_argument_t &a) {
     py::object obj = py::isinstance<Buffer>(v) ? py::reinterpret_borrow<py::object>(v)
                                                 : py::cast(buffer_from_host(v, false, true));
     Buffer &b = buffer_of(obj.ptr());
     const halide_type_t &t = b.dtype().halide;
     if (t.code != a.type.code || t.bits != a.type.bits || t.lanes != a.type.lanes)
-        throw TypeError(where + ": a " + b.dtype().name + " buffer where the pipeline takes " + type_text(a.type) +
-                        "; pass a buffer of that type (b.bits() reinterprets same-size ones)");
+        throw TypeError(where_of(p, a) + ": a " + b.dtype().name + " buffer where the pipeline takes " +
+                        type_text(a.type) + "; pass a buffer of that type (b.bits() reinterprets same-size ones)");
     if (b.ndim() != a.dimensions)
-        throw ValueError(where + ": " + std::to_string(b.ndim()) + " axes where the pipeline takes " +
+        throw ValueError(where_of(p, a) + ": " + std::to_string(b.ndim()) + " axes where the pipeline takes " +
                          std::to_string(a.dimensions));
     return obj;
 }
@@ -139,71 +145,95 @@ py::object allocate_queried(const std::string &where, const Query &q) {
     return py::cast(Buffer::allocate("aot", shape, *dtype).with_mins(mins));
 }
 
-py::object call(py::handle self, py::args args, py::kwargs kwargs) {
-    const AotPipeline &p = self.cast<const AotPipeline &>();
+/// Per-thread scratch space of a call, reused so a call allocates nothing once warm; emptied
+/// (references dropped) when the call ends, however it ends.
+struct CallScratch {
+    std::vector<py::object> given;
+    std::vector<halide_scalar_value_t> scalars;
+    std::vector<void *> argv;
+    std::vector<Query> queries;
+    std::vector<size_t> outputs, missing;
+
+    void start(size_t n) {
+        given.assign(n, py::object());
+        scalars.assign(n, halide_scalar_value_t{});
+        argv.assign(n, nullptr);
+        outputs.clear();
+        missing.clear();
+    }
+    void finish() { given.clear(); }
+};
+
+py::object call_with(const AotPipeline &p, PyObject *const *pos, size_t npos, PyObject *kwargs) {
     const halide_filter_metadata_t &m = p.metadata();
     size_t n = size_t(m.num_arguments);
-    std::vector<py::object> given(n);
-    std::vector<size_t> order;  // the arguments a caller names, in order
-    for (size_t i = 0; i < n; ++i) {
-        if (!is_user_context(m.arguments[i])) order.push_back(i);
+    thread_local CallScratch scratch;
+    struct Finish {
+        CallScratch &s;
+        ~Finish() { s.finish(); }
+    } finish{scratch};
+    scratch.start(n);
+    std::vector<py::object> &given = scratch.given;
+    std::vector<void *> &argv = scratch.argv;
+
+    // Positional arguments in metadata order (a pipeline's __user_context is ours to pass).
+    size_t k = 0;
+    for (size_t i = 0; i < n && k < npos; ++i) {
+        if (!is_user_context(m.arguments[i])) given[i] = py::reinterpret_borrow<py::object>(pos[k++]);
     }
-    if (args.size() > order.size())
-        throw TypeError(p.name() + "() takes " + std::to_string(order.size()) + " arguments, " +
-                        std::to_string(args.size()) + " given");
-    for (size_t k = 0; k < args.size(); ++k) given[order[k]] = py::reinterpret_borrow<py::object>(args[k]);
-    for (auto item : kwargs) {
-        std::string key = py::str(item.first);
-        size_t k = 0;
-        while (k < order.size() && key != m.arguments[order[k]].name) ++k;
-        if (k == order.size())
-            throw TypeError(p.name() + "() got an unexpected keyword argument '" + key + "'");
-        if (given[order[k]]) throw TypeError(p.name() + "() got multiple values for argument '" + key + "'");
-        given[order[k]] = py::reinterpret_borrow<py::object>(item.second);
+    if (k < npos)
+        throw TypeError(p.name() + "() takes " + std::to_string(k) + " arguments, " + std::to_string(npos) +
+                        " given");
+    Py_ssize_t at = 0;
+    PyObject *key, *value;
+    while (kwargs && PyDict_Next(kwargs, &at, &key, &value)) {
+        size_t i = 0;
+        while (i < n && (is_user_context(m.arguments[i]) ||
+                         PyUnicode_CompareWithASCIIString(key, m.arguments[i].name) != 0))
+            ++i;
+        std::string name = py::str(key);
+        if (i == n) throw TypeError(p.name() + "() got an unexpected keyword argument '" + name + "'");
+        if (given[i]) throw TypeError(p.name() + "() got multiple values for argument '" + name + "'");
+        given[i] = py::reinterpret_borrow<py::object>(value);
     }
 
-    std::vector<halide_scalar_value_t> scalars(n);
-    std::vector<void *> argv(n, nullptr);
-    std::vector<Query> queries(n);
-    std::vector<size_t> outputs, missing;
     for (size_t i = 0; i < n; ++i) {
         const halide_filter_argument_t &a = m.arguments[i];
-        std::string where = p.name() + "(): argument '" + a.name + "'";
+        bool absent = !given[i] || given[i].is_none();
         if (is_user_context(a)) {
-            argv[i] = &scalars[i];  // a null user_context
+            argv[i] = &scratch.scalars[i];  // a null user_context
         } else if (!is_buffer(a)) {
-            if (!given[i] || given[i].is_none()) {
-                if (!a.scalar_def) throw TypeError(where + " is missing; pass a " + type_text(a.type));
-                scalars[i] = *a.scalar_def;
-            } else {
-                scalars[i] = to_scalar(where, given[i], a);
-            }
-            argv[i] = &scalars[i];
-        } else if (given[i] && !given[i].is_none()) {
-            given[i] = to_buffer(where, given[i], a);
-            if (a.kind == halide_argument_kind_output_buffer) outputs.push_back(i);
+            if (absent && !a.scalar_def)
+                throw TypeError(where_of(p, a) + " is missing; pass a " + type_text(a.type));
+            scratch.scalars[i] = absent ? *a.scalar_def : to_scalar(p, given[i], a);
+            argv[i] = &scratch.scalars[i];
+        } else if (!absent) {
+            given[i] = to_buffer(p, given[i], a);
+            if (a.kind == halide_argument_kind_output_buffer) scratch.outputs.push_back(i);
         } else if (a.kind == halide_argument_kind_output_buffer) {
-            missing.push_back(i);
-            outputs.push_back(i);
+            scratch.missing.push_back(i);
+            scratch.outputs.push_back(i);
         } else {
-            throw TypeError(where + " is missing; pass a " + type_text(a.type) + " buffer of " +
+            throw TypeError(where_of(p, a) + " is missing; pass a " + type_text(a.type) + " buffer of " +
                             std::to_string(a.dimensions) + " axes");
         }
     }
 
-    auto prepare = [&](size_t i) {
+    auto enter = [&](size_t i) {
         Buffer &b = buffer_of(given[i].ptr());
         bool output = m.arguments[i].kind == halide_argument_kind_output_buffer;
         run_lease(b, [&] { b.prepare_for_pipeline(p.name().c_str(), p.device_interface(), output); });
         argv[i] = b.raw(p.name().c_str());
     };
     for (size_t i = 0; i < n; ++i) {
-        if (given[i] && is_buffer(m.arguments[i])) prepare(i);
+        if (given[i] && is_buffer(m.arguments[i])) enter(i);
     }
-    if (!missing.empty()) {  // Halide's bounds query: host == NULL asks for the required shape
-        for (size_t i : missing) {
-            Query &q = queries[i];
+    if (!scratch.missing.empty()) {  // Halide's bounds query: host == NULL asks for the required shape
+        scratch.queries.resize(n);
+        for (size_t i : scratch.missing) {
+            Query &q = scratch.queries[i];
             q.dims.assign(size_t(m.arguments[i].dimensions), halide_dimension_t{0, 0, 0, 0});
+            q.buf = halide_buffer_t{};
             q.buf.type = m.arguments[i].type;
             q.buf.dimensions = m.arguments[i].dimensions;
             q.buf.dim = q.dims.data();
@@ -216,19 +246,35 @@ py::object call(py::handle self, py::args args, py::kwargs kwargs) {
             throw PipelineError(std::string(e.what()) + "; this was the bounds query for the outputs not "
                                 "given: pass output buffers", e.code);
         }
-        for (size_t i : missing) {
-            given[i] = allocate_queried(p.name() + "(): output '" + m.arguments[i].name + "'", queries[i]);
-            prepare(i);
+        for (size_t i : scratch.missing) {
+            given[i] = allocate_queried(p.name() + "(): output '" + m.arguments[i].name + "'", scratch.queries[i]);
+            enter(i);
         }
+    }
+    // A device pipeline overwrites its outputs whole: their old host contents need not go up.
+    if (p.device_interface()) {
+        for (size_t i : scratch.outputs) buffer_of(given[i].ptr()).expect_overwrite();
     }
     {
         py::gil_scoped_release nogil;
         p.call(argv.data());
     }
-    if (outputs.size() == 1) return given[outputs[0]];
-    py::tuple result(outputs.size());
-    for (size_t k = 0; k < outputs.size(); ++k) result[k] = given[outputs[k]];
+    if (scratch.outputs.size() == 1) return given[scratch.outputs[0]];
+    py::tuple result(scratch.outputs.size());
+    for (size_t j = 0; j < scratch.outputs.size(); ++j) result[j] = given[scratch.outputs[j]];
     return std::move(result);
+}
+
+/// The type's call slot: `pipeline(...)` goes straight here (no pybind11 dispatch).
+PyObject *pipeline_call(PyObject *self, PyObject *args, PyObject *kwargs) {
+    PyObject *result = nullptr;
+    c_call([&] {
+        auto *inst = reinterpret_cast<py::detail::instance *>(self);
+        const AotPipeline &p = *inst->get_value_and_holder().value_ptr<AotPipeline>();
+        result = call_with(p, &PyTuple_GET_ITEM(args, 0), size_t(PyTuple_GET_SIZE(args)), kwargs).release().ptr();
+        return 0;
+    });
+    return result;
 }
 
 }  // namespace
@@ -241,10 +287,15 @@ void bind_aot(py::module_ &m) {
                                "the Halide target string it was compiled for")
         .def_property_readonly("arguments", &arguments_of,
                                "name, kind, dtype and dimensions of each argument, in call order")
-        .def("__call__", &call, "Runs the pipeline; returns its output buffer(s), allocated when not given.")
+        .def("__call__", [](py::handle self, py::args args, py::kwargs kwargs) {
+            const AotPipeline &p = self.cast<const AotPipeline &>();
+            return call_with(p, &PyTuple_GET_ITEM(args.ptr(), 0), args.size(), kwargs.ptr());
+        }, "Runs the pipeline; returns its output buffer(s), allocated when not given.")
         .def("__repr__", [](const AotPipeline &p) {
             return "Pipeline(" + p.name() + ", target=" + p.metadata().target + ")";
         });
+    // Calls skip pybind11's dispatch: the slot is ours (__call__ above stays for introspection).
+    reinterpret_cast<PyTypeObject *>(m.attr("Pipeline").ptr())->tp_call = pipeline_call;
     m.def("_aot_load", &AotPipeline::load, py::arg("library_path"), py::arg("function_name"));
 }
 

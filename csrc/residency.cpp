@@ -261,16 +261,20 @@ std::atomic<LockWaiter> g_waiter{plain_wait};
 /// state on the way out, so no halide_buffer_t handed out shows a stale state.
 class StorageOp {
 public:
-    explicit StorageOp(Storage &s) : storage_(s), lock_(s.mutex, std::try_to_lock) {
+    explicit StorageOp(Storage &s, bool republish = true)
+        : storage_(s), republish_(republish), lock_(s.mutex, std::try_to_lock) {
         if (!lock_.owns_lock()) g_waiter.load()(lock_);
         storage_.absorb_raw_views();
     }
-    ~StorageOp() { storage_.publish_all(); }
+    ~StorageOp() {
+        if (republish_) storage_.publish_all();
+    }
     StorageOp(const StorageOp &) = delete;
     StorageOp &operator=(const StorageOp &) = delete;
 
 private:
     Storage &storage_;
+    bool republish_;
     std::unique_lock<std::mutex> lock_;
 };
 
@@ -472,6 +476,15 @@ void Buffer::prepare_for_pipeline(const char *entry, const halide_device_interfa
     StorageOp op(*storage_);
     Storage &s = *storage_;
     if (s.root.device && s.root.device_interface != interface) released = s.free_device(entry);
+}
+
+void Buffer::expect_overwrite() {
+    if (!raw_) return;
+    StorageOp op(*storage_, false);  // no republishing: that would put the flag back
+    halide_buffer_t &buf = raw_->buf;
+    if ((buf.flags & kDeviceDirty) || !covers_storage(buf, storage_->root)) return;
+    buf.flags &= ~kHostDirty;
+    raw_->published = buf.flags;  // not news to take in: the storage's own flags stay as they are
 }
 
 halide_buffer_t *Buffer::raw(const char *entry) {
