@@ -230,6 +230,10 @@ public:
     /// published halide_buffer_t stops asking for an upload of the old contents, when the view
     /// covers its storage (the rest of a storage matters) and no device copy is newer.
     void expect_overwrite();
+    /// This view is about to be read by a device pipeline: if its published halide_buffer_t
+    /// shows no device copy, it asks for an upload (Halide's runtime uploads only host-dirty
+    /// inputs, and the host copy is the current one then).
+    void expect_upload();
     /// Copies and bytes moved for this buffer's storage so far.
     const Transfers &transfers() const { return storage_->transfers; }
 

@@ -58,10 +58,12 @@ halide_scalar_value_t to_scalar(const AotPipeline &p, py::handle v, const halide
         return ValueError(where() + ": " + py::repr(v).cast<std::string>() + " is out of range for " + name);
     };
     if (t.code == halide_type_float) {
-        if (!PyFloat_Check(v.ptr()) && !PyIndex_Check(v.ptr()))
+        // Anything with __float__ or __index__ (NumPy scalars too), but not text or bools.
+        double x = PyBool_Check(v.ptr()) ? -1.0 : PyFloat_AsDouble(v.ptr());
+        if (PyBool_Check(v.ptr()) || (x == -1.0 && PyErr_Occurred())) {
+            PyErr_Clear();
             throw TypeError(where() + ": expected a number for " + name + ", not " + Py_TYPE(v.ptr())->tp_name);
-        double x = PyFloat_AsDouble(v.ptr());
-        if (x == -1.0 && PyErr_Occurred()) throw py::error_already_set();
+        }
         if (t.bits == 32) s.f32 = float(x);
         else if (t.bits == 64) s.f64 = x;
         else throw TypeError(where() + ": scalars of " + name + " are not supported; pass a float32 or float64 parameter");
@@ -211,6 +213,7 @@ py::object call_with(const AotPipeline &p, PyObject *const *pos, size_t npos, Py
             given[i] = to_buffer(p, given[i], a);
             if (a.kind == halide_argument_kind_output_buffer) scratch.outputs.push_back(i);
         } else if (a.kind == halide_argument_kind_output_buffer) {
+            given[i] = py::object();  // None: allocated below
             scratch.missing.push_back(i);
             scratch.outputs.push_back(i);
         } else {
@@ -252,8 +255,13 @@ py::object call_with(const AotPipeline &p, PyObject *const *pos, size_t npos, Py
         }
     }
     // A device pipeline overwrites its outputs whole: their old host contents need not go up.
+    // Its inputs without a device copy it can use must: its runtime uploads only host-dirty ones.
     if (p.device_interface()) {
-        for (size_t i : scratch.outputs) buffer_of(given[i].ptr()).expect_overwrite();
+        for (size_t i = 0; i < n; ++i) {
+            if (!given[i] || !is_buffer(m.arguments[i])) continue;
+            Buffer &b = buffer_of(given[i].ptr());
+            m.arguments[i].kind == halide_argument_kind_output_buffer ? b.expect_overwrite() : b.expect_upload();
+        }
     }
     {
         py::gil_scoped_release nogil;

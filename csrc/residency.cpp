@@ -487,6 +487,15 @@ void Buffer::expect_overwrite() {
     raw_->published = buf.flags;  // not news to take in: the storage's own flags stay as they are
 }
 
+void Buffer::expect_upload() {
+    if (!raw_) return;
+    StorageOp op(*storage_, false);  // no republishing: that would take the flag back
+    halide_buffer_t &buf = raw_->buf;
+    if (buf.device) return;  // the pipeline reads the device copy it is shown
+    buf.flags = kHostDirty;
+    raw_->published = buf.flags;
+}
+
 halide_buffer_t *Buffer::raw(const char *entry) {
     if (!dtype_->has_halide_type())
         throw BufferError(std::string(entry) + "(): Halide has no type for " + dtype_->name +

@@ -1,0 +1,805 @@
+"""AOT pipeline calls: what calling a Halide AOT pipeline through halide_buffer.aot costs beside
+the Python extension Halide generates for the same pipeline, and how many bytes a device
+pipeline's loop moves, in one run.
+
+Run:  python benchmarks/bench_aot.py [--number N] [--repeat R] [--calls N] [--json PATH]
+                                     [--no-peer] [--no-opencl]
+
+It needs the ``halide`` wheel and a C compiler (the pipelines are built when it runs); without
+them it exits with status 2. Every pipeline is compiled with ``Func.compile_to`` for the explicit
+target ``x86-64-linux-avx-avx2-f16c-fma-sse41`` (Halide 21 mis-detects AVX-512 on some CPUs,
+so the host target is never used), into an object and Halide's generated Python extension
+source (``OutputFileType.python_extension``). The object is linked into a shared library for
+``hb.aot.load``; the extension source is compiled with the C++ compiler against Python's and
+Halide's include directories and linked with the same object into an importable module (the
+peer). Without a C++ compiler, or if that build fails, the peer is reported unavailable (with
+the reason) and the rest still runs.
+
+* Call overhead. The host pipeline ``out(x, y) = in(x, y) + 1`` on uint8 (16, 16) buffers.
+  Every case is timed with ``timeit`` as ``repeat`` rounds of ``number`` calls, the rounds of
+  all cases interleaved, the best round giving the per-call cost. Cases: ``p(b_in, b_out)``
+  through ``hb.aot`` on Buffers (ours); the generated extension on Buffers (it takes their
+  ``_get_raw_halide_buffer_t()``) and on NumPy arrays (buffer protocol), the peers; and,
+  informational, ``hb.aot`` on NumPy arrays (wrapped per call), the raw entry point
+  ``name(halide_buffer_t *, halide_buffer_t *)`` called through ctypes with the two addresses
+  taken once (the pipeline's own cost plus ctypes'), ``Buffer._get_raw_halide_buffer_t()``
+  (what the extension pays per Buffer argument) and ``id(b)`` (the timing loop's floor). The
+  target: ``hb.aot`` <= 0.80x the faster of the extension's two paths.
+* Bytes per call of an OpenCL pipeline (the same sum, ``gpu_tile`` 8x8, target ``...-opencl``)
+  in two loops on uint8 (512, 512) buffers: "chain", ``calls`` calls each feeding its output
+  into the next (a fresh host input first, one host read of the last output at the end); and
+  "read each", the same with ``np.asarray(out)`` after every call. Ours: ``hb.aot`` on
+  Buffers. Peers: the generated extension on NumPy arrays and on Buffers. The bytes are
+  counted twice: by ``hb.transfers()`` (ours), and by a counter of the OpenCL copies
+  (``clEnqueueReadBuffer`` / ``clEnqueueWriteBuffer``) and kernel launches that the pipelines'
+  Halide runtimes make, compiled here and loaded ahead of the OpenCL loader, so Halide's
+  runtime (which looks OpenCL up by name in the process) calls through it. The extension's
+  figure is also derived from its generated wrapper: it marks every input host-dirty before
+  the call and copies every output to the host after it, so it must move the input up and the
+  output down on every call. Each case is ``repeat`` rounds of a fixed number of loops, timed
+  with ``perf_counter``, rounds interleaved; the best round gives the time per call. Before
+  timing, one call of each side on fresh buffers (a host-written input, a new output) gives
+  the bytes of a first call. Without an OpenCL device this part is skipped.
+
+Ratios are measured in the same run on the same machine; absolute times are not comparable
+across machines, and nothing here is a pass/fail test.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ctypes
+import importlib.util
+import json
+import os
+import shlex
+import shutil
+import statistics
+import subprocess
+import sys
+import sysconfig
+import tempfile
+import time
+import timeit
+from pathlib import Path
+
+import numpy as np
+
+import halide_buffer as hb
+
+from bench_common import Rounds, environment, environment_line, fmt_ratio, ratio, run_cases
+
+TARGET = "x86-64-linux-avx-avx2-f16c-fma-sse41"
+HOST_NAME = "hb_bench_add_one"
+CL_NAME = "hb_bench_add_one_cl"
+
+SMALL = (16, 16)
+CL_SHAPE = (512, 512)
+CALL_TARGET = 0.80             # hb.aot / the faster extension path, per call
+
+# A counter of the OpenCL calls that move bytes or launch kernels. Halide's runtime finds
+# OpenCL by name in the process (dlsym with the default handle), so a library loaded with
+# RTLD_GLOBAL before the OpenCL loader is found first; it forwards every call to the loader
+# that halide_buffer opened (hb_count_init), whose handles are not looked up by name and so
+# do not pass through here.
+COUNTER_SOURCE = r"""
+#include <dlfcn.h>
+#include <stddef.h>
+#include <stdint.h>
+typedef int32_t cl_int;
+typedef uint32_t cl_uint;
+typedef void *Q, *M, *E, *K;
+/* reads, bytes read, writes, bytes written, kernel launches */
+long long hb_counts[5];
+static void *loader;
+int hb_count_init(const char *path) {
+    loader = dlopen(path, RTLD_NOW | RTLD_NOLOAD);
+    return loader != 0;
+}
+#define ADD(i, v) __atomic_fetch_add(&hb_counts[i], (long long)(v), __ATOMIC_RELAXED)
+#define REAL(type, name) \
+    static type real; \
+    if (!real && loader) real = (type)dlsym(loader, name); \
+    if (!real) return -59; /* CL_INVALID_OPERATION: not initialised */
+cl_int clEnqueueReadBuffer(Q q, M m, cl_uint blocking, size_t offset, size_t n, void *p,
+                           cl_uint ne, const E *w, E *e) {
+    typedef cl_int (*F)(Q, M, cl_uint, size_t, size_t, void *, cl_uint, const E *, E *);
+    REAL(F, "clEnqueueReadBuffer");
+    cl_int rc = real(q, m, blocking, offset, n, p, ne, w, e);
+    if (rc == 0) { ADD(0, 1); ADD(1, n); }
+    return rc;
+}
+cl_int clEnqueueWriteBuffer(Q q, M m, cl_uint blocking, size_t offset, size_t n, const void *p,
+                            cl_uint ne, const E *w, E *e) {
+    typedef cl_int (*F)(Q, M, cl_uint, size_t, size_t, const void *, cl_uint, const E *, E *);
+    REAL(F, "clEnqueueWriteBuffer");
+    cl_int rc = real(q, m, blocking, offset, n, p, ne, w, e);
+    if (rc == 0) { ADD(2, 1); ADD(3, n); }
+    return rc;
+}
+cl_int clEnqueueNDRangeKernel(Q q, K k, cl_uint dims, const size_t *offset, const size_t *global,
+                              const size_t *local, cl_uint ne, const E *w, E *e) {
+    typedef cl_int (*F)(Q, K, cl_uint, const size_t *, const size_t *, const size_t *, cl_uint,
+                        const E *, E *);
+    REAL(F, "clEnqueueNDRangeKernel");
+    cl_int rc = real(q, k, dims, offset, global, local, ne, w, e);
+    if (rc == 0) ADD(4, 1);
+    return rc;
+}
+"""
+
+
+class BuildError(Exception):
+    pass
+
+
+def c_compiler():
+    cc = os.environ.get("CC") or shutil.which("gcc") or shutil.which("cc") or shutil.which("clang")
+    return shlex.split(cc) if cc else None
+
+
+def cxx_compiler():
+    cxx = os.environ.get("CXX") or shutil.which("g++") or shutil.which("c++") or shutil.which("clang++")
+    return shlex.split(cxx) if cxx else None
+
+
+def run_tool(cmd, what):
+    try:
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+    except (OSError, subprocess.SubprocessError) as e:
+        raise BuildError(f"{what} failed: {e}") from e
+    if proc.returncode != 0:
+        tail = (proc.stderr or proc.stdout).strip().splitlines()[-5:]
+        raise BuildError(f"{what} failed (exit {proc.returncode})"
+                         + (": " + " | ".join(tail) if tail else ""))
+
+
+def import_from(path: Path, name: str):
+    spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+# --------------------------------------------------------------------------------------------
+# The pipelines, their shared libraries and Halide's generated extensions
+# --------------------------------------------------------------------------------------------
+
+
+def add_one_func(hl, name, gpu):
+    """out(x, y) = in(x, y) + 1 on uint8 (wrapping); in 8x8 GPU tiles when `gpu`."""
+    x, y = hl.Var("x"), hl.Var("y")
+    inp = hl.ImageParam(hl.UInt(8), 2, "inp")
+    out = hl.Func(name)
+    out[x, y] = inp[x, y] + hl.u8(1)
+    if gpu:
+        xo, yo, xi, yi = (hl.Var(n) for n in ("xo", "yo", "xi", "yi"))
+        out.gpu_tile(x, y, xo, yo, xi, yi, 8, 8)
+    return out, [inp]
+
+
+class Built:
+    """One pipeline: its shared library (for hb.aot and ctypes) and its generated extension."""
+
+    def __init__(self, library, wrapper_source, extension, extension_reason):
+        self.library = library                  # Path of lib<name>.so
+        self.wrapper_source = wrapper_source    # the generated extension's C++ source (text)
+        self.extension = extension              # the imported module, or None
+        self.extension_reason = extension_reason
+
+
+def build_pipeline(hl, workdir: Path, name, gpu, want_extension):
+    cc = c_compiler()
+    if not cc:
+        raise BuildError("no C compiler (gcc, cc, clang or $CC) to link the pipeline")
+    func, args = add_one_func(hl, name, gpu)
+    obj, src = workdir / f"{name}.o", workdir / f"{name}.py.cpp"
+    outputs = {hl.OutputFileType.object: str(obj)}
+    if want_extension:
+        outputs[hl.OutputFileType.python_extension] = str(src)
+    try:
+        func.compile_to(outputs, args, name, hl.Target(TARGET + ("-opencl" if gpu else "")))
+    except Exception as e:  # noqa: BLE001 - Halide raises its own error types
+        raise BuildError(f"Halide's compile_to failed: {type(e).__name__}: {e}") from e
+    library = workdir / f"lib{name}.so"
+    run_tool([*cc, "-shared", "-o", str(library), str(obj), "-lpthread", "-ldl", "-lm"],
+             f"linking lib{name}.so")
+    if not want_extension:
+        return Built(library, "", None, "skipped (--no-peer)")
+    wrapper = src.read_text() if src.is_file() else ""
+    extension, reason = None, None
+    try:
+        extension = build_extension(hl, workdir, name, obj, src)
+    except BuildError as e:
+        reason = str(e)
+    except Exception as e:  # noqa: BLE001 - any import failure means "peer unavailable"
+        reason = f"importing the generated extension failed: {type(e).__name__}: {e}"
+    return Built(library, wrapper, extension, reason)
+
+
+def build_extension(hl, workdir, name, obj, src):
+    """Compiles Halide's generated extension source and links it with the pipeline's object."""
+    if not src.is_file():
+        raise BuildError("compile_to wrote no python_extension source")
+    cxx = cxx_compiler()
+    if not cxx:
+        raise BuildError("no C++ compiler (g++, c++, clang++ or $CXX) to build the generated extension")
+    halide_include = Path(hl.__file__).resolve().parent / "include"
+    if not (halide_include / "HalideRuntime.h").is_file():
+        raise BuildError("HalideRuntime.h not found in the halide package's include directory")
+    py_include = sysconfig.get_paths()["include"]
+    target = workdir / (name + (sysconfig.get_config_var("EXT_SUFFIX") or ".so"))
+    # -O3 -DNDEBUG: the optimisation level setuptools gives the halide_buffer extension.
+    run_tool([*cxx, "-O3", "-DNDEBUG", "-std=c++17", "-shared", "-fPIC", f"-I{py_include}",
+              f"-I{halide_include}", str(src), str(obj), "-o", str(target),
+              "-lpthread", "-ldl", "-lm"],
+             f"compiling the generated extension {src.name}")
+    return import_from(target, name)
+
+
+def wrapper_copies(source: str):
+    """What the generated wrapper does around the call: (marks inputs host-dirty, copies outputs
+    to the host), read from its source."""
+    return ("set_host_dirty()" in source, "halide_copy_to_host(" in source)
+
+
+class CopyCounter:
+    """The OpenCL copies and kernel launches of the pipelines' Halide runtimes (COUNTER_SOURCE)."""
+
+    FIELDS = ("reads", "read_bytes", "writes", "write_bytes", "kernels")
+
+    def __init__(self, library: Path):
+        # Loaded into the process's global lookup scope ahead of the OpenCL loader.
+        self.lib = ctypes.CDLL(str(library), mode=os.RTLD_GLOBAL | os.RTLD_NOW)
+        self.counts = (ctypes.c_longlong * 5).in_dll(self.lib, "hb_counts")
+
+    def attach(self, loader_path: str):
+        return bool(self.lib.hb_count_init(loader_path.encode()))
+
+    def snapshot(self):
+        return dict(zip(self.FIELDS, list(self.counts)))
+
+
+def build_counter(workdir: Path):
+    cc = c_compiler()
+    if not cc:
+        raise BuildError("no C compiler")
+    src, lib = workdir / "hb_bench_cl_counter.c", workdir / "libhb_bench_cl_counter.so"
+    src.write_text(COUNTER_SOURCE)
+    run_tool([*cc, "-O2", "-shared", "-fPIC", str(src), "-o", str(lib), "-ldl"],
+             "compiling the OpenCL copy counter")
+    return CopyCounter(lib)
+
+
+# --------------------------------------------------------------------------------------------
+# Call overhead (host pipeline)
+# --------------------------------------------------------------------------------------------
+
+
+class Case:
+    def __init__(self, key, label, stmt, env, group):
+        self.key = key            # stable name for --json
+        self.label = label        # what the table prints
+        self.timer = timeit.Timer(stmt, globals=env)
+        self.group = group        # "ours", "peer", "info"
+        self.rounds_ns = Rounds()  # per-call ns of every round
+
+
+def host_buffers(src):
+    b_in = hb.Buffer(SMALL, "uint8")
+    b_in.numpy(writable=True)[...] = src
+    return b_in, hb.Buffer(SMALL, "uint8")
+
+
+def call_sanity_checks(p, fn, ext, src):
+    """Every timed path computes in + 1, into the output it was given."""
+    problems = []
+    expected = src + np.uint8(1)
+
+    def check(what, got):
+        if not np.array_equal(np.asarray(got), expected):
+            problems.append(f"{what} did not compute in + 1")
+
+    b_in, b_out = host_buffers(src)
+    if p(b_in, b_out) is not b_out:
+        problems.append("hb.aot did not return the output Buffer it was given")
+    check("hb.aot on Buffers", b_out)
+    a_in, a_out = src.copy(), np.zeros(SMALL, np.uint8)
+    p(a_in, a_out)
+    check("hb.aot on ndarrays (written in place)", a_out)
+    b_in, b_out = host_buffers(src)
+    rc = fn(b_in._get_raw_halide_buffer_t(), b_out._get_raw_halide_buffer_t())
+    if rc != 0:
+        problems.append(f"the raw entry point returned {rc}")
+    check("the raw entry point through ctypes", b_out)
+    if ext is not None:
+        b_in, b_out = host_buffers(src)
+        ext(b_in, b_out)
+        check("the generated extension on Buffers", b_out)
+        a_in, a_out = src.copy(), np.zeros(SMALL, np.uint8)
+        ext(a_in, a_out)
+        check("the generated extension on ndarrays", a_out)
+    return problems
+
+
+def make_call_cases(p, fn, ext, src):
+    def env(**kw):
+        return kw
+
+    b_in, b_out = host_buffers(src)
+    cases = [Case("aot_buffers", "hb.aot: p(Buffer, Buffer)", "p(i, o)",
+                  env(p=p, i=b_in, o=b_out), "ours")]
+    if ext is not None:
+        e_in, e_out = host_buffers(src)
+        cases += [
+            Case("extension_buffers", "extension: f(Buffer, Buffer)  [peer]", "f(i, o)",
+                 env(f=ext, i=e_in, o=e_out), "peer"),
+            Case("extension_ndarrays", "extension: f(ndarray, ndarray)  [peer]", "f(i, o)",
+                 env(f=ext, i=src.copy(), o=np.zeros(SMALL, np.uint8)), "peer"),
+        ]
+    r_in, r_out = host_buffers(src)
+    cases += [
+        Case("aot_ndarrays", "hb.aot: p(ndarray, ndarray), wrapped per call", "p(i, o)",
+             env(p=p, i=src.copy(), o=np.zeros(SMALL, np.uint8)), "info"),
+        Case("ctypes_raw", "ctypes: name(raw, raw), addresses taken once", "f(i, o)",
+             env(f=fn, i=r_in._get_raw_halide_buffer_t(), o=r_out._get_raw_halide_buffer_t(),
+                 keep=(r_in, r_out)), "info"),
+        Case("raw_address", "Buffer._get_raw_halide_buffer_t()", "g()",
+             env(g=r_in._get_raw_halide_buffer_t), "info"),
+        Case("call_floor", "id(Buffer)  [timing loop floor]", "f(x)",
+             env(f=id, x=b_in), "info"),
+    ]
+    return cases
+
+
+def report_calls(cases, args, ext_reason):
+    by_key = {c.key: c for c in cases}
+    best = {k: c.rounds_ns.best for k, c in by_key.items()}
+    peers = [k for k in ("extension_buffers", "extension_ndarrays") if k in best]
+    ref_key = min(peers, key=lambda k: best[k]) if peers else None
+    ref = best[ref_key] if ref_key else None
+
+    print(f"call overhead: best of {args.repeat} x {args.number} calls, host pipeline "
+          f"out = in + 1, uint8 {SMALL}, target {TARGET}")
+    print(environment_line())
+    peer = ("built from compile_to(python_extension)" if ext_reason is None
+            else f"unavailable: {ext_reason}")
+    print(f"peer (Halide's generated Python extension): {peer}")
+    print()
+    w = max(len(c.label) for c in cases)
+    head = f"{'case':<{w}}  {'best ns':>8}  {'median':>8}  {'vs ext':>8}  {'vs ext nd':>9}"
+    print(head)
+    print("-" * len(head))
+    for c in cases:
+        print(f"{c.label:<{w}}  {c.rounds_ns.best:8.1f}  {c.rounds_ns.median:8.1f}  "
+              f"{fmt_ratio(ratio(c.rounds_ns.best, best.get('extension_buffers'))):>8}  "
+              f"{fmt_ratio(ratio(c.rounds_ns.best, best.get('extension_ndarrays'))):>9}")
+    print()
+
+    ours = by_key["aot_buffers"]
+    floor = best["call_floor"]
+    ratios = {"aot_vs_extension_buffers": ratio(best["aot_buffers"], best.get("extension_buffers")),
+              "aot_vs_extension_ndarrays": ratio(best["aot_buffers"], best.get("extension_ndarrays")),
+              "aot_ndarrays_vs_extension_ndarrays": ratio(best["aot_ndarrays"],
+                                                          best.get("extension_ndarrays")),
+              "aot_vs_ctypes_raw": ratio(best["aot_buffers"], best["ctypes_raw"])}
+    target = None
+    if ref_key:
+        r = best["aot_buffers"] / ref
+        r_net = (best["aot_buffers"] - floor) / (ref - floor)
+        # Per-round ratios pair rounds taken milliseconds apart, so a busy neighbour that slows
+        # a whole stretch of the run cancels out; their median backs up the ratio of the bests.
+        paired = {k: statistics.median(x / y for x, y in zip(ours.rounds_ns, by_key[k].rounds_ns))
+                  for k in peers}
+        ratios.update({"aot_vs_faster_extension": r, "aot_vs_faster_extension_net_of_floor": r_net,
+                       **{f"aot_vs_{k}_paired_median": v for k, v in paired.items()}})
+        met = r <= CALL_TARGET
+        target = {"aot_vs_faster_extension_max": CALL_TARGET, "against": ref_key, "met": met}
+        which = "Buffers" if ref_key == "extension_buffers" else "ndarrays"
+        print(f"hb.aot p(Buffer, Buffer) / the faster extension path (on {which}): {r:.2f}x "
+              f"(target <= {CALL_TARGET:.2f}x: {'met' if met else 'NOT met'}; "
+              f"{r_net:.2f}x net of the loop floor)")
+        for k in peers:
+            on = "Buffers " if k == "extension_buffers" else "ndarrays"
+            print(f"  / extension on {on}: {ratios['aot_vs_' + k]:.2f}x, "
+                  f"median of per-round ratios {paired[k]:.2f}x")
+        print(f"hb.aot on ndarrays (wrapped per call) / extension on ndarrays: "
+              f"{fmt_ratio(ratios['aot_ndarrays_vs_extension_ndarrays'])}")
+    else:
+        print(f"hb.aot p(Buffer, Buffer) / generated extension: peer unavailable: {ext_reason}")
+    print(f"hb.aot p(Buffer, Buffer) / raw ctypes call: {ratios['aot_vs_ctypes_raw']:.2f}x "
+          f"(what the call adds over the pipeline: "
+          f"{best['aot_buffers'] - best['ctypes_raw']:.0f} ns)")
+    noisy = [c.label for c in cases
+             if c.group in ("ours", "peer") and c.rounds_ns.median > 1.25 * c.rounds_ns.best]
+    return ratios, target, noisy
+
+
+# --------------------------------------------------------------------------------------------
+# Bytes per call (OpenCL pipeline)
+# --------------------------------------------------------------------------------------------
+
+
+def process_bytes():
+    t = hb.transfers()
+    return t.to_device_bytes, t.to_host_bytes
+
+
+class Loop:
+    """One side of one loop: `loops` repetitions of (fresh host input, `calls` chained calls, host
+    reads) per round; keeps the time per call and the bytes of every round."""
+
+    def __init__(self, key, loop, side, label, group, run_once, calls, loops, counter):
+        self.key, self.loop, self.side, self.label, self.group = key, loop, side, label, group
+        self.run_once = run_once      # one repetition; returns the last output
+        self.calls, self.loops = calls, loops
+        self.counter = counter
+        self.rounds_s = Rounds()      # seconds per call, every round
+        self.bytes_rounds = []        # per round: hb.transfers() and the counter's deltas
+
+    def run_round(self, record=True):
+        c0 = self.counter.snapshot() if self.counter else None
+        t0 = process_bytes()
+        start = time.perf_counter()
+        for _ in range(self.loops):
+            self.run_once()
+        elapsed = time.perf_counter() - start
+        t1 = process_bytes()
+        c1 = self.counter.snapshot() if self.counter else None
+        if not record:
+            return
+        self.rounds_s.append(elapsed / (self.loops * self.calls))
+        row = {"counted_up": t1[0] - t0[0], "counted_down": t1[1] - t0[1]}
+        if c0 is not None:
+            row.update({k: c1[k] - c0[k] for k in CopyCounter.FIELDS})
+        self.bytes_rounds.append(row)
+
+    def per_call(self, field):
+        """The bytes (or calls) of `field` per pipeline call, if every round agrees; else None."""
+        values = {r.get(field) for r in self.bytes_rounds}
+        if len(values) != 1 or None in values:
+            return None
+        return values.pop() / (self.loops * self.calls)
+
+
+def chain(call, read, write_input, s, a, b, calls, read_each):
+    """The loop body: a fresh host input into `s`, then s -> a -> b -> a ... `calls` calls."""
+    def run_once():
+        write_input(s)
+        x, y = s, a
+        for _ in range(calls):
+            call(x, y)
+            if read_each:
+                read(y)
+            x, y = y, (b if y is a else a)
+        if not read_each:
+            read(x)
+        return x
+    return run_once
+
+
+def make_loops(p_cl, ext_cl, src, calls, loops, counter):
+    """The loop cases of both loops: ours, the extension on ndarrays, the extension on Buffers,
+    each on buffers of its own."""
+    def write_buffer(b):
+        b.numpy(writable=True)[...] = src
+
+    def write_array(a):
+        a[...] = src
+
+    read = np.asarray
+    cases = []
+    for loop, read_each in (("chain", False), ("read each", True)):
+        tag = loop.replace(" ", "_")
+        bufs = [hb.Buffer(src.shape, "uint8") for _ in range(3)]
+        cases.append(Loop(f"{tag}_aot_buffers", loop, "hb.aot, Buffers", "hb.aot: p(Buffer, Buffer)",
+                          "ours", chain(p_cl, read, write_buffer, *bufs, calls, read_each),
+                          calls, loops, counter))
+        if ext_cl is not None:
+            arrays = [np.zeros(src.shape, np.uint8) for _ in range(3)]
+            cases.append(Loop(f"{tag}_extension_ndarrays", loop, "extension, ndarrays",
+                              "extension: f(ndarray, ndarray)  [peer]", "peer",
+                              chain(ext_cl, read, write_array, *arrays, calls, read_each),
+                              calls, loops, counter))
+            bufs = [hb.Buffer(src.shape, "uint8") for _ in range(3)]
+            cases.append(Loop(f"{tag}_extension_buffers", loop, "extension, Buffers",
+                              "extension: f(Buffer, Buffer)  [peer]", "peer",
+                              chain(ext_cl, read, write_buffer, *bufs, calls, read_each),
+                              calls, loops, counter))
+    return cases
+
+
+def loop_sanity_checks(cases, src, calls, counter, counter_reason):
+    """Every loop computes in + calls; the counter sees the copies it should. Returns (problems,
+    the counter's reason for being unusable, or None)."""
+    problems = []
+    expected = (src.astype(np.int64) + calls).astype(np.uint8)
+    for c in cases:
+        before = counter.snapshot() if counter else None
+        last = c.run_once()
+        if not np.array_equal(np.asarray(last), expected):
+            problems.append(f"{c.loop}, {c.side}: the last output is not in + {calls}")
+        if counter is not None:
+            after = counter.snapshot()
+            if after["kernels"] - before["kernels"] != calls:
+                counter_reason = ("the OpenCL copy counter was not on the runtimes' lookup path (it "
+                                  f"saw {after['kernels'] - before['kernels']} kernel launches for "
+                                  f"{calls} calls)")
+    return problems, counter_reason
+
+
+def fmt_bytes(n):
+    if n is None:
+        return "-"
+    for unit, size in (("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if n >= size:
+            return f"{n / size:.3g} {unit}"
+    return f"{n:.0f} B"
+
+
+def fmt_time(s):
+    return f"{s * 1e6:.1f} us" if s < 1e-3 else f"{s * 1e3:.2f} ms"
+
+
+def report_loops(cases, args, device, ext_reason, counter_ok, counter_reason, nbytes, wrapper):
+    print()
+    print(f"bytes per call of an OpenCL pipeline: best of {args.repeat} interleaved rounds, "
+          f"uint8 {CL_SHAPE} ({fmt_bytes(nbytes)}), {args.calls} calls a loop, {device}")
+    print(f"peer (generated extension): "
+          f"{'built' if ext_reason is None else 'unavailable: ' + ext_reason}")
+    state = "on the Halide runtimes' lookup path" if counter_ok else f"unavailable: {counter_reason}"
+    print(f"OpenCL copy counter: {state}")
+    marks_dirty, copies_home = wrapper_copies(wrapper)
+    derived = nbytes * (int(marks_dirty) + int(copies_home)) if wrapper else None
+    if wrapper:
+        before = "marks every input host-dirty" if marks_dirty else "does not mark inputs host-dirty"
+        after = "copies every output to the host" if copies_home else "does not copy outputs home"
+        print(f"the generated wrapper {before} and {after} around each call: it must move "
+              f"{fmt_bytes(derived)} a call")
+    print()
+    w = max(len(c.label) for c in cases)
+    head = (f"{'loop':<10}  {'case':<{w}}  {'per call':>9}  {'vs ours':>7}  {'paired':>7}  "
+            f"{'moved/call':>10}  {'up':>9}  {'down':>9}  {'counted/call':>12}  {'kernels':>7}")
+    print(head)
+    print("-" * len(head))
+    rows = []
+    ours_by_loop = {c.loop: c for c in cases if c.group == "ours"}
+    for c in cases:
+        ours = ours_by_loop[c.loop]
+        r = c.rounds_s.best / ours.rounds_s.best
+        paired = statistics.median(x / y for x, y in zip(c.rounds_s, ours.rounds_s))
+        up, down = c.per_call("write_bytes"), c.per_call("read_bytes")
+        moved = None if up is None or down is None else up + down
+        cu, cd = c.per_call("counted_up"), c.per_call("counted_down")
+        counted = None if cu is None or cd is None else cu + cd
+        kernels = c.per_call("kernels")
+        row = {"loop": c.loop, "case": c.key, "label": c.label, "group": c.group,
+               "best_s_per_call": c.rounds_s.best, "median_s_per_call": c.rounds_s.median,
+               "rounds_s_per_call": c.rounds_s, "vs_ours": r, "paired_vs_ours": paired,
+               "moved_bytes_per_call": moved if counter_ok else None,
+               "up_bytes_per_call": up if counter_ok else None,
+               "down_bytes_per_call": down if counter_ok else None,
+               "hb_transfers_bytes_per_call": counted,
+               "kernels_per_call": kernels if counter_ok else None,
+               "derived_bytes_per_call": derived if c.group == "peer" else None,
+               "rounds_bytes": c.bytes_rounds}
+        rows.append(row)
+        counted_text = fmt_bytes(counted) if c.group == "ours" else "-"
+        print(f"{c.loop:<10}  {c.label:<{w}}  {fmt_time(c.rounds_s.best):>9}  {r:6.2f}x  "
+              f"{paired:6.2f}x  {fmt_bytes(row['moved_bytes_per_call']):>10}  "
+              f"{fmt_bytes(row['up_bytes_per_call']):>9}  {fmt_bytes(row['down_bytes_per_call']):>9}  "
+              f"{counted_text:>12}  "
+              f"{'-' if row['kernels_per_call'] is None else format(row['kernels_per_call'], '.2f'):>7}")
+    print()
+    summary = {}
+    how = "OpenCL copies counted" if counter_ok else "hb.transfers() for ours"
+    e_how = "OpenCL copies counted" if counter_ok else "derived from the generated wrapper"
+    for loop, ours in ours_by_loop.items():
+        o = next(r for r in rows if r["case"] == ours.key)
+        ours_moved = o["moved_bytes_per_call"] if counter_ok else o["hb_transfers_bytes_per_call"]
+        s = {"ours_bytes_per_call": ours_moved, "ours_counted_by": how,
+             "ours_hb_transfers_bytes_per_call": o["hb_transfers_bytes_per_call"]}
+        parts = []
+        for e in (r for r in rows if r["loop"] == loop and r["group"] == "peer"):
+            e_moved = e["moved_bytes_per_call"] if counter_ok else e["derived_bytes_per_call"]
+            s[e["case"]] = {"bytes_per_call": e_moved, "counted_by": e_how,
+                            "ours_bytes_ratio": ratio(ours_moved, e_moved),
+                            "ours_time_ratio": 1 / e["vs_ours"],
+                            "ours_time_ratio_paired": 1 / e["paired_vs_ours"]}
+            on = "ndarrays" if e["case"].endswith("ndarrays") else "Buffers"
+            parts.append(f"{fmt_ratio(ratio(ours_moved, e_moved))} the bytes, "
+                         f"{1 / e['vs_ours']:.2f}x the time (paired {1 / e['paired_vs_ours']:.2f}x) "
+                         f"of the extension on {on} ({fmt_bytes(e_moved)})")
+        print(f"{loop + ':':<10} hb.aot moves {fmt_bytes(ours_moved)} a call"
+              + (": " + "; ".join(parts) if parts else " (peer unavailable)"))
+        summary[loop] = s
+    has_peer = any(r["group"] == "peer" for r in rows)
+    peer_how = (" for both sides" if e_how == how else f"; the extension's: {e_how}") if has_peer else ""
+    print(f"bytes: {how}{peer_how}"
+          + (f"; the extension's wrapper implies {fmt_bytes(derived)} a call" if derived else ""))
+    return rows, summary, derived
+
+
+def loop_consistency(cases, counter_ok):
+    """Per-round bytes agree; ours' hb.transfers() agrees with the OpenCL copies it made."""
+    problems = []
+    for c in cases:
+        fields = ("counted_up", "counted_down") + (("write_bytes", "read_bytes") if counter_ok else ())
+        for field in fields:
+            if c.per_call(field) is None:
+                problems.append(f"{c.loop}, {c.side}: {field} differs between rounds")
+        if counter_ok and c.group == "ours":
+            up, down = c.per_call("write_bytes"), c.per_call("read_bytes")
+            cu, cd = c.per_call("counted_up"), c.per_call("counted_down")
+            if None not in (up, down, cu, cd) and (up, down) != (cu, cd):
+                n = c.loops * c.calls
+                problems.append(f"{c.loop}, hb.aot: hb.transfers() counted {fmt_bytes(cu * n)} up / "
+                                f"{fmt_bytes(cd * n)} down a round, the pipeline runtime's OpenCL "
+                                f"copies moved {fmt_bytes(up * n)} up / {fmt_bytes(down * n)} down")
+    return problems
+
+
+def first_call(p_cl, ext_cl, src, counter):
+    """One call on fresh buffers (a host-written input, a new output), outside the timing: the
+    bytes each side moves before any loop (the counter's and, for ours, hb.transfers())."""
+    def fresh_buffers():
+        i = hb.Buffer(src.shape, "uint8")
+        i.numpy(writable=True)[...] = src
+        return i, hb.Buffer(src.shape, "uint8")
+
+    sides = [("aot_buffers", "hb.aot, Buffers", p_cl, fresh_buffers)]
+    if ext_cl is not None:
+        sides += [("extension_ndarrays", "extension, ndarrays", ext_cl,
+                   lambda: (src.copy(), np.zeros(src.shape, np.uint8))),
+                  ("extension_buffers", "extension, Buffers", ext_cl, fresh_buffers)]
+    out = {}
+    for key, label, call, make in sides:
+        i, o = make()
+        c0, t0 = counter.snapshot(), process_bytes()
+        call(i, o)
+        c1, t1 = counter.snapshot(), process_bytes()
+        out[key] = {"label": label, "up": c1["write_bytes"] - c0["write_bytes"],
+                    "down": c1["read_bytes"] - c0["read_bytes"],
+                    "counted_up": t1[0] - t0[0], "counted_down": t1[1] - t0[1]}
+    return out
+
+
+def measure_loops(hl, workdir, args, counter, counter_reason):
+    """Builds the OpenCL pipeline, runs the loops. Returns the report's pieces or None."""
+    try:
+        dev = hb.opencl.device()
+    except Exception as e:  # noqa: BLE001 - no OpenCL means nothing to measure
+        print(f"\nbytes per call of an OpenCL pipeline: skipped, no OpenCL device: "
+              f"{type(e).__name__}: {e}")
+        return None
+    if counter is not None and not counter.attach(hb.opencl.loaded_library()):
+        counter, counter_reason = None, "could not attach to the OpenCL loader"
+    built = build_pipeline(hl, workdir, CL_NAME, True, not args.no_peer)
+    p_cl = hb.aot.load(built.library, CL_NAME)
+    ext_cl = getattr(built.extension, CL_NAME) if built.extension is not None else None
+    src = np.random.default_rng(1).integers(0, 256, CL_SHAPE, dtype=np.uint8)
+    # Loops per round: 128 calls, about 30 ms a round on PoCL's CPU device at the default size.
+    loops = max(1, 128 // args.calls)
+    cases = make_loops(p_cl, ext_cl, src, args.calls, loops, counter)
+    problems, counter_reason = loop_sanity_checks(cases, src, args.calls, counter, counter_reason)
+    counter_ok = counter is not None and counter_reason is None
+    fresh = first_call(p_cl, ext_cl, src, counter) if counter_ok else None
+    for c in cases:                     # warm-up round, not counted
+        c.run_round(record=False)
+    for _ in range(args.repeat):
+        for c in cases:
+            c.run_round()
+    problems += loop_consistency(cases, counter_ok)
+    device = f"{dev.name} on {dev.platform}"
+    rows, summary, derived = report_loops(cases, args, device, built.extension_reason, counter_ok,
+                                          counter_reason, src.nbytes, built.wrapper_source)
+    if fresh:
+        print("first call on fresh buffers (host-written input, new output): "
+              + "; ".join(f"{f['label']} {fmt_bytes(f['up'])} up / {fmt_bytes(f['down'])} down"
+                          + (f" (hb.transfers() counted {fmt_bytes(f['counted_up'])} up / "
+                             f"{fmt_bytes(f['counted_down'])} down)" if k == "aot_buffers" else "")
+                          for k, f in fresh.items()))
+    noisy = [f"{c.loop}: {c.label}" for c in cases if c.rounds_s.median > 1.25 * c.rounds_s.best]
+    return {"first_call": fresh, "device": device, "shape": list(CL_SHAPE), "bytes": int(src.nbytes),
+            "calls_per_loop": args.calls, "loops_per_round": loops,
+            "peer": {"available": ext_cl is not None, "reason": built.extension_reason},
+            "counter": {"available": counter_ok, "reason": counter_reason},
+            "extension_derived_bytes_per_call": derived,
+            "rows": rows, "summary": summary}, problems, noisy
+
+
+# --------------------------------------------------------------------------------------------
+# Report
+# --------------------------------------------------------------------------------------------
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--number", type=int, default=20000, help="calls per round (default 20000)")
+    ap.add_argument("--repeat", type=int, default=7, help="rounds; the best counts (default 7)")
+    ap.add_argument("--calls", type=int, default=8,
+                    help="pipeline calls in one loop of the OpenCL part (default 8)")
+    ap.add_argument("--no-peer", action="store_true", help="skip building the generated extensions")
+    ap.add_argument("--no-opencl", action="store_true", help="skip the OpenCL part")
+    ap.add_argument("--json", metavar="PATH", help="also write the results as JSON to PATH")
+    args = ap.parse_args(argv)
+    if args.calls < 1:
+        ap.error("--calls must be at least 1")
+
+    try:
+        import halide as hl
+    except ImportError as e:
+        print(f"needs the halide wheel (pip install halide): {e}", file=sys.stderr)
+        return 2
+
+    with tempfile.TemporaryDirectory(prefix="hb_bench_aot_", ignore_cleanup_errors=True) as tmp:
+        workdir = Path(tmp)
+        # The copy counter goes into the process before the OpenCL loader does (see above).
+        counter, counter_reason = None, None
+        if not args.no_opencl:
+            try:
+                counter = build_counter(workdir)
+            except (BuildError, OSError) as e:
+                counter_reason = str(e)
+        try:
+            built = build_pipeline(hl, workdir, HOST_NAME, False, not args.no_peer)
+        except BuildError as e:
+            print(f"cannot build the pipeline: {e}", file=sys.stderr)
+            return 2
+        p = hb.aot.load(built.library, HOST_NAME)
+        lib = ctypes.CDLL(str(built.library))  # the library hb.aot opened: the same runtime
+        fn = lib[HOST_NAME]
+        fn.argtypes, fn.restype = [ctypes.c_void_p, ctypes.c_void_p], ctypes.c_int
+        ext = getattr(built.extension, HOST_NAME) if built.extension is not None else None
+        src = np.arange(SMALL[0] * SMALL[1], dtype=np.uint8).reshape(SMALL)
+
+        problems = call_sanity_checks(p, fn, ext, src)
+        cases = make_call_cases(p, fn, ext, src)
+        run_cases(cases, args.number, args.repeat)
+        ratios, target, noisy = report_calls(cases, args, built.extension_reason)
+
+        opencl = None
+        if not args.no_opencl:
+            try:
+                result = measure_loops(hl, workdir, args, counter, counter_reason)
+            except BuildError as e:
+                print(f"\nbytes per call of an OpenCL pipeline: skipped, cannot build it: {e}")
+                result = None
+            if result is not None:
+                opencl, loop_problems, loop_noisy = result
+                problems += loop_problems
+                noisy += loop_noisy
+
+    for p_ in problems:
+        print(f"WARNING: {p_}")
+    if noisy:
+        print(f"note: noisy run (median > 1.25 x best for: {', '.join(noisy)}); another process "
+              f"was busy. If a paired ratio disagrees with the ratio of the bests, rerun, e.g. "
+              f"with --repeat 21.")
+
+    if args.json:
+        out = {
+            "benchmark": "aot",
+            "number": args.number,
+            "repeat": args.repeat,
+            "target": TARGET,
+            "shape": list(SMALL),
+            "environment": environment(),
+            "peer": {"available": ext is not None, "reason": built.extension_reason},
+            "cases": {
+                c.key: {"label": c.label, "group": c.group, "best_ns": c.rounds_ns.best,
+                        "median_ns": c.rounds_ns.median, "rounds_ns": c.rounds_ns}
+                for c in cases
+            },
+            "ratios": ratios,
+            "call_target": target,
+            "opencl": opencl,
+            "problems": problems,
+            "noisy": noisy,
+        }
+        Path(args.json).write_text(json.dumps(out, indent=2) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,724 @@
+"""hb.aot: Halide AOT pipelines loaded from their own metadata and called with Buffers.
+
+Every pipeline here is generated with the ``halide`` wheel, compiled ahead of time for the
+explicit x86-64 target of test_halide_pipeline (plus ``-opencl`` for the device pipelines, which
+run on PoCL), linked into a shared library, and opened with ``hb.aot.load``. The last part builds
+Halide's own generated Python extension and calls it with hb.Buffer arguments.
+
+Halide makes Func names unique process-wide (a second Func "f" becomes "f$1"), so the names of
+output arguments are taken from the Func objects, never spelled out.
+"""
+
+import importlib.util
+import os
+import shutil
+import subprocess
+import sys
+import sysconfig
+
+import halide as hl  # required test dependency: the test fails, not skips, without it
+import ml_dtypes
+import numpy as np
+import pytest
+
+import halide_buffer as hb
+
+from conftest import NONE, Moves, down
+from test_halide_pipeline import (TARGET, affine_bf16_func, affine_u8_func, build, c_compiler,
+                                  expected_affine_bf16, expected_affine_u8, random_bf16, random_u8)
+
+pytestmark = pytest.mark.needs_halide
+
+OPENCL_TARGET = TARGET + "-opencl"
+
+
+def compile_and_load(directory, compiler, func, args, name, target=TARGET):
+    """Builds `func` (a Func or an hl.Pipeline) into lib<name>.so and loads it with hb.aot."""
+    build(directory, compiler, func, args, name, target=target)
+    return hb.aot.load(directory / f"lib{name}.so", name)
+
+
+def output_bounds_follow(func, inp):
+    """The output's min and extent in each dimension are the input's: the bounds query fixes them."""
+    for i in range(inp.dimensions()):
+        func.output_buffer().dim(i).set_bounds(inp.dim(i).min(), inp.dim(i).extent())
+
+
+# ---------------------------------------------------------------------------------------------
+# Pipelines
+# ---------------------------------------------------------------------------------------------
+
+
+def affine_offset_func():
+    """out(x, y) = uint8(int32(in(x, y)) * 2 + x + 3 * y + offset), offset an int16 Param;
+    the output covers the input's coordinates. Dimension 0 of the input must be dense."""
+    x, y = hl.Var("x"), hl.Var("y")
+    inp = hl.ImageParam(hl.UInt(8), 2, "inp")
+    offset = hl.Param(hl.Int(16), "offset")
+    out = hl.Func("affine")
+    out[x, y] = hl.u8(hl.i32(inp[x, y]) * 2 + x + 3 * y + hl.i32(offset))
+    out.vectorize(x, 16)
+    output_bounds_follow(out, inp)
+    return out, [inp, offset]
+
+
+def scaled_f32_func():
+    """out(x, y) = in(x, y) * gain + float(x), float32; Halide checks that -8 <= gain <= 8."""
+    x, y = hl.Var("x"), hl.Var("y")
+    inp = hl.ImageParam(hl.Float(32), 2, "inp")
+    gain = hl.Param(hl.Float(32), "gain")
+    gain.set_range(-8.0, 8.0)
+    out = hl.Func("scaled")
+    out[x, y] = inp[x, y] * gain + hl.f32(x)
+    out.vectorize(x, 8)
+    output_bounds_follow(out, inp)
+    return out, [inp, gain]
+
+
+def pair_func():
+    """A Func of two values: (in + 1 as uint8, in * 0.5 as float32), sized like the input."""
+    x, y = hl.Var("x"), hl.Var("y")
+    inp = hl.ImageParam(hl.UInt(8), 2, "inp")
+    out = hl.Func("pair")
+    out[x, y] = (inp[x, y] + hl.u8(1), hl.f32(inp[x, y]) * 0.5)
+    out.vectorize(x, 8)
+    # Halide ties the other outputs of a tuple to the first one's bounds.
+    for i in range(2):
+        out.output_buffers()[0].dim(i).set_bounds(inp.dim(i).min(), inp.dim(i).extent())
+    return out, [inp]
+
+
+def plus_and_half_pipeline():
+    """hl.Pipeline([plus, half]): the same two results as two Funcs of one function."""
+    x, y = hl.Var("x"), hl.Var("y")
+    inp = hl.ImageParam(hl.UInt(8), 2, "inp")
+    plus, half = hl.Func("plus"), hl.Func("half")
+    plus[x, y] = inp[x, y] + hl.u8(1)
+    half[x, y] = hl.f32(inp[x, y]) * 0.5
+    for f in (plus, half):
+        f.vectorize(x, 8)
+        output_bounds_follow(f, inp)
+    return hl.Pipeline([plus, half]), [inp], (plus, half)
+
+
+def brighter_opencl_func():
+    """out(x, y) = in(x, y) + 10 (uint8, wrapping) in 8x8 GPU tiles, sized like the input."""
+    x, y, xo, yo, xi, yi = (hl.Var(n) for n in ("x", "y", "xo", "yo", "xi", "yi"))
+    inp = hl.ImageParam(hl.UInt(8), 2, "inp")
+    out = hl.Func("brighter")
+    out[x, y] = inp[x, y] + hl.u8(10)
+    out.gpu_tile(x, y, xo, yo, xi, yi, 8, 8)
+    output_bounds_follow(out, inp)
+    return out, [inp]
+
+
+@pytest.fixture(scope="module")
+def host(tmp_path_factory):
+    """The host pipelines, each in its own library, and the names of their outputs."""
+    directory = tmp_path_factory.mktemp("aot_host")
+    cc = c_compiler()
+    affine, affine_args = affine_offset_func()
+    scaled, scaled_args = scaled_f32_func()
+    unfixed, unfixed_args = affine_u8_func(True)
+    bf16, bf16_args = affine_bf16_func()
+    pair, pair_args = pair_func()
+    two, two_args, (plus, half) = plus_and_half_pipeline()
+    return {
+        "affine": compile_and_load(directory, cc, affine, affine_args, "hb_aot_affine"),
+        "affine_out": affine.name(),
+        "scaled": compile_and_load(directory, cc, scaled, scaled_args, "hb_aot_scaled"),
+        "scaled_out": scaled.name(),
+        "unfixed": compile_and_load(directory, cc, unfixed, unfixed_args, "hb_aot_unfixed"),
+        "unfixed_out": unfixed.name(),
+        "bf16": compile_and_load(directory, cc, bf16, bf16_args, "hb_aot_bf16"),
+        "bf16_out": bf16.name(),
+        "pair": compile_and_load(directory, cc, pair, pair_args, "hb_aot_pair"),
+        "pair_out": (pair.name() + ".0", pair.name() + ".1"),
+        "two": compile_and_load(directory, cc, two, two_args, "hb_aot_two"),
+        "two_out": (plus.name(), half.name()),
+        "directory": directory,
+    }
+
+
+@pytest.fixture(scope="module")
+def device(tmp_path_factory):
+    """The OpenCL pipeline twice, in two libraries (two Halide runtimes, two device interfaces)."""
+    hb.opencl.device()  # opens the OpenCL loader process-wide, where the pipelines' runtimes look
+    directory = tmp_path_factory.mktemp("aot_opencl")
+    cc = c_compiler()
+    return {
+        name: compile_and_load(directory, cc, *brighter_opencl_func(), name, target=OPENCL_TARGET)
+        for name in ("hb_aot_brighter", "hb_aot_brighter_b")
+    }
+
+
+@pytest.fixture(scope="module")
+def brighter(device):
+    return device["hb_aot_brighter"]
+
+
+# ---------------------------------------------------------------------------------------------
+# References
+# ---------------------------------------------------------------------------------------------
+
+
+def expected_affine(a, offset, mins=(0, 0)):
+    return ((expected_affine_u8(a, mins).astype(np.int64) + offset) % 256).astype(np.uint8)
+
+
+def random_f32(rng, shape):
+    """Eighths in [-128, 128): every product with the gains used and every sum below is exact,
+    so a fused multiply-add gives the same bits as NumPy's two roundings."""
+    return (rng.integers(-1024, 1024, size=shape) / 8).astype(np.float32)
+
+
+def expected_scaled(a, gain, mins=(0, 0)):
+    x = np.arange(mins[1], mins[1] + a.shape[1], dtype=np.float32)[None, :]
+    return a * np.float32(gain) + x
+
+
+def crop2(b, y0, ny, x0, nx):
+    """A crop keeping Halide coordinates: its mins are (y0, x0)."""
+    return b.cropped(0, y0, ny).cropped(1, x0, nx)
+
+
+# ---------------------------------------------------------------------------------------------
+# Loading and describing
+# ---------------------------------------------------------------------------------------------
+
+
+def test_a_loaded_pipeline_describes_itself_from_its_metadata(host, brighter):
+    p = host["affine"]
+    assert isinstance(p, hb.aot.Pipeline) and hb.aot.Pipeline is hb._core.Pipeline
+    assert p.name == "hb_aot_affine"
+    assert p.target == hl.Target(TARGET).to_string()
+    assert repr(p) == f"Pipeline(hb_aot_affine, target={p.target})"
+    assert p.arguments == [  # __user_context is not an argument a caller passes
+        {"name": "inp", "kind": "input_buffer", "dtype": "uint8", "dimensions": 2},
+        {"name": "offset", "kind": "input_scalar", "dtype": "int16", "dimensions": 0},
+        {"name": host["affine_out"], "kind": "output_buffer", "dtype": "uint8", "dimensions": 2},
+    ]
+    assert host["scaled"].arguments[1] == {"name": "gain", "kind": "input_scalar", "dtype": "float32",
+                                           "dimensions": 0}
+    assert [a["dtype"] for a in host["bf16"].arguments] == ["bfloat16", "bfloat16"]
+    assert [(a["name"], a["kind"], a["dtype"]) for a in host["pair"].arguments] == [
+        ("inp", "input_buffer", "uint8"),
+        (host["pair_out"][0], "output_buffer", "uint8"),
+        (host["pair_out"][1], "output_buffer", "float32"),
+    ]
+    assert brighter.target == hl.Target(OPENCL_TARGET).to_string() and "opencl" in brighter.target
+    assert p.arguments is not p.arguments  # a fresh list each time: callers may edit theirs
+
+
+def test_loading_the_same_library_twice_gives_working_pipelines(host):
+    again = hb.aot.load(host["directory"] / "libhb_aot_affine.so", "hb_aot_affine")
+    a = random_u8(np.random.default_rng(0), (4, 32))
+    np.testing.assert_array_equal(np.asarray(again(a, 1)), np.asarray(host["affine"](a, 1)))
+
+
+# ---------------------------------------------------------------------------------------------
+# Host pipelines
+# ---------------------------------------------------------------------------------------------
+
+
+def test_uint8_by_position_with_given_output(host):
+    rng = np.random.default_rng(1)
+    a = random_u8(rng, (19, 48))
+    out = hb.Buffer((19, 48), "uint8")
+    result = host["affine"](hb.Buffer.from_host(a), -7, out)
+    assert result is out  # a given output Buffer is what comes back
+    np.testing.assert_array_equal(np.asarray(out), expected_affine(a, -7))
+
+
+def test_uint8_by_name_and_mixed(host):
+    p, out_name = host["affine"], host["affine_out"]
+    rng = np.random.default_rng(2)
+    a = random_u8(rng, (9, 40))
+    expected = expected_affine(a, 300)
+    # Everything by name, in any order; the output a NumPy array the pipeline writes into.
+    target = np.zeros((9, 40), np.uint8)
+    result = p(offset=300, **{out_name: target}, inp=a)
+    assert isinstance(result, hb.Buffer) and result.shape == (9, 40)
+    np.testing.assert_array_equal(target, expected)
+    # Mixed: the first by position, the rest by name; an output left out is allocated.
+    np.testing.assert_array_equal(np.asarray(p(a, offset=300)), expected)
+    out = hb.Buffer((9, 40), "uint8")
+    assert p(a, 300, **{out_name: out}) is out
+    np.testing.assert_array_equal(np.asarray(out), expected)
+
+
+def test_float32_with_a_float_param_by_position_and_name(host):
+    p = host["scaled"]
+    rng = np.random.default_rng(3)
+    a = random_f32(rng, (7, 40))
+    for gain in (1.5, -0.25, 3):  # an int is a fine value for a float parameter
+        got = p(a, gain)
+        assert got.dtype.name == "float32"
+        np.testing.assert_array_equal(np.asarray(got), expected_scaled(a, gain))
+        np.testing.assert_array_equal(np.asarray(p(inp=a, gain=gain)), expected_scaled(a, gain))
+    np.testing.assert_array_equal(np.asarray(p(a, np.float64(0.5))), expected_scaled(a, 0.5))
+    with pytest.raises(TypeError, match=r"hb_aot_scaled\(\): argument 'gain': expected a number for float32, "
+                                        r"not str"):
+        p(a, "1.5")
+    # A Param of a Python-built pipeline has no default: leaving it out (or None) is an error.
+    for call in (lambda: p(a), lambda: p(a, None)):
+        with pytest.raises(TypeError, match=r"hb_aot_scaled\(\): argument 'gain' is missing; pass a float32"):
+            call()
+    # Halide's own range check on the Param (set_range) is the pipeline's error, with its code.
+    with pytest.raises(hb.PipelineError, match=r"hb_aot_scaled\(\): Parameter gain is 1.000000e\+02 but must "
+                                               r"be at most 8.000000e\+00 \(Halide error -10\)") as info:
+        p(a, 100.0)
+    assert info.value.code == -10  # halide_error_code_param_too_large
+    np.testing.assert_array_equal(np.asarray(p(a, 8)), expected_scaled(a, 8))
+
+
+@pytest.mark.parametrize("scalar", [np.float32, np.float16])
+def test_a_float_param_takes_numpy_float_scalars(host, scalar):
+    a = random_f32(np.random.default_rng(21), (2, 32))
+    np.testing.assert_array_equal(np.asarray(host["scaled"](a, scalar(0.5))), expected_scaled(a, 0.5))
+
+
+def test_bfloat16_bit_for_bit(host):
+    p, out_name = host["bf16"], host["bf16_out"]
+    rng = np.random.default_rng(4)
+    a = random_bf16(rng, (11, 64))
+    expected = expected_affine_bf16(a).view(np.uint16)
+    out = hb.Buffer((11, 64), "bfloat16")
+    assert p(hb.Buffer.from_host(a), out) is out
+    assert np.asarray(out).dtype == ml_dtypes.bfloat16
+    np.testing.assert_array_equal(np.asarray(out).view(np.uint16), expected)
+    # ml_dtypes arrays are wrapped as they are, by position or by name.
+    target = np.zeros((11, 64), ml_dtypes.bfloat16)
+    p(inp=a, **{out_name: target})
+    np.testing.assert_array_equal(target.view(np.uint16), expected)
+
+
+def test_int_param_is_range_checked_and_typed(host):
+    p = host["affine"]
+    a = random_u8(np.random.default_rng(5), (2, 32))
+    for value in (-32768, 32767, np.int16(-5), np.uint8(200)):
+        np.testing.assert_array_equal(np.asarray(p(a, value)), expected_affine(a, int(value)))
+    for value in (32768, -32769, 2**70):
+        with pytest.raises(ValueError, match=rf"hb_aot_affine\(\): argument 'offset': {value} is out of "
+                                             r"range for int16"):
+            p(a, value)
+    for value, kind in ((1.0, "float"), ("1", "str"), (True, "bool"), (np.float32(1), "numpy.float32")):
+        with pytest.raises(TypeError, match=rf"argument 'offset': expected an int for int16, not {kind}$"):
+            p(a, value)
+    with pytest.raises(TypeError, match=r"argument 'offset' is missing"):
+        p(a)  # no default: a Param without one must be given
+    np.testing.assert_array_equal(np.asarray(p(a, 1)), expected_affine(a, 1))
+
+
+def test_allocated_output_takes_the_inputs_coordinates(host):
+    rng = np.random.default_rng(6)
+    a = random_u8(rng, (30, 70))
+    parent = hb.Buffer.from_host(a)
+    inp = crop2(parent, 3, 20, 5, 40)
+    assert inp.mins == (3, 5)
+    got = host["affine"](inp, 2)
+    assert isinstance(got, hb.Buffer) and not got.shares_storage_with(parent)
+    assert got.shape == (20, 40) and got.mins == (3, 5) and got.dtype.name == "uint8"
+    np.testing.assert_array_equal(np.asarray(got), expected_affine(a[3:23, 5:45], 2, mins=(3, 5)))
+    # float32 too, and the allocated buffer is an ordinary one: it feeds the next call.
+    f = random_f32(rng, (12, 48))
+    finp = crop2(hb.Buffer.from_host(f), 2, 8, 8, 32)
+    once = host["scaled"](finp, 0.5)
+    assert once.mins == (2, 8) and once.shape == (8, 32)
+    first = expected_scaled(f[2:10, 8:40], 0.5, mins=(2, 8))
+    twice = host["scaled"](once, 2)
+    assert twice.mins == (2, 8)
+    np.testing.assert_array_equal(np.asarray(twice), expected_scaled(first, 2, mins=(2, 8)))
+
+
+def test_an_output_the_pipeline_does_not_size_must_be_given(host):
+    p = host["unfixed"]
+    a = random_u8(np.random.default_rng(7), (6, 32))
+    inp = hb.Buffer.from_host(a)
+    with pytest.raises(ValueError, match=rf"hb_aot_unfixed\(\): output '{host['unfixed_out']}': the pipeline "
+                                         r"does not fix this output's size \(its bounds query gave an extent "
+                                         r"of 0\); pass an output buffer"):
+        p(inp)
+    out = hb.Buffer((6, 32), "uint8")
+    assert p(inp, out) is out  # given, it runs
+    np.testing.assert_array_equal(np.asarray(out), expected_affine_u8(a))
+
+
+@pytest.mark.parametrize("which", ["affine", "pair"])
+def test_none_for_an_output_allocates_it(host, which):
+    a = random_u8(np.random.default_rng(19), (4, 32))
+    if which == "affine":
+        np.testing.assert_array_equal(np.asarray(host["affine"](a, 5, None)), expected_affine(a, 5))
+    else:
+        first, second = host["pair_out"]
+        r1, r2 = host["pair"](a, **{first: None, second: None})
+        np.testing.assert_array_equal(np.asarray(r1), (a + np.uint8(1)).astype(np.uint8))
+
+
+# ---------------------------------------------------------------------------------------------
+# Two outputs
+# ---------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("which", ["pair", "two"])
+def test_two_outputs_come_back_as_a_tuple(host, which):
+    p, (first, second) = host[which], host[which + "_out"]
+    rng = np.random.default_rng(8)
+    a = random_u8(rng, (10, 40))
+    plus, half = (a + np.uint8(1)).astype(np.uint8), a.astype(np.float32) * np.float32(0.5)
+    result = p(a)
+    assert isinstance(result, tuple) and len(result) == 2
+    assert [r.dtype.name for r in result] == ["uint8", "float32"]
+    np.testing.assert_array_equal(np.asarray(result[0]), plus)
+    np.testing.assert_array_equal(np.asarray(result[1]), half)
+    # Given by position, by name, or one given and one allocated (non-zero mins carried over).
+    o1, o2 = hb.Buffer((10, 40), "uint8"), hb.Buffer((10, 40), "float32")
+    assert p(a, o1, o2) == (o1, o2)
+    r1, r2 = p(inp=a, **{second: o2})
+    assert r2 is o2 and r1 is not o1
+    np.testing.assert_array_equal(np.asarray(r1), plus)
+    crop = crop2(hb.Buffer.from_host(a), 2, 6, 4, 32)
+    given = crop2(hb.Buffer((10, 40), "float32"), 2, 6, 4, 32)
+    c1, c2 = p(crop, **{second: given})
+    assert c2 is given and c1.mins == (2, 4) and c1.shape == (6, 32)
+    np.testing.assert_array_equal(np.asarray(c1), plus[2:8, 4:36])
+    np.testing.assert_array_equal(np.asarray(c2), half[2:8, 4:36])
+    with pytest.raises(TypeError, match=rf"{p.name}\(\) got an unexpected keyword argument '{first}x'"):
+        p(a, **{first + "x": o1})
+    np.testing.assert_array_equal(np.asarray(o1), plus)
+    np.testing.assert_array_equal(np.asarray(o2), half)
+
+
+# ---------------------------------------------------------------------------------------------
+# Errors: each raised in this process, none aborting it; the buffers stay usable
+# ---------------------------------------------------------------------------------------------
+
+
+def test_errors_of_every_kind_leave_buffers_usable(host):
+    p, unfixed = host["affine"], host["unfixed"]
+    rng = np.random.default_rng(9)
+    a = random_u8(rng, (8, 32))
+    inp, out = hb.Buffer.from_host(a, copy=True), hb.Buffer((8, 32), "uint8")
+
+    def still_fine():
+        out.numpy(writable=True)[...] = 0
+        assert p(inp, 3, out) is out
+        np.testing.assert_array_equal(np.asarray(out), expected_affine(a, 3))
+        np.testing.assert_array_equal(np.asarray(inp), a)
+        assert unfixed(inp, out) is out
+        np.testing.assert_array_equal(np.asarray(out), expected_affine_u8(a))
+
+    cases = [
+        (TypeError, r"hb_aot_affine\(\): argument 'inp': a int8 buffer where the pipeline takes uint8; pass "
+                    r"a buffer of that type \(b.bits\(\) reinterprets same-size ones\)",
+         lambda: p(hb.Buffer((8, 32), "int8"), 3, out)),
+        (TypeError, r"argument '.*': a float32 buffer where the pipeline takes uint8",
+         lambda: p(inp, 3, hb.Buffer((8, 32), "float32"))),
+        (TypeError, r"argument 'inp': a bfloat16 buffer where the pipeline takes uint8",
+         lambda: p(np.zeros((8, 32), ml_dtypes.bfloat16), 3)),
+        (ValueError, r"hb_aot_affine\(\): argument 'inp': 1 axes where the pipeline takes 2",
+         lambda: p(inp[0], 3, out)),
+        (ValueError, r"argument 'inp': 3 axes where the pipeline takes 2",
+         lambda: p(np.zeros((2, 8, 32), np.uint8), 3)),
+        (TypeError, r"hb_aot_affine\(\): argument 'inp' is missing; pass a uint8 buffer of 2 axes",
+         lambda: p(offset=3)),
+        (TypeError, r"hb_aot_affine\(\): argument 'offset' is missing; pass a int16",
+         lambda: p(inp)),
+        (TypeError, r"hb_aot_affine\(\) got an unexpected keyword argument 'gain'",
+         lambda: p(inp, 3, gain=1)),
+        (TypeError, r"hb_aot_affine\(\) got multiple values for argument 'inp'",
+         lambda: p(inp, 3, inp=inp)),
+        (TypeError, r"hb_aot_affine\(\) takes 3 arguments, 4 given",
+         lambda: p(inp, 3, out, out)),
+        (ValueError, r"argument 'offset': 40000 is out of range for int16", lambda: p(inp, 40000, out)),
+        (TypeError, r"argument 'offset': expected an int for int16, not float", lambda: p(inp, 0.5, out)),
+        (BufferError, r"hb_aot_unfixed\(\): an output wraps read-only memory; pass a writable buffer",
+         lambda: unfixed(inp, np.frombuffer(bytes(8 * 32), np.uint8).reshape(8, 32))),
+        (hb.PipelineError, r"hb_aot_unfixed\(\): Input buffer inp is accessed at 11, which is beyond the max",
+         lambda: unfixed(inp, hb.Buffer((12, 32), "uint8"))),
+        (hb.PipelineError, r"hb_aot_affine\(\): Constraint violated: inp.stride.0",
+         lambda: p(hb.Buffer((32, 8), "uint8").transposed(1, 0), 3)),  # its allocated output dies too
+    ]
+    still_fine()
+    storages = hb._core._live_counts()["storages"]
+    for error, message, call in cases:
+        with pytest.raises(error, match=message):
+            call()
+        still_fine()
+    assert hb._core._live_counts()["storages"] == storages  # nothing an error path made is left
+
+
+def test_halide_runtime_errors_raise_pipeline_error_with_code(host):
+    unfixed, p = host["unfixed"], host["affine"]
+    rng = np.random.default_rng(10)
+    a = random_u8(rng, (8, 32))
+    inp = hb.Buffer.from_host(a, copy=True)
+    big = hb.Buffer((12, 32), "uint8")  # larger than the input it reads
+    with pytest.raises(hb.PipelineError) as info:
+        unfixed(inp, big)
+    e = info.value
+    assert isinstance(e, RuntimeError) and hb.PipelineError is hb.aot.PipelineError
+    assert e.code == -4  # halide_error_code_access_out_of_bounds
+    assert str(e) == ("hb_aot_unfixed(): Input buffer inp is accessed at 11, which is beyond the max (7) "
+                      "in dimension 1 (Halide error -4)")
+    # The same buffers work with a right-sized partner.
+    b = random_u8(rng, (12, 32))
+    assert unfixed(b, big) is big
+    np.testing.assert_array_equal(np.asarray(big), expected_affine_u8(b))
+    small = hb.Buffer((8, 32), "uint8")
+    unfixed(inp, small)
+    np.testing.assert_array_equal(np.asarray(small), expected_affine_u8(a))
+
+    # A constraint of the pipeline: the input's dimension 0 must be dense (stride 1).
+    transposed = hb.Buffer.from_host(random_u8(rng, (32, 16)), copy=True).transposed(1, 0)
+    with pytest.raises(hb.PipelineError, match=r"hb_aot_affine\(\): Constraint violated: inp.stride.0 "
+                                               r"\(16\) == 1 \(1\) \(Halide error -8\)") as info:
+        p(transposed, 1)
+    assert info.value.code == -8  # halide_error_code_constraint_violated
+    # The transposed input works once copied densely.
+    dense = hb.Buffer.from_host(np.ascontiguousarray(np.asarray(transposed)))
+    np.testing.assert_array_equal(np.asarray(p(dense, 1)), expected_affine(np.asarray(transposed), 1))
+
+
+def test_no_such_library_or_function(host, tmp_path):
+    missing = tmp_path / "libnothing_here.so"
+    with pytest.raises(ValueError, match=r"aot.load\(\): cannot load .*libnothing_here.so: .*; pass the path "
+                                         r"of a shared library built from Halide's compile_to_object output"):
+        hb.aot.load(missing, "nothing_here")
+    not_a_library = tmp_path / "libnot_elf.so"
+    not_a_library.write_bytes(b"not an ELF file")
+    with pytest.raises(ValueError, match=r"cannot load .*libnot_elf.so"):
+        hb.aot.load(str(not_a_library), "x")
+    library = host["directory"] / "libhb_aot_affine.so"
+    with pytest.raises(ValueError, match=r"aot.load\(\): .*libhb_aot_affine.so has no hb_aot_nope_argv / "
+                                         r"hb_aot_nope_metadata; check the function name"):
+        hb.aot.load(library, "hb_aot_nope")
+    # The library loaded before keeps working.
+    a = random_u8(np.random.default_rng(11), (2, 32))
+    np.testing.assert_array_equal(np.asarray(host["affine"](a, 0)), expected_affine(a, 0))
+
+
+def test_both_dirty_cannot_be_built_through_the_api(brighter):
+    """Halide's halide_error_code_host_and_device_dirty (-37) needs a buffer flagged host- and
+    device-dirty at once; the API refuses to make one, so a pipeline never sees it."""
+    out = brighter(np.zeros((8, 8), np.uint8))
+    assert out.device_dirty()
+    with pytest.raises(ValueError, match=r"set_host_dirty\(\): the device copy is newer"):
+        out.set_host_dirty()
+    mine = hb.Buffer((8, 8), "uint8")
+    mine.copy_to_device()
+    mine.set_host_dirty()
+    with pytest.raises(ValueError, match=r"set_device_dirty\(\): the host copy is newer"):
+        mine.set_device_dirty()
+    assert not (out.host_dirty() and out.device_dirty())
+    np.testing.assert_array_equal(np.asarray(brighter(out)), np.full((8, 8), 20, np.uint8))
+
+
+
+# ---------------------------------------------------------------------------------------------
+# OpenCL pipelines (PoCL): outputs stay on the pipeline's device until read
+# ---------------------------------------------------------------------------------------------
+
+
+def test_device_output_stays_on_the_device_until_read(brighter):
+    src = random_u8(np.random.default_rng(12), (24, 32))
+    expected = (src + np.uint8(10)).astype(np.uint8)
+    out = brighter(src)
+    moves = Moves(out)
+    assert out.device_dirty() and out.has_device_allocation()
+    assert out.device is None  # the pipeline runtime's allocation, not one of ours
+    assert out.transfers.to_host == out.transfers.to_device == 0
+    first = np.asarray(out)
+    assert moves() == down(24 * 32)
+    np.testing.assert_array_equal(first, expected)
+    np.testing.assert_array_equal(np.asarray(out), expected)
+    assert moves() == NONE
+    assert not out.device_dirty() and out.has_device_allocation()
+
+
+def test_chained_device_calls_move_nothing_between_them(brighter):
+    src = random_u8(np.random.default_rng(13), (16, 40))
+    one = brighter(src)
+    two = brighter(one)
+    three = brighter(two)
+    moves = [Moves(b) for b in (one, two, three)]
+    assert [m() for m in moves] == [NONE] * 3
+    assert all(b.device_dirty() for b in (one, two, three))
+    np.testing.assert_array_equal(np.asarray(three), (src + np.uint8(30)).astype(np.uint8))
+    assert [m() for m in moves] == [NONE, NONE, down(16 * 40)]
+    np.testing.assert_array_equal(np.asarray(one), (src + np.uint8(10)).astype(np.uint8))
+    assert moves[0]() == down(16 * 40) and moves[1]() == NONE
+    # A given output of the same library keeps the runtime's allocation too.
+    out = hb.Buffer((16, 40), "uint8")
+    assert brighter(two, out) is out
+    assert out.device_dirty() and Moves(two)() == NONE
+    np.testing.assert_array_equal(np.asarray(out), (src + np.uint8(30)).astype(np.uint8))
+
+
+def test_a_crop_of_a_device_output_reads_correctly(brighter):
+    src = random_u8(np.random.default_rng(14), (24, 40))
+    expected = (src + np.uint8(10)).astype(np.uint8)
+    out = brighter(src)
+    moves = Moves(out)
+    crop = out[5:17, 3:29]
+    assert crop.mins == (5, 3)
+    np.testing.assert_array_equal(np.asarray(crop), expected[5:17, 3:29])
+    assert moves() == down(24 * 40)  # one copy of the whole storage
+    np.testing.assert_array_equal(np.asarray(out), expected)
+    assert moves() == NONE
+
+
+def test_a_crop_of_a_device_output_feeds_the_next_call(brighter):
+    src = random_u8(np.random.default_rng(20), (24, 40))
+    again = brighter(brighter(src)[4:20, 8:32])
+    assert again.mins == (4, 8)
+    np.testing.assert_array_equal(np.asarray(again), (src[4:20, 8:32] + np.uint8(20)).astype(np.uint8))
+
+
+def test_an_input_on_our_device_is_brought_home_and_released_first(brighter, dev):
+    b = hb.Buffer((16, 16), "uint8")
+    b.copy_to_device()
+    assert b.device is dev
+    written = hb.opencl.as_array(b)
+    written.fill(7)
+    written.queue.finish()
+    del written
+    assert b.device_dirty()
+    moves = Moves(b)
+    out = brighter(b)
+    assert moves() == down(16 * 16)  # brought home once, before the call
+    assert b.device is None  # ours was released; what it has now is the pipeline runtime's
+    np.testing.assert_array_equal(np.asarray(b), np.full((16, 16), 7, np.uint8))
+    assert moves() == NONE
+    assert out.device_dirty()
+
+
+@pytest.mark.parametrize("how", ["released_by_the_call", "released_before"])
+def test_an_input_brought_home_from_our_device_gives_the_right_result(brighter, how):
+    b = hb.Buffer((16, 16), "uint8")
+    b.copy_to_device()
+    written = hb.opencl.as_array(b)
+    written.fill(7)
+    written.queue.finish()
+    del written
+    if how == "released_before":  # the same state by hand: host current, no device copy
+        b.copy_to_host()
+        b.device_free()
+        assert not (b.host_dirty() or b.device_dirty() or b.has_device_allocation())
+    np.testing.assert_array_equal(np.asarray(brighter(b)), np.full((16, 16), 17, np.uint8))
+
+
+def test_a_device_output_feeds_a_pipeline_of_another_library(device):
+    a, b = device["hb_aot_brighter"], device["hb_aot_brighter_b"]
+    src = random_u8(np.random.default_rng(15), (16, 16))
+    one = a(src)
+    moves = Moves(one)
+    two = b(one)
+    assert moves() == down(16 * 16)  # another runtime's interface: brought home and released first
+    np.testing.assert_array_equal(np.asarray(two), (src + np.uint8(20)).astype(np.uint8))
+
+
+def test_host_writes_reach_a_device_pipeline(brighter):
+    """Halide's runtime uploads an input only when it is flagged host-dirty: a fresh Buffer, a
+    host write after an upload, and an array its owner writes to all reach it so."""
+    b = hb.Buffer((16, 16), "uint8")
+    b.numpy(writable=True)[...] = 4
+    assert b.host_dirty()
+    np.testing.assert_array_equal(np.asarray(brighter(b)), np.full((16, 16), 14, np.uint8))
+    # A host write after the runtime uploaded it goes up again on the next call.
+    b.numpy(writable=True)[...] = 5
+    np.testing.assert_array_equal(np.asarray(brighter(b)), np.full((16, 16), 15, np.uint8))
+    # An array wrapped with external writes: the owner's writes reach the device on each call.
+    a = np.zeros((16, 16), np.uint8)
+    w = hb.Buffer.from_host(a)
+    np.testing.assert_array_equal(np.asarray(brighter(w)), np.full((16, 16), 10, np.uint8))
+    a[...] = 6
+    np.testing.assert_array_equal(np.asarray(brighter(w)), np.full((16, 16), 16, np.uint8))
+
+
+def test_device_pipeline_errors_leave_buffers_usable(brighter):
+    src = random_u8(np.random.default_rng(16), (16, 16))
+    inp = hb.Buffer.from_host(src, copy=True)
+    wrong = hb.Buffer((16, 24), "uint8")  # the pipeline fixes its output to the input's size
+    with pytest.raises(hb.PipelineError, match=r"hb_aot_brighter\(\): Constraint violated: \S+.extent.0 \(24\) "
+                                               r"== inp.extent.0 \(16\) \(Halide error -8\)$") as info:
+        brighter(inp, wrong)
+    assert info.value.code == -8  # halide_error_code_constraint_violated
+    out = brighter(inp)
+    np.testing.assert_array_equal(np.asarray(out), (src + np.uint8(10)).astype(np.uint8))
+    right = brighter(hb.Buffer.from_host(np.zeros((16, 24), np.uint8)), wrong)
+    assert right is wrong
+    np.testing.assert_array_equal(np.asarray(wrong), np.full((16, 24), 10, np.uint8))
+
+
+# ---------------------------------------------------------------------------------------------
+# Halide's generated Python extension, called with hb.Buffer
+# ---------------------------------------------------------------------------------------------
+
+
+def cxx_compiler():
+    for name in ("g++", "c++", "clang++"):
+        path = shutil.which(name)
+        if path:
+            return path
+    pytest.skip("no C++ compiler (g++, c++ or clang++) on PATH to build Halide's Python extension")
+
+
+def python_extension(directory, func, args, name):
+    """Halide's python_extension output for `func`, built into an importable module `name`;
+    returns its function."""
+    source, obj = directory / f"{name}.py.cpp", directory / f"{name}.o"
+    func.compile_to({hl.OutputFileType.python_extension: str(source), hl.OutputFileType.object: str(obj)},
+                    args, name, hl.Target(TARGET))
+    module_path = directory / (name + sysconfig.get_config_var("EXT_SUFFIX"))
+    halide_include = os.path.join(os.path.dirname(hl.__file__), "include")
+    command = [cxx_compiler(), "-std=c++17", "-O1", "-fPIC", "-shared",
+               "-I", sysconfig.get_paths()["include"], "-I", halide_include,
+               str(source), str(obj), "-o", str(module_path), "-lpthread", "-ldl", "-lm"]
+    made = subprocess.run(command, capture_output=True, text=True)
+    assert made.returncode == 0, f"building the {name} extension failed:\n{made.stderr}"
+    spec = importlib.util.spec_from_file_location(name, module_path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    sys.modules.setdefault(name, module)
+    return getattr(module, name)
+
+
+@pytest.fixture(scope="module")
+def extensions(tmp_path_factory):
+    directory = tmp_path_factory.mktemp("aot_python_extension")
+    return {
+        "u8": python_extension(directory, *affine_u8_func(True), "hb_ext_affine_u8"),
+        "bf16": python_extension(directory, *affine_bf16_func(), "hb_ext_affine_bf16"),
+    }
+
+
+def test_halide_python_extension_takes_our_uint8_buffers(extensions):
+    rng = np.random.default_rng(17)
+    a = random_u8(rng, (30, 64))
+    parent, out_parent = hb.Buffer.from_host(a, copy=True), hb.Buffer((30, 64), "uint8")
+    assert extensions["u8"](parent, out_parent) is None
+    np.testing.assert_array_equal(np.asarray(out_parent), expected_affine_u8(a))
+    # Crops with non-zero mins: only the halide_buffer_t (not the buffer protocol) carries mins,
+    # so a right answer shows the extension took _get_raw_halide_buffer_t().
+    inp, out = crop2(parent, 4, 20, 16, 40), crop2(out_parent, 4, 20, 16, 40)
+    extensions["u8"](inp, out)
+    np.testing.assert_array_equal(np.asarray(out), expected_affine_u8(a[4:24, 16:56], mins=(4, 16)))
+    # Halide's errors come back as the extension's RuntimeError, and the buffers stay usable.
+    with pytest.raises(RuntimeError, match=r"Halide Runtime Error: -3"):  # halide_error_code_bad_type
+        extensions["u8"](hb.Buffer((30, 64), "int8"), out_parent)
+    extensions["u8"](parent, out_parent)
+    np.testing.assert_array_equal(np.asarray(out_parent), expected_affine_u8(a))
+
+
+def test_halide_python_extension_takes_our_bfloat16_buffers(extensions):
+    rng = np.random.default_rng(18)
+    a = random_bf16(rng, (9, 64))
+    inp, out = hb.Buffer.from_host(a), hb.Buffer((9, 64), "bfloat16")
+    extensions["bf16"](inp, out)
+    np.testing.assert_array_equal(np.asarray(out).view(np.uint16), expected_affine_bf16(a).view(np.uint16))
+    # An ml_dtypes array has no buffer-protocol format Halide's extension knows; wrapped in a
+    # Buffer it goes through as a halide_buffer_t.
+    target = np.zeros((9, 64), ml_dtypes.bfloat16)
+    extensions["bf16"](hb.Buffer.from_host(a), hb.Buffer.from_host(target))
+    np.testing.assert_array_equal(target.view(np.uint16), expected_affine_bf16(a).view(np.uint16))
