@@ -1,5 +1,6 @@
 // py_dtype.cpp: the DType Python type and the conversion of every dtype spelling to a row.
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 #include "errors.h"
@@ -43,8 +44,19 @@ std::string name_of(py::handle obj, const char *entry) {
 
 const DType &to_dtype(py::handle obj, const char *entry) {
     if (py::isinstance<DType>(obj)) return obj.cast<const DType &>();
+    // numpy.dtype objects (every ndarray has one) resolve once: the cache keeps each alive, so
+    // its address names it for good. There are only as many as the dtypes a process uses.
+    static std::unordered_map<PyObject *, const DType *> resolved;
+    bool is_numpy_dtype = py::isinstance<py::dtype>(obj);
+    if (is_numpy_dtype) {
+        auto found = resolved.find(obj.ptr());
+        if (found != resolved.end()) return *found->second;
+    }
     std::string name = name_of(obj, entry);
-    if (const DType *t = dtype_by_name(name)) return *t;
+    if (const DType *t = dtype_by_name(name)) {
+        if (is_numpy_dtype) resolved.emplace(py::reinterpret_borrow<py::object>(obj).release().ptr(), t);
+        return *t;
+    }
     throw TypeError(std::string(entry) + "(): unknown dtype " + py::repr(obj).cast<std::string>() +
                     "; use one of: " + dtype_names());
 }
