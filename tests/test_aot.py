@@ -24,6 +24,7 @@ import pytest
 import halide_buffer as hb
 
 from conftest import NONE, Moves, down
+from test_foreign_device import brighter_func
 from test_halide_pipeline import (TARGET, affine_bf16_func, affine_u8_func, build, c_compiler,
                                   expected_affine_bf16, expected_affine_u8, random_bf16, random_u8)
 
@@ -102,14 +103,10 @@ def plus_and_half_pipeline():
 
 
 def brighter_opencl_func():
-    """out(x, y) = in(x, y) + 10 (uint8, wrapping) in 8x8 GPU tiles, sized like the input."""
-    x, y, xo, yo, xi, yi = (hl.Var(n) for n in ("x", "y", "xo", "yo", "xi", "yi"))
-    inp = hl.ImageParam(hl.UInt(8), 2, "inp")
-    out = hl.Func("brighter")
-    out[x, y] = inp[x, y] + hl.u8(10)
-    out.gpu_tile(x, y, xo, yo, xi, yi, 8, 8)
-    output_bounds_follow(out, inp)
-    return out, [inp]
+    """test_foreign_device's brighter (in + 10 in 8x8 GPU tiles), sized like its input."""
+    out, args = brighter_func()
+    output_bounds_follow(out, args[0])
+    return out, args
 
 
 @pytest.fixture(scope="module")
