@@ -719,3 +719,35 @@ def test_halide_python_extension_takes_our_bfloat16_buffers(extensions):
     target = np.zeros((9, 64), ml_dtypes.bfloat16)
     extensions["bf16"](hb.Buffer.from_host(a), hb.Buffer.from_host(target))
     np.testing.assert_array_equal(target.view(np.uint16), expected_affine_bf16(a).view(np.uint16))
+
+
+NO_DEVICE = """
+import sys
+import numpy as np
+import halide_buffer as hb
+try:
+    hb.opencl.device()  # opens the loader process-wide; finds no platform
+except hb.DeviceError as e:
+    print("opencl.device:", e.name)
+p = hb.aot.load(sys.argv[1], "hb_aot_no_device")
+src = hb.Buffer.from_host(np.ones((16, 16), np.uint8))
+try:
+    p(src, hb.Buffer((16, 16), "uint8"))
+except hb.PipelineError as e:
+    print("PipelineError", e.code)
+    print(e)
+print(np.asarray(src).sum())  # the process lives on, its buffers intact
+"""
+
+
+def test_no_opencl_device_is_a_pipeline_error_not_an_abort(tmp_path):
+    build(tmp_path, c_compiler(), *brighter_opencl_func(), "hb_aot_no_device", target=OPENCL_TARGET)
+    env = dict(os.environ, OCL_ICD_VENDORS="/nonexistent-vendors", PYOPENCL_HOME="/nonexistent")
+    run = subprocess.run([sys.executable, "-c", NO_DEVICE, str(tmp_path / "libhb_aot_no_device.so")],
+                         capture_output=True, text=True, env=env, timeout=300)
+    assert run.returncode == 0, run.stderr
+    lines = run.stdout.splitlines()
+    assert lines[0] == "opencl.device: CL_PLATFORM_NOT_FOUND_KHR"
+    assert lines[1] == "PipelineError -29"  # halide_error_code_gpu_device_error
+    assert lines[2].startswith("hb_aot_no_device(): OpenCL error: ") and "clGetPlatformIDs failed" in lines[2]
+    assert lines[-1] == "256"
