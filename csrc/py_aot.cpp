@@ -206,7 +206,7 @@ py::object call_with(const AotPipeline &p, PyObject *const *pos, size_t npos, Py
             argv[i] = &scratch.scalars[i];  // a null user_context
         } else if (!is_buffer(a)) {
             if (absent && !a.scalar_def)
-                throw TypeError(where_of(p, a) + " is missing; pass a " + type_text(a.type));
+                throw TypeError(where_of(p, a) + " is missing; pass a value of type " + type_text(a.type));
             scratch.scalars[i] = absent ? *a.scalar_def : to_scalar(p, given[i], a);
             argv[i] = &scratch.scalars[i];
         } else if (!absent) {

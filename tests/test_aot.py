@@ -259,7 +259,7 @@ def test_float32_with_a_float_param_by_position_and_name(host):
         p(a, "1.5")
     # A Param of a Python-built pipeline has no default: leaving it out (or None) is an error.
     for call in (lambda: p(a), lambda: p(a, None)):
-        with pytest.raises(TypeError, match=r"hb_aot_scaled\(\): argument 'gain' is missing; pass a float32"):
+        with pytest.raises(TypeError, match=r"hb_aot_scaled\(\): argument 'gain' is missing; pass a value of type float32"):
             call()
     # Halide's own range check on the Param (set_range) is the pipeline's error, with its code.
     with pytest.raises(hb.PipelineError, match=r"hb_aot_scaled\(\): Parameter gain is 1.000000e\+02 but must "
@@ -419,7 +419,7 @@ def test_errors_of_every_kind_leave_buffers_usable(host):
          lambda: p(np.zeros((2, 8, 32), np.uint8), 3)),
         (TypeError, r"hb_aot_affine\(\): argument 'inp' is missing; pass a uint8 buffer of 2 axes",
          lambda: p(offset=3)),
-        (TypeError, r"hb_aot_affine\(\): argument 'offset' is missing; pass a int16",
+        (TypeError, r"hb_aot_affine\(\): argument 'offset' is missing; pass a value of type int16",
          lambda: p(inp)),
         (TypeError, r"hb_aot_affine\(\) got an unexpected keyword argument 'gain'",
          lambda: p(inp, 3, gain=1)),
