@@ -9,6 +9,7 @@ Halide makes Func names unique process-wide (a second Func "f" becomes "f$1"), s
 output arguments are taken from the Func objects, never spelled out.
 """
 
+import gc
 import importlib.util
 import os
 import shutil
@@ -437,11 +438,13 @@ def test_errors_of_every_kind_leave_buffers_usable(host):
          lambda: p(hb.Buffer((32, 8), "uint8").transposed(1, 0), 3)),  # its allocated output dies too
     ]
     still_fine()
+    gc.collect()  # storages of earlier tests that only garbage (old tracebacks) still holds
     storages = hb._core._live_counts()["storages"]
     for error, message, call in cases:
         with pytest.raises(error, match=message):
             call()
         still_fine()
+    gc.collect()  # the tracebacks pytest.raises kept
     assert hb._core._live_counts()["storages"] == storages  # nothing an error path made is left
 
 
