@@ -169,11 +169,21 @@ struct CallScratch {
 py::object call_with(const AotPipeline &p, PyObject *const *pos, size_t npos, PyObject *kwargs) {
     const halide_filter_metadata_t &m = p.metadata();
     size_t n = size_t(m.num_arguments);
-    thread_local CallScratch scratch;
+    // A nested call (an argument's __array__ calling a pipeline) gets scratch of its own.
+    thread_local CallScratch shared;
+    thread_local bool busy = false;
+    CallScratch nested;
+    CallScratch &scratch = busy ? nested : shared;
     struct Finish {
         CallScratch &s;
-        ~Finish() { s.finish(); }
-    } finish{scratch};
+        bool &busy;
+        bool was;
+        ~Finish() {
+            s.finish();
+            busy = was;
+        }
+    } finish{scratch, busy, busy};
+    busy = true;
     scratch.start(n);
     std::vector<py::object> &given = scratch.given;
     std::vector<void *> &argv = scratch.argv;

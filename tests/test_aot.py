@@ -754,3 +754,19 @@ def test_no_opencl_device_is_a_pipeline_error_not_an_abort(tmp_path):
     assert lines[1] == "PipelineError -29"  # halide_error_code_gpu_device_error
     assert lines[2].startswith("hb_aot_no_device(): OpenCL error: ") and "clGetPlatformIDs failed" in lines[2]
     assert lines[-1] == "256"
+
+
+def test_a_call_made_while_converting_an_argument_does_not_disturb_the_outer_call(host):
+    p = host["affine"]
+    a = np.full((8, 32), 5, np.uint8)
+
+    class CallsThePipeline:
+        """An argument whose conversion runs the same pipeline (nested calls share a thread)."""
+
+        def __array__(self, dtype=None, copy=None):
+            inner = p(np.zeros((8, 32), np.uint8), 1, hb.Buffer((8, 32), "uint8"))
+            np.testing.assert_array_equal(np.asarray(inner), expected_affine(np.zeros((8, 32), np.uint8), 1))
+            return a
+
+    out = p(CallsThePipeline(), 3, hb.Buffer((8, 32), "uint8"))
+    np.testing.assert_array_equal(np.asarray(out), expected_affine(a, 3))
