@@ -50,7 +50,6 @@ from __future__ import annotations
 import argparse
 import ctypes
 import importlib.util
-import json
 import os
 import shlex
 import shutil
@@ -67,7 +66,7 @@ import numpy as np
 
 import halide_buffer as hb
 
-from bench_common import Rounds, environment, environment_line, fmt_ratio, ratio, run_cases
+from bench_common import Rounds, environment, environment_line, fmt_ratio, ratio, run_cases, write_json
 
 TARGET = "x86-64-linux-avx-avx2-f16c-fma-sse41"
 HOST_NAME = "hb_bench_add_one"
@@ -797,7 +796,7 @@ def main(argv=None):
             "problems": problems,
             "noisy": noisy,
         }
-        Path(args.json).write_text(json.dumps(out, indent=2) + "\n")
+        write_json(args.json, out)
     return 0
 
 

@@ -1,8 +1,10 @@
 """What the benchmarks share: the rounds a case keeps, and the environment a run reports."""
 
+import json
 import os
 import platform
 import statistics
+from pathlib import Path
 
 import numpy as np
 
@@ -57,3 +59,8 @@ def ratio(x, y):
 
 def fmt_ratio(r):
     return "-" if r is None else f"{r:.2f}x"
+
+
+def write_json(path, report):
+    """Keeps a run's figures (--json)."""
+    Path(path).write_text(json.dumps(report, indent=2) + "\n")

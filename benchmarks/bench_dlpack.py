@@ -38,7 +38,6 @@ from __future__ import annotations
 
 import argparse
 import importlib.util
-import json
 import os
 import shlex
 import shutil
@@ -55,7 +54,7 @@ import numpy as np
 
 import halide_buffer as hb
 
-from bench_common import Rounds, environment, environment_line, fmt_ratio, ratio, run_cases
+from bench_common import Rounds, environment, environment_line, fmt_ratio, ratio, run_cases, write_json
 
 try:
     import torch
@@ -496,7 +495,7 @@ def main(argv=None):
             "problems": problems,
             "noisy": noisy,
         }
-        Path(args.json).write_text(json.dumps(out, indent=2) + "\n")
+        write_json(args.json, out)
     return 0
 
 

@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import argparse
 import importlib.util
-import json
 import os
 import shlex
 import shutil
@@ -43,7 +42,7 @@ import numpy as np
 
 import halide_buffer as hb
 
-from bench_common import Rounds, environment, environment_line, fmt_ratio, ratio, run_cases
+from bench_common import Rounds, environment, environment_line, fmt_ratio, ratio, run_cases, write_json
 
 HERE = Path(__file__).resolve().parent
 PEER_SOURCE = HERE / "peer_def_buffer.cpp"
@@ -270,7 +269,7 @@ def main(argv=None):
             "problems": problems,
             "noisy": noisy,
         }
-        Path(args.json).write_text(json.dumps(out, indent=2) + "\n")
+        write_json(args.json, out)
     return 0
 
 

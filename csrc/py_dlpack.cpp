@@ -217,17 +217,15 @@ Buffer adopt_import(const DLImport &in, std::shared_ptr<void> owner, int copy, b
     return wrap_import(kImport, in, std::move(owner), true);
 }
 
-namespace {
-
-/// DLPack's rule for another major version: another layout, of which only the deleter may be
-/// touched. Throws BufferError after deleting the tensor.
-[[noreturn]] void refuse_major(DLManagedTensorVersioned *m) {
+void refuse_major(const char *entry, DLManagedTensorVersioned *m) {
     DLPackVersion v = m->version;
     if (m->deleter) m->deleter(m);
-    throw BufferError(std::string(kImport) + "(): the tensor follows DLPack " + std::to_string(v.major) + "." +
+    throw BufferError(std::string(entry) + "(): the tensor follows DLPack " + std::to_string(v.major) + "." +
                       std::to_string(v.minor) + ", whose layout this version (1.x) cannot read; export it "
                       "as DLPack 1.x");
 }
+
+namespace {
 
 /// Takes a capsule: checks it, marks it used, and makes the buffer. A check that fails leaves
 /// the capsule as it was: its destructor then deletes the tensor.
@@ -240,7 +238,7 @@ Buffer from_capsule(py::handle capsule, py::object producer, int copy, bool prod
         if (!m) throw py::error_already_set();
         if (m->version.major != kDLPackMajor) {
             PyCapsule_SetName(capsule.ptr(), kUsedDLTensorVersionedCapsule);
-            refuse_major(m);
+            refuse_major(kImport, m);
         }
         DLImport in = check_import(kImport, m->dl_tensor, m->flags, m->version);
         PyCapsule_SetName(capsule.ptr(), kUsedDLTensorVersionedCapsule);

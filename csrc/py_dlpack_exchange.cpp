@@ -15,12 +15,7 @@ constexpr const char *kAttribute = "__dlpack_c_exchange_api__";
 /// Takes ownership of a producer's versioned tensor: a buffer over it, or the tensor deleted
 /// and the reason raised.
 Buffer adopt_owned(const char *entry, DLManagedTensorVersioned *m, py::object producer, int copy) {
-    if (m->version.major != kDLPackMajor) {
-        DLPackVersion v = m->version;
-        if (m->deleter) m->deleter(m);
-        throw BufferError(std::string(entry) + "(): the tensor follows DLPack " + std::to_string(v.major) + "." +
-                          std::to_string(v.minor) + ", whose layout this version (1.x) cannot read");
-    }
+    if (m->version.major != kDLPackMajor) refuse_major(entry, m);
     std::shared_ptr<void> owner = import_owner(m, nullptr, std::move(producer));  // deletes it, however this ends
     return adopt_import(check_import(entry, m->dl_tensor, m->flags, m->version), std::move(owner), copy);
 }

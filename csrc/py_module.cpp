@@ -42,6 +42,15 @@ bool set_python_error(std::exception_ptr error) {
 
 namespace {
 
+/// A RuntimeError subclass halide_buffer.<name>, added to the module.
+PyObject *add_error_type(py::module_ &m, const char *name, const char *doc) {
+    std::string qualified = std::string("halide_buffer.") + name;
+    PyObject *type = PyErr_NewExceptionWithDoc(qualified.c_str(), doc, PyExc_RuntimeError, nullptr);
+    if (!type) throw py::error_already_set();
+    m.add_object(name, py::handle(type));
+    return type;
+}
+
 /// sizeof/offsetof of every field of halide_abi.h, for the layout test against Halide's header.
 py::dict abi_layout() {
     py::dict d;
@@ -104,18 +113,14 @@ PYBIND11_MODULE(_core, m) {
     py::register_exception_translator([](std::exception_ptr p) {
         if (p && !hb::set_python_error(p)) std::rethrow_exception(p);
     });
-    hb::device_error_type = PyErr_NewExceptionWithDoc(
-        "halide_buffer.DeviceError",
+    hb::device_error_type = hb::add_error_type(
+        m, "DeviceError",
         "A device driver refused an operation. .code is the driver's error code, .name its name "
-        "(e.g. 'CL_MEM_OBJECT_ALLOCATION_FAILURE').",
-        PyExc_RuntimeError, nullptr);
-    m.add_object("DeviceError", py::handle(hb::device_error_type));
-    hb::pipeline_error_type = PyErr_NewExceptionWithDoc(
-        "halide_buffer.PipelineError",
+        "(e.g. 'CL_MEM_OBJECT_ALLOCATION_FAILURE').");
+    hb::pipeline_error_type = hb::add_error_type(
+        m, "PipelineError",
         "A Halide pipeline's runtime reported an error. .code is Halide's error code "
-        "(halide_error_code_t); the message is Halide's.",
-        PyExc_RuntimeError, nullptr);
-    m.add_object("PipelineError", py::handle(hb::pipeline_error_type));
+        "(halide_error_code_t); the message is Halide's.");
     // A thread waiting for a storage's lock lets the others run: the holder may need the GIL
     // (a pipeline's error handler written in Python, an owner released in a callback).
     hb::set_lock_waiter([](std::unique_lock<std::mutex> &lock) {

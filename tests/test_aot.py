@@ -12,7 +12,6 @@ output arguments are taken from the Func objects, never spelled out.
 import gc
 import importlib.util
 import os
-import shutil
 import subprocess
 import sys
 import sysconfig
@@ -27,7 +26,8 @@ import halide_buffer as hb
 from conftest import NONE, Moves, down
 from test_foreign_device import brighter_func
 from test_halide_pipeline import (TARGET, affine_bf16_func, affine_u8_func, build, c_compiler,
-                                  expected_affine_bf16, expected_affine_u8, random_bf16, random_u8)
+                                  expected_affine_bf16, expected_affine_u8, find_compiler, random_bf16,
+                                  random_u8)
 
 pytestmark = pytest.mark.needs_halide
 
@@ -657,11 +657,7 @@ def test_device_pipeline_errors_leave_buffers_usable(brighter):
 
 
 def cxx_compiler():
-    for name in ("g++", "c++", "clang++"):
-        path = shutil.which(name)
-        if path:
-            return path
-    pytest.skip("no C++ compiler (g++, c++ or clang++) on PATH to build Halide's Python extension")
+    return find_compiler(("g++", "c++", "clang++"), "build Halide's Python extension")
 
 
 def python_extension(directory, func, args, name):

@@ -97,12 +97,17 @@ class Pipeline:
         assert errors == []
 
 
-def c_compiler():
-    for name in ("gcc", "cc", "clang"):
+def find_compiler(names, purpose):
+    """The first of `names` on PATH; the test skips, saying so, when there is none."""
+    for name in names:
         path = shutil.which(name)
         if path:
             return path
-    pytest.skip("no C compiler (gcc, cc or clang) on PATH to link the Halide pipelines")
+    pytest.skip(f"no compiler ({', '.join(names)}) on PATH to {purpose}")
+
+
+def c_compiler():
+    return find_compiler(("gcc", "cc", "clang"), "link the Halide pipelines")
 
 
 def build(directory, compiler, func, args, name, target=TARGET):
