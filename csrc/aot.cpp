@@ -5,6 +5,7 @@
 
 #include <mutex>
 
+#include "device_cuda.h"
 #include "errors.h"
 
 namespace hb {
@@ -25,6 +26,21 @@ using ErrorHandler = void (*)(void *, const char *);
 template <typename F>
 F symbol(void *library, const std::string &name) {
     return reinterpret_cast<F>(dlsym(library, name.c_str()));
+}
+
+/// Makes the pipeline's CUDA runtime use the primary context and stream of the call's device
+/// (its own default would create a context of its own: memory no framework could share). A
+/// library linked with halide_buffer_cuda.c overrides the hooks these handlers are called by.
+void install_cuda_handlers(void *library) {
+    using Acquire = int (*)(void *, void **, bool);
+    using Release = int (*)(void *);
+    using Stream = int (*)(void *, void *, void **);
+    auto set_acquire = symbol<Acquire (*)(Acquire)>(library, "halide_set_cuda_acquire_context");
+    auto set_release = symbol<Release (*)(Release)>(library, "halide_set_cuda_release_context");
+    auto set_stream = symbol<Stream (*)(Stream)>(library, "halide_set_cuda_get_stream");
+    if (set_acquire) set_acquire(pipeline_acquire_context);
+    if (set_release) set_release(pipeline_release_context);
+    if (set_stream) set_stream(pipeline_get_stream);
 }
 
 }  // namespace
@@ -61,6 +77,10 @@ std::shared_ptr<AotPipeline> AotPipeline::load(const std::string &path, const st
         auto get = symbol<const halide_device_interface_t *(*)()>(library, std::string("halide_") + api +
                                                                               "_device_interface");
         if (get) p->device_interface_ = get();
+    }
+    if (p->device_interface_ && target.find("-cuda") != std::string::npos) {
+        p->uses_cuda_ = true;
+        install_cuda_handlers(library);
     }
     return p;
 }

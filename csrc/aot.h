@@ -20,6 +20,9 @@ public:
     const halide_filter_metadata_t &metadata() const { return *metadata_; }
     /// The device interface of the pipeline's runtime (OpenCL or CUDA targets), else null.
     const halide_device_interface_t *device_interface() const { return device_interface_; }
+    /// A CUDA target: its runtime takes the primary context and stream of the device the call
+    /// names (TargetDevice), through our handlers installed at load.
+    bool uses_cuda() const { return uses_cuda_; }
 
     /// Runs the pipeline (the caller has released the GIL). A failure throws PipelineError with
     /// the messages Halide's runtime reported and its error code.
@@ -30,6 +33,7 @@ private:
     int (*argv_)(void **) = nullptr;
     const halide_filter_metadata_t *metadata_ = nullptr;
     const halide_device_interface_t *device_interface_ = nullptr;
+    bool uses_cuda_ = false;
 };
 
 }  // namespace hb

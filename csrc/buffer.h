@@ -12,13 +12,12 @@
 #include <mutex>
 #include <vector>
 
+#include "device.h"
 #include "device_interface.h"
 #include "dtype.h"
 #include "halide_abi.h"
 
 namespace hb {
-
-class OpenCLDevice;
 
 /// Who frees a Storage's host memory.
 enum class HostOwnership : uint8_t {
@@ -39,7 +38,7 @@ struct RawView;
 /// The device an operation names: `device` is used when the buffer has no device copy yet;
 /// when it has one elsewhere, the call is refused if `required`, else it uses that one.
 struct DeviceChoice {
-    std::shared_ptr<OpenCLDevice> device;
+    std::shared_ptr<Device> device;
     bool required = false;
 };
 
@@ -60,7 +59,7 @@ struct Storage {
     halide_buffer_t root{};
     std::vector<halide_dimension_t> root_dims;
     DeviceOwnership device_ownership = DeviceOwnership::none;
-    std::shared_ptr<OpenCLDevice> device;  ///< owned / wrapped: the device it lives on
+    std::shared_ptr<Device> device;  ///< owned / wrapped: the device it lives on
     std::shared_ptr<void> device_owner;    ///< wrapped: the native handle's owner
     Transfers transfers;                   ///< every copy of this storage's bytes
     std::atomic<bool> ever_on_device{false};  ///< read without the lock: may a lease copy?
@@ -100,6 +99,7 @@ struct RawView {
     uint64_t published = 0;         ///< flags as last written into buf
     uint64_t published_device = 0;  ///< device as last written into buf
     std::unique_ptr<DeviceHandle> handle;  ///< our handle into the storage's allocation, if any
+    const halide_device_interface_t *shown_as = nullptr;  ///< see Buffer::raw()
 };
 
 /// How a residency operation waits for a storage's lock someone else holds (the bindings let
@@ -180,7 +180,7 @@ public:
     void set_device_dirty(bool value);
     bool has_device_allocation();
     /// The device holding the device copy; null without one, or when a pipeline's runtime does.
-    std::shared_ptr<OpenCLDevice> device();
+    std::shared_ptr<Device> device();
     /// Makes the host copy current: a no-op unless the device copy is newer.
     void copy_to_host();
     /// Allocates on `on` if needed, then uploads if the host is newer.
@@ -191,9 +191,9 @@ public:
     void device_free();
     /// Blocks until every command queued on the buffer's device has finished.
     void device_sync();
-    /// Adopts `native` (a cl_mem on `on`, starting `offset` bytes in) as the device copy, which
+    /// Adopts `native` (a cl_mem or CUdeviceptr on `on`, the buffer's element `offset` bytes in) as the device copy, which
     /// becomes the current one. `owner` keeps whoever allocated it alive.
-    void device_wrap_native(const std::shared_ptr<OpenCLDevice> &on, uint64_t native, uint64_t offset,
+    void device_wrap_native(const std::shared_ptr<Device> &on, uint64_t native, uint64_t offset,
                             std::shared_ptr<void> owner);
     /// Lets go of a wrapped allocation (downloading first if it is newer); returns its owner.
     std::shared_ptr<void> device_detach_native();
@@ -205,8 +205,8 @@ public:
     /// offset of this view's first element, the device.
     struct DeviceView {
         void *native;
-        uint64_t offset;
-        std::shared_ptr<OpenCLDevice> device;
+        int64_t offset;
+        std::shared_ptr<Device> device;
     };
     /// Lease for a device consumer: the device copy becomes current (as copy_to_device(on))
     /// and, for a writer of writable memory, device dirty.
@@ -226,6 +226,12 @@ public:
     /// (Halide refuses to switch interfaces); a host-only pipeline gets a current host copy,
     /// and an output the lease of a host writer.
     void prepare_for_pipeline(const char *entry, const halide_device_interface_t *interface, bool output);
+    /// The same for a pipeline whose runtime uses `device`'s memory as it is (a CUDA pipeline in
+    /// the primary context: the same pointers): a view covering its storage is placed there
+    /// first (an input uploaded, an output allocated), so the pipeline reads and writes our
+    /// device copy; other views as above.
+    void prepare_for_pipeline(const char *entry, const halide_device_interface_t *interface, bool output,
+                              const std::shared_ptr<Device> &device);
     /// This view is about to be overwritten whole on a device (a device pipeline's output): its
     /// published halide_buffer_t stops asking for an upload of the old contents, when the view
     /// covers its storage (the rest of a storage matters) and no device copy is newer.
@@ -238,10 +244,14 @@ public:
     const Transfers &transfers() const { return storage_->transfers; }
 
     /// The halide_buffer_t describing this view, flags refreshed from the shared state.
-    halide_buffer_t *raw(const char *entry);
+    /// `shown_as`: the interface a pipeline's runtime knows our device copy by (the same
+    /// pointers under its own table), for a view covering its storage; null: ours.
+    halide_buffer_t *raw(const char *entry, const halide_device_interface_t *shown_as = nullptr);
 
 private:
     Buffer() = default;
+    /// The view's halide_buffer_t would show the storage's whole root (same geometry and type).
+    bool covers_whole_storage() const;
     static Buffer adopt_storage(std::shared_ptr<Storage> storage, const DType &dtype, uint8_t *data,
                                 std::vector<int64_t> shape, std::vector<int64_t> strides);
     int check_axis(const char *entry, int axis) const;

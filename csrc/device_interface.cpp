@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cstdlib>
+#include <cstring>
 #include <utility>
 #include <vector>
 
@@ -48,18 +49,87 @@ ByteSpan byte_span(const halide_buffer_t *buf) {
     return span;
 }
 
+namespace {
+
+void scatter(uint8_t *host, const uint8_t *staging, const halide_buffer_t *buf, int dim, int64_t item) {
+    if (dim < 0) {
+        std::memcpy(host, staging, size_t(item));
+        return;
+    }
+    const halide_dimension_t &d = buf->dim[dim];
+    int64_t step = int64_t(d.stride) * item;
+    for (int32_t i = 0; i < d.extent; ++i) scatter(host + i * step, staging + i * step, buf, dim - 1, item);
+}
+
+}  // namespace
+
+void scatter_elements(const halide_buffer_t *buf, const uint8_t *staging) {
+    scatter(buf->host, staging, buf, buf->dimensions - 1, element_bytes(buf));
+}
+
+int64_t crop_offset(const halide_buffer_t *src, const halide_buffer_t *dst) {
+    int64_t bytes = 0, item = element_bytes(src);
+    for (int i = 0; i < src->dimensions && i < dst->dimensions; ++i)
+        bytes += int64_t(dst->dim[i].min - src->dim[i].min) * src->dim[i].stride * item;
+    return bytes;
+}
+
+int64_t slice_offset(const halide_buffer_t *src, int dim, int pos) {
+    const halide_dimension_t &d = src->dim[dim];
+    return int64_t(pos - d.min) * d.stride * element_bytes(src);
+}
+
+int host_and_device_malloc(void *uc, halide_buffer_t *buf, int (*device_malloc)(void *, halide_buffer_t *)) {
+    constexpr int kOutOfMemory = -11;  // halide_error_code_out_of_memory
+    ByteSpan span = byte_span(buf);
+    void *host = std::malloc(size_t(span.size() > 0 ? span.size() : 1));
+    if (!host) return kOutOfMemory;
+    buf->host = static_cast<uint8_t *>(host) - span.lo;
+    if (int rc = device_malloc(uc, buf)) {
+        std::free(host);
+        buf->host = nullptr;
+        return rc;
+    }
+    return 0;
+}
+
+int host_and_device_free(void *uc, halide_buffer_t *buf, int (*device_free)(void *, halide_buffer_t *)) {
+    device_free(uc, buf);
+    if (buf->host) std::free(buf->host + byte_span(buf).lo);
+    buf->host = nullptr;
+    return 0;
+}
+
+std::string size_text(uint64_t bytes) {
+    const char *units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+    int unit = 0;
+    while (bytes >= 1024 * 16 && unit < 4) {
+        bytes /= 1024;
+        ++unit;
+    }
+    return std::to_string(bytes) + " " + units[unit];
+}
+
+int fail(int halide_code, int code, std::string name, std::string what) {
+    DeviceFailure &f = last_failure();
+    f.code = code;
+    f.name = std::move(name);
+    f.what = std::move(what);
+    return halide_code;
+}
+
 DeviceFailure &last_failure() {
     thread_local DeviceFailure failure;
     return failure;
 }
 
 namespace {
-thread_local OpenCLDevice *t_target = nullptr;
+thread_local Device *t_target = nullptr;
 }  // namespace
 
-TargetDevice::TargetDevice(OpenCLDevice *device) : previous_(t_target) { t_target = device; }
+TargetDevice::TargetDevice(Device *device) : previous_(t_target) { t_target = device; }
 TargetDevice::~TargetDevice() { t_target = previous_; }
-OpenCLDevice *TargetDevice::current() { return t_target; }
+Device *TargetDevice::current() { return t_target; }
 
 // ---------------------------------------------------------------------------------------------
 // The public half: Halide's rules, then the buffer's (or the given) impl table
@@ -202,15 +272,17 @@ int detach_native(void *uc, halide_buffer_t *buf) {
     return buf->device_interface->impl->detach_native(uc, buf);
 }
 
-int compute_capability(void *, int *major, int *minor) {
-    // Meaningful for CUDA only; OpenCL devices report none.
+int no_compute_capability(void *, int *major, int *minor) {
+    // Meaningful for CUDA only; other devices report none.
     *major = *minor = 0;
     return 0;
 }
 
 }  // namespace
 
-halide_device_interface_t make_public_interface(const halide_device_interface_impl_t *impl) {
+halide_device_interface_t make_public_interface(const halide_device_interface_impl_t *impl,
+                                                ComputeCapability compute_capability) {
+    if (!compute_capability) compute_capability = no_compute_capability;
     return halide_device_interface_t{
         device_malloc,       device_free,          device_sync,  device_release,
         copy_to_host,        copy_to_device,       device_and_host_malloc,

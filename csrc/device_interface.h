@@ -16,7 +16,7 @@
 
 namespace hb {
 
-class OpenCLDevice;
+class Device;
 
 // ---------------------------------------------------------------------------------------------
 // Transfer accounting
@@ -36,10 +36,11 @@ void record_transfer(Transfers *storage, Direction direction, int64_t bytes);
 // Device handles of our backends
 // ---------------------------------------------------------------------------------------------
 
-/// One device allocation, shared by the handles that point into it.
+/// One device allocation, shared by the handles (OpenCL) or halide_buffer_t's (CUDA: through
+/// their `padding` field) that point into it.
 struct DeviceAllocation {
-    std::shared_ptr<OpenCLDevice> device;  ///< where it lives
-    void *native = nullptr;                ///< cl_mem
+    std::shared_ptr<Device> device;        ///< where it lives
+    void *native = nullptr;                ///< cl_mem, or the CUdeviceptr of its lowest byte
     uint64_t size = 0;                     ///< bytes of `native`
     bool holds_reference = true;           ///< ours to release (created here, or retained by us)
     Transfers *transfers = nullptr;        ///< counters of the storage it backs (null: none of ours)
@@ -55,7 +56,7 @@ enum class HandleKind : uint8_t {
     view,  ///< a view's halide_buffer_t we published: its Buffer frees the handle
 };
 
-/// Our halide_buffer_t::device. The first two fields are Halide's OpenCL runtime's own layout
+/// Our OpenCL halide_buffer_t::device. The first two fields are Halide's OpenCL runtime's own layout
 /// ({uint64 offset, cl_mem}), so code that knows that layout reads ours correctly too.
 struct DeviceHandle {
     uint64_t offset;               ///< bytes from the start of `native` to the element at buf->host
@@ -76,6 +77,21 @@ struct ByteSpan {
     int64_t size() const { return hi - lo; }
 };
 ByteSpan byte_span(const halide_buffer_t *buf);
+/// Copies the elements of `buf` out of a staging copy of its span (`staging` is where the
+/// element at buf->host lies in it); bytes between elements stay untouched.
+void scatter_elements(const halide_buffer_t *buf, const uint8_t *staging);
+/// Bytes from src's element at host to dst's, for a crop (dst's mins) or a slice (dim, pos).
+int64_t crop_offset(const halide_buffer_t *src, const halide_buffer_t *dst);
+int64_t slice_offset(const halide_buffer_t *src, int dim, int pos);
+/// Halide's device_and_host_malloc / _free for a backend: host memory for the span (malloc),
+/// then `device_malloc`; the other way round.
+int host_and_device_malloc(void *uc, halide_buffer_t *buf, int (*device_malloc)(void *, halide_buffer_t *));
+int host_and_device_free(void *uc, halide_buffer_t *buf, int (*device_free)(void *, halide_buffer_t *));
+/// "64 B", "3 KiB", "256 MiB": sizes in messages, rounded down.
+std::string size_text(uint64_t bytes);
+/// Records a driver's failure for the caller (code, its name, what failed and the fix) and
+/// returns Halide's code.
+int fail(int halide_code, int code, std::string name, std::string what);
 /// Bytes per element of a halide_buffer_t's type.
 inline int64_t element_bytes(const halide_buffer_t *buf) {
     return (int64_t(buf->type.bits) + 7) / 8 * (buf->type.lanes ? buf->type.lanes : 1);
@@ -97,20 +113,23 @@ DeviceFailure &last_failure();
 /// Halide's impl table passes no device; without one, device_malloc fails.
 class TargetDevice {
 public:
-    explicit TargetDevice(OpenCLDevice *device);
+    explicit TargetDevice(Device *device);
     ~TargetDevice();
-    static OpenCLDevice *current();
+    static Device *current();
 
 private:
-    OpenCLDevice *previous_;
+    Device *previous_;
 };
 
 // ---------------------------------------------------------------------------------------------
 // Public tables
 // ---------------------------------------------------------------------------------------------
 
+/// The table's compute_capability entry (CUDA's; null: a device without one, reporting 0.0).
+using ComputeCapability = int (*)(void *user_context, int *major, int *minor);
 /// A public halide_device_interface_t forwarding to `impl` with Halide's flag rules (what the
 /// runtime's halide_copy_to_host etc. do), so a Halide runtime and we use one table.
-halide_device_interface_t make_public_interface(const halide_device_interface_impl_t *impl);
+halide_device_interface_t make_public_interface(const halide_device_interface_impl_t *impl,
+                                                ComputeCapability compute_capability = nullptr);
 
 }  // namespace hb

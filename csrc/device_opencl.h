@@ -4,6 +4,7 @@
 #include <memory>
 #include <string>
 
+#include "device.h"
 #include "halide_abi.h"
 #include "opencl_api.h"
 
@@ -11,7 +12,7 @@ namespace hb {
 
 /// One OpenCL device with a context and an in-order command queue on it. Holds a reference on
 /// both (clRetain*), so the objects outlive whoever created them (pyopencl, for one).
-class OpenCLDevice : public std::enable_shared_from_this<OpenCLDevice> {
+class OpenCLDevice final : public Device {
 public:
     /// The first GPU of any platform, else the first device of the first platform with one.
     static std::shared_ptr<OpenCLDevice> open_default();
@@ -20,9 +21,7 @@ public:
     /// queue's. Both given: the queue must belong to the context.
     static std::shared_ptr<OpenCLDevice> adopt(ocl::cl_context context, ocl::cl_command_queue queue);
 
-    OpenCLDevice(const OpenCLDevice &) = delete;
-    OpenCLDevice &operator=(const OpenCLDevice &) = delete;
-    ~OpenCLDevice();
+    ~OpenCLDevice() override;
 
     ocl::cl_context context() const { return context_; }
     ocl::cl_command_queue queue() const { return queue_; }
@@ -33,7 +32,17 @@ public:
     uint64_t global_memory() const { return global_memory_; }    ///< CL_DEVICE_GLOBAL_MEM_SIZE
     bool is_gpu() const { return is_gpu_; }
     /// Blocks until every command queued so far has finished (clFinish).
-    void synchronize() const;
+    void synchronize() const override;
+
+    // Device: memory handles are DeviceHandles ({offset, cl_mem, ...}).
+    const char *kind() const override { return "opencl"; }
+    std::string description() const override { return name_ + " (" + platform_ + ")"; }
+    const halide_device_interface_t *interface() const override;
+    DeviceAllocation *allocation(const halide_buffer_t &buf) const override;
+    uint64_t view_field(const halide_buffer_t &root, int64_t offset,
+                        std::unique_ptr<DeviceHandle> &slot) const override;
+    void finish_wrap(halide_buffer_t &root, uint64_t offset) const override;
+    Lease lease(const halide_buffer_t &root, int64_t offset) const override;
 
 private:
     OpenCLDevice(ocl::cl_context context, ocl::cl_command_queue queue, ocl::cl_device_id id);

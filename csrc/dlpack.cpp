@@ -6,6 +6,7 @@
 #include <new>
 #include <string>
 
+#include "cuda_interop.h"
 #include "errors.h"
 
 namespace hb {
@@ -44,11 +45,12 @@ struct ExportContext {
 };
 static_assert(alignof(ExportContext) >= alignof(int64_t), "dims() follow the struct");
 
-/// Fills a DLTensor describing `b`, with the context's shape and strides.
-void describe(ExportContext &c, const Buffer &b, DLTensor &t) {
+/// Fills a DLTensor describing `b` where `at` says, with the context's shape and strides.
+void describe(ExportContext &c, const Buffer &b, const Placement &at, DLTensor &t) {
     // DLPack asks for NULL data when there are no elements; the first element otherwise.
-    t.data = b.size() ? b.data() : nullptr;
-    t.device = dlpack_device_of(b);
+    void *first = at.device.device_type == kDLCPU ? b.data() : at.data;
+    t.data = b.size() ? first : nullptr;
+    t.device = at.device;
     t.ndim = b.ndim();
     t.dtype = b.dtype().dlpack;
     t.shape = b.ndim() ? c.dims() : nullptr;
@@ -58,14 +60,17 @@ void describe(ExportContext &c, const Buffer &b, DLTensor &t) {
 
 }  // namespace
 
-DLDevice dlpack_device_of(const Buffer &) { return DLDevice{kDLCPU, 0}; }
+DLDevice dlpack_device_of(Buffer &b) {
+    if (std::shared_ptr<CudaDevice> d = cuda_device_of(b)) return DLDevice{kDLCUDA, d->ordinal()};
+    return DLDevice{kDLCPU, 0};
+}
 
 DLPackVersion dlpack_version_for(const DType &t) {
     bool newer = t.dlpack.code >= kDLFloat8_e3m4 || t.dlpack_padded;
     return DLPackVersion{1, newer ? 1u : 0u};
 }
 
-DLManagedTensorVersioned *export_versioned(const Buffer &view, bool copied) {
+DLManagedTensorVersioned *export_versioned(const Buffer &view, bool copied, const Placement &at) {
     ExportContext *c = ExportContext::make(view);
     const DType &t = view.dtype();
     DLManagedTensorVersioned &m = c->versioned;
@@ -77,16 +82,16 @@ DLManagedTensorVersioned *export_versioned(const Buffer &view, bool copied) {
     m.flags = (view.readonly() ? DLPACK_FLAG_BITMASK_READ_ONLY : 0) |
               (copied ? DLPACK_FLAG_BITMASK_IS_COPIED : 0) |
               (t.dlpack_padded ? DLPACK_FLAG_BITMASK_IS_SUBBYTE_TYPE_PADDED : 0);
-    describe(*c, view, m.dl_tensor);
+    describe(*c, view, at, m.dl_tensor);
     return &m;
 }
 
-DLManagedTensor *export_legacy(const Buffer &view) {
+DLManagedTensor *export_legacy(const Buffer &view, const Placement &at) {
     ExportContext *c = ExportContext::make(view);
     DLManagedTensor &m = c->legacy;
     m.manager_ctx = c;
     m.deleter = [](DLManagedTensor *self) { ExportContext::destroy(static_cast<ExportContext *>(self->manager_ctx)); };
-    describe(*c, view, m.dl_tensor);
+    describe(*c, view, at, m.dl_tensor);
     return &m;
 }
 
@@ -104,8 +109,7 @@ std::string dtype_text(const DLDataType &d) {
     return "(code " + str(d.code) + ", bits " + str(d.bits) + ", lanes " + str(d.lanes) + ")";
 }
 
-/// Devices whose memory the host reads directly. Tensors elsewhere need their device's backend
-/// (the CUDA backend adds its device here).
+/// Devices whose memory the host reads directly.
 bool host_readable(const DLDevice &d) {
     return d.device_type == kDLCPU || d.device_type == kDLCUDAHost || d.device_type == kDLROCMHost;
 }
@@ -130,10 +134,11 @@ const DType &element_type(const char *entry, const DLDataType &d, bool padded, i
 
 DLImport check_import(const char *entry, const DLTensor &t, uint64_t flags, DLPackVersion version) {
     std::string where = std::string(entry) + "(): ";
-    if (!host_readable(t.device))
+    // CUDA memory is wrapped through the CUDA backend; other devices' memory is out of reach.
+    if (!host_readable(t.device) && t.device.device_type != kDLCUDA)
         throw BufferError(where + "the tensor is on DLPack device (" + str(t.device.device_type) + ", " +
-                          str(t.device.device_id) + "), which the host cannot read; copy it to the "
-                          "CPU first (e.g. tensor.cpu())");
+                          str(t.device.device_id) + "), which neither the host nor a backend of "
+                          "halide_buffer can read; copy it to the CPU first (e.g. tensor.cpu())");
     if (t.ndim < 0 || t.ndim > kMaxDims)
         throw BufferError(where + "ndim " + str(t.ndim) + " is outside 0.." + str(kMaxDims) +
                           "; the producer sent a malformed tensor");
@@ -194,6 +199,7 @@ DLImport check_import(const char *entry, const DLTensor &t, uint64_t flags, DLPa
         throw BufferError(where + "data, byte_offset and strides reach beyond the address space; the "
                           "producer sent a malformed tensor");
     in.data = reinterpret_cast<uint8_t *>(first);
+    in.device = host_readable(t.device) ? DLDevice{kDLCPU, 0} : t.device;
     return in;
 }
 

@@ -15,9 +15,16 @@ namespace hb {
 // Export
 // ---------------------------------------------------------------------------------------------
 
-/// The DLPack device of a buffer's exports. Every buffer has a current host copy once leased,
-/// so this is (kDLCPU, 0); the CUDA backend answers here for buffers it holds on a GPU.
-DLDevice dlpack_device_of(const Buffer &b);
+/// The DLPack device of a buffer's exports: (kDLCUDA, ordinal) for a buffer with a CUDA device
+/// copy (exported from the device), else (kDLCPU, 0) (the host copy, current once leased).
+DLDevice dlpack_device_of(Buffer &b);
+
+/// Where an export's elements are: the host copy (the default), or device memory at `data`
+/// (the view's first element).
+struct Placement {
+    DLDevice device{kDLCPU, 0};
+    void *data = nullptr;
+};
 
 /// The lowest version that describes tensors of a dtype: 1.0, or 1.1 for the codes DLPack 1.1
 /// added (float8/6/4) and for sub-byte types (the padded flag).
@@ -25,9 +32,9 @@ DLPackVersion dlpack_version_for(const DType &t);
 
 /// A managed tensor over `view` (keeping its memory alive); `copied` sets
 /// DLPACK_FLAG_BITMASK_IS_COPIED. One allocation; its deleter frees it, from any thread.
-DLManagedTensorVersioned *export_versioned(const Buffer &view, bool copied);
+DLManagedTensorVersioned *export_versioned(const Buffer &view, bool copied, const Placement &at = {});
 /// The same as an unversioned tensor (no flags: the caller refused what needs them).
-DLManagedTensor *export_legacy(const Buffer &view);
+DLManagedTensor *export_legacy(const Buffer &view, const Placement &at = {});
 
 // ---------------------------------------------------------------------------------------------
 // Import
@@ -42,6 +49,7 @@ struct DLImport {
     bool readonly = false;
     bool copied = false;                ///< the producer made it for us alone
     int packed_lanes = 0;               ///< > 0: sub-byte values packed, this many per element
+    DLDevice device{kDLCPU, 0};         ///< the host's (or pinned host memory), or kDLCUDA
 };
 
 /// Checks a tensor from a producer (`flags` and `version` are the versioned tensor's; legacy

@@ -31,28 +31,13 @@ constexpr int kIncompatibleDeviceInterface = -42;
 
 /// Records the driver's code for the caller, returns Halide's.
 int fail(int halide_code, cl_int code, std::string what) {
-    DeviceFailure &f = last_failure();
-    f.code = code;
-    f.name = error_name(code);
-    f.what = std::move(what);
-    return halide_code;
+    return hb::fail(halide_code, code, error_name(code), std::move(what));
 }
 
-/// "64 B", "3 KiB", "256 MiB": sizes in messages, rounded down.
-std::string size_text(uint64_t bytes) {
-    const char *units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
-    int unit = 0;
-    while (bytes >= 1024 * 16 && unit < 4) {
-        bytes /= 1024;
-        ++unit;
-    }
-    return std::to_string(bytes) + " " + units[unit];
-}
-
-OpenCLDevice &device_of(const DeviceHandle *h) { return *h->allocation->device; }
+OpenCLDevice &device_of(const DeviceHandle *h) { return static_cast<OpenCLDevice &>(*h->allocation->device); }
 
 /// A new root handle for `mem`, its lowest byte at `offset`; nullptr when out of memory.
-DeviceHandle *new_root(std::shared_ptr<OpenCLDevice> device, cl_mem mem, uint64_t size, bool holds,
+DeviceHandle *new_root(std::shared_ptr<Device> device, cl_mem mem, uint64_t size, bool holds,
                        uint64_t offset) {
     auto *a = new (std::nothrow) DeviceAllocation{std::move(device), mem, size, holds, nullptr};
     if (!a) return nullptr;
@@ -78,17 +63,6 @@ void clear_device(halide_buffer_t *buf) {
     buf->flags &= ~uint64_t(halide_buffer_flag_device_dirty);
 }
 
-/// Copies the elements of `buf` out of a staging copy of its span (gaps stay untouched).
-void scatter(uint8_t *host, const uint8_t *staging, const halide_buffer_t *buf, int dim, int64_t item) {
-    if (dim < 0) {
-        std::memcpy(host, staging, size_t(item));
-        return;
-    }
-    const halide_dimension_t &d = buf->dim[dim];
-    int64_t step = int64_t(d.stride) * item;
-    for (int32_t i = 0; i < d.extent; ++i) scatter(host + i * step, staging + i * step, buf, dim - 1, item);
-}
-
 /// What a copy through `buf` moves: the whole storage behind its allocation (whose one state
 /// the flags of every view describe), else what `buf` describes.
 halide_buffer_t *copy_target(halide_buffer_t *buf) {
@@ -105,7 +79,7 @@ void release_module() {}
 
 int device_malloc(void *, halide_buffer_t *buf) {
     if (buf->device) return 0;  // already allocated: nothing to do (Halide's impls agree)
-    OpenCLDevice *device = TargetDevice::current();
+    auto *device = dynamic_cast<OpenCLDevice *>(TargetDevice::current());
     if (!device)
         return fail(kDeviceMallocFailed, CL_INVALID_CONTEXT,
                     "device_malloc without a target device; allocate through halide_buffer");
@@ -165,7 +139,7 @@ int copy_to_host(void *, halide_buffer_t *view) {
                                         staging, 0, nullptr, nullptr);
     if (!span.dense) {
         if (rc == CL_SUCCESS)
-            scatter(buf->host, staging - span.lo, buf, buf->dimensions - 1, element_bytes(buf));
+            scatter_elements(buf, staging - span.lo);
         std::free(staging);
     }
     if (rc != CL_SUCCESS)
@@ -193,25 +167,8 @@ int copy_to_device(void *, halide_buffer_t *view) {
     return 0;
 }
 
-int device_and_host_malloc(void *uc, halide_buffer_t *buf) {
-    ByteSpan span = byte_span(buf);
-    void *host = std::malloc(size_t(span.size() > 0 ? span.size() : 1));
-    if (!host) return kOutOfMemory;
-    buf->host = static_cast<uint8_t *>(host) - span.lo;
-    if (int rc = device_malloc(uc, buf)) {
-        std::free(host);
-        buf->host = nullptr;
-        return rc;
-    }
-    return 0;
-}
-
-int device_and_host_free(void *uc, halide_buffer_t *buf) {
-    device_free(uc, buf);
-    if (buf->host) std::free(buf->host + byte_span(buf).lo);
-    buf->host = nullptr;
-    return 0;
-}
+int device_and_host_malloc(void *uc, halide_buffer_t *buf) { return host_and_device_malloc(uc, buf, device_malloc); }
+int device_and_host_free(void *uc, halide_buffer_t *buf) { return host_and_device_free(uc, buf, device_free); }
 
 int buffer_copy(void *, halide_buffer_t *, const halide_device_interface_t *, halide_buffer_t *) {
     // Not done on the device: Halide's runtime takes this code to copy through the host instead.
@@ -230,15 +187,11 @@ int new_crop(const halide_buffer_t *src, int64_t bytes, halide_buffer_t *dst) {
 }
 
 int device_crop(void *, const halide_buffer_t *src, halide_buffer_t *dst) {
-    int64_t bytes = 0, item = element_bytes(src);
-    for (int i = 0; i < src->dimensions && i < dst->dimensions; ++i)
-        bytes += int64_t(dst->dim[i].min - src->dim[i].min) * src->dim[i].stride * item;
-    return new_crop(src, bytes, dst);
+    return new_crop(src, crop_offset(src, dst), dst);
 }
 
 int device_slice(void *, const halide_buffer_t *src, int dim, int pos, halide_buffer_t *dst) {
-    const halide_dimension_t &d = src->dim[dim];
-    return new_crop(src, int64_t(pos - d.min) * d.stride * element_bytes(src), dst);
+    return new_crop(src, slice_offset(src, dim, pos), dst);
 }
 
 int device_release_crop(void *, halide_buffer_t *buf) {
@@ -250,7 +203,7 @@ int device_release_crop(void *, halide_buffer_t *buf) {
 }
 
 int wrap_native(void *, halide_buffer_t *buf, uint64_t native) {
-    OpenCLDevice *device = TargetDevice::current();
+    auto *device = dynamic_cast<OpenCLDevice *>(TargetDevice::current());
     if (!device)
         return fail(kDeviceWrapNativeFailed, CL_INVALID_CONTEXT,
                     "wrap_native without a target device; wrap through halide_buffer");
@@ -297,6 +250,43 @@ const halide_device_interface_impl_t kImpl = {
 const halide_device_interface_t *opencl_interface() {
     static const halide_device_interface_t table = make_public_interface(&kImpl);
     return &table;
+}
+
+// ---------------------------------------------------------------------------------------------
+// OpenCLDevice: what the residency rules ask of the device
+// ---------------------------------------------------------------------------------------------
+
+const halide_device_interface_t *OpenCLDevice::interface() const { return opencl_interface(); }
+
+DeviceAllocation *OpenCLDevice::allocation(const halide_buffer_t &buf) const {
+    return handle_of(&buf)->allocation;
+}
+
+uint64_t OpenCLDevice::view_field(const halide_buffer_t &root, int64_t offset,
+                                  std::unique_ptr<DeviceHandle> &slot) const {
+    DeviceHandle *base = handle_of(&root);
+    if (!slot || slot->allocation != base->allocation || slot->offset != uint64_t(int64_t(base->offset) + offset))
+        slot.reset(new (std::nothrow) DeviceHandle{uint64_t(int64_t(base->offset) + offset), base->native,
+                                                   base->allocation, HandleKind::view});
+    return reinterpret_cast<uint64_t>(slot.get());
+}
+
+void OpenCLDevice::finish_wrap(halide_buffer_t &root, uint64_t offset) const {
+    DeviceHandle *h = handle_of(&root);
+    h->offset += offset;
+    // Our own reference, on top of Halide's rule (the caller keeps its own): the memory stays
+    // valid even if the owner is released by someone else.
+    api().RetainMemObject(static_cast<cl_mem>(h->native));
+    h->allocation->holds_reference = true;
+    ++live_counts().device_allocations;
+}
+
+Device::Lease OpenCLDevice::lease(const halide_buffer_t &root, int64_t offset) const {
+    DeviceHandle *h = handle_of(&root);
+    // The consumer gets its own reference, taken under the storage's lock: a device_free()
+    // racing with it cannot release the memory under the consumer's feet.
+    api().RetainMemObject(static_cast<cl_mem>(h->native));
+    return Lease{h->native, int64_t(h->offset) + offset};
 }
 
 }  // namespace hb

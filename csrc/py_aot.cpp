@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "aot.h"
+#include "cuda_interop.h"
 #include "errors.h"
 #include "py_glue.h"
 
@@ -166,6 +167,18 @@ struct CallScratch {
     void finish() { given.clear(); }
 };
 
+/// The CUDA device of a call: that of the first buffer argument on one, else the default
+/// device (DeviceError without a driver). Remembered for the runtime's calls outside ours.
+std::shared_ptr<CudaDevice> call_device(const halide_filter_metadata_t &m, const std::vector<py::object> &given) {
+    std::shared_ptr<CudaDevice> device;
+    for (size_t i = 0; i < given.size() && !device; ++i) {
+        if (given[i] && is_buffer(m.arguments[i])) device = cuda_device_of(buffer_of(given[i].ptr()));
+    }
+    if (!device) device = cuda_device(0);
+    remember_pipeline_device(device);
+    return device;
+}
+
 py::object call_with(const AotPipeline &p, PyObject *const *pos, size_t npos, PyObject *kwargs) {
     const halide_filter_metadata_t &m = p.metadata();
     size_t n = size_t(m.num_arguments);
@@ -232,12 +245,20 @@ py::object call_with(const AotPipeline &p, PyObject *const *pos, size_t npos, Py
         }
     }
 
+    // A CUDA pipeline runs on the device of its first argument on one, else the default device,
+    // and its arguments are placed there: it reads and writes our device copies as they are.
+    std::shared_ptr<CudaDevice> gpu = p.uses_cuda() ? call_device(m, given) : nullptr;
+    const halide_device_interface_t *shown_as = gpu ? p.device_interface() : nullptr;
     auto enter = [&](size_t i) {
         Buffer &b = buffer_of(given[i].ptr());
         bool output = m.arguments[i].kind == halide_argument_kind_output_buffer;
-        run_lease(b, [&] { b.prepare_for_pipeline(p.name().c_str(), p.device_interface(), output); });
-        argv[i] = b.raw(p.name().c_str());
+        run_lease(b, [&] {
+            if (gpu) b.prepare_for_pipeline(p.name().c_str(), p.device_interface(), output, gpu);
+            else b.prepare_for_pipeline(p.name().c_str(), p.device_interface(), output);
+        });
+        argv[i] = b.raw(p.name().c_str(), shown_as);
     };
+    TargetDevice target(gpu.get());  // the device our handlers give the pipeline's runtime
     for (size_t i = 0; i < n; ++i) {
         if (given[i] && is_buffer(m.arguments[i])) enter(i);
     }

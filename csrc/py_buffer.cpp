@@ -233,6 +233,7 @@ Buffer(shape, dtype="float64") allocates owned, zero-filled, 128-byte aligned ho
     bind_residency(cls);
     bind_dlpack(cls, m);
     bind_dlpack_exchange(cls);
+    bind_cuda(m, cls);
 }
 
 }  // namespace hb

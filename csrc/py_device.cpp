@@ -1,4 +1,4 @@
-// py_device.cpp: the Device Python type and the OpenCL device entry points of _core.
+// py_device.cpp: the Device Python types and the OpenCL device entry points of _core.
 #include <string>
 #include <vector>
 
@@ -11,9 +11,7 @@
 namespace hb {
 namespace {
 
-std::string repr_of(const OpenCLDevice &d) {
-    return "Device(opencl: " + d.name() + " on " + d.platform() + ")";
-}
+std::string repr_of(const Device &d) { return "Device(" + std::string(d.kind()) + ": " + d.description() + ")"; }
 
 template <typename T>
 T as_handle(uintptr_t address) {
@@ -23,9 +21,14 @@ T as_handle(uintptr_t address) {
 }  // namespace
 
 void bind_device(py::module_ &m) {
-    py::class_<OpenCLDevice, std::shared_ptr<OpenCLDevice>>(
-        m, "Device", "A device buffers can live on. Get one with halide_buffer.opencl.device().")
-        .def_property_readonly("kind", [](const OpenCLDevice &) { return "opencl"; })
+    py::class_<Device, std::shared_ptr<Device>>(
+        m, "Device", "A device buffers can live on: halide_buffer.opencl.device() or halide_buffer.cuda.device().")
+        .def_property_readonly("kind", &Device::kind, "'opencl' or 'cuda'")
+        .def("synchronize", &Device::synchronize, py::call_guard<py::gil_scoped_release>(),
+             "Blocks until every command queued on the device's queue or stream has finished.")
+        .def("__repr__", &repr_of);
+    py::class_<OpenCLDevice, Device, std::shared_ptr<OpenCLDevice>>(
+        m, "OpenCLDevice", "An OpenCL device with its context and in-order queue.")
         .def_property_readonly("name", &OpenCLDevice::name)
         .def_property_readonly("platform", &OpenCLDevice::platform)
         .def_property_readonly("is_gpu", &OpenCLDevice::is_gpu)
@@ -38,9 +41,9 @@ void bind_device(py::module_ &m) {
         .def_property_readonly("queue", [](const OpenCLDevice &d) {
             return reinterpret_cast<uintptr_t>(d.queue());
         }, "cl_command_queue address (pyopencl: CommandQueue.from_int_ptr)")
-        .def("synchronize", &OpenCLDevice::synchronize, py::call_guard<py::gil_scoped_release>(),
-             "Blocks until every command queued on the device has finished.")
-        .def("__repr__", &repr_of);
+        .def("__repr__", [](const OpenCLDevice &d) {
+            return "Device(opencl: " + d.name() + " on " + d.platform() + ")";
+        });
 
     m.def("_opencl_set_library_candidates", &ocl::set_library_candidates, py::arg("paths"));
     m.def("_opencl_loaded_library", &ocl::loaded_library);

@@ -4,6 +4,7 @@
 #include <optional>
 #include <string>
 
+#include "cuda_interop.h"
 #include "dlpack.h"
 #include "errors.h"
 #include "py_glue.h"
@@ -106,6 +107,50 @@ int tri_state(py::handle value, const char *entry) {
 
 namespace {
 
+/// The capsule of a managed tensor over `b` (versioned or legacy), placed `at`.
+py::capsule capsule_for(const Buffer &b, bool versioned, bool copied, const Placement &at) {
+    if (versioned) return capsule_of(export_versioned(b, copied, at), kDLTensorVersionedCapsule, versioned_destructor);
+    return capsule_of(export_legacy(b, at), kDLTensorCapsule, legacy_destructor);
+}
+
+/// The consumer's stream of a CUDA export (DLPack's rule): None is the legacy default stream
+/// (1), -1 asks for no synchronisation, 0 is ambiguous and refused.
+std::optional<uintptr_t> consumer_stream(py::handle stream) {
+    if (stream.is_none()) return uintptr_t(1);
+    if (!PyLong_Check(stream.ptr()) || PyBool_Check(stream.ptr()))
+        throw TypeError(std::string(kExport) + "(): stream must be an int or None, not " +
+                        py::repr(stream).cast<std::string>());
+    int overflow = 0;
+    long long value = PyLong_AsLongLongAndOverflow(stream.ptr(), &overflow);
+    if (overflow > 0) return uintptr_t(PyLong_AsUnsignedLongLong(stream.ptr()));
+    if (value == -1 && !overflow) return std::nullopt;
+    if (value == 0)
+        throw BufferError(std::string(kExport) + "(): stream=0 is ambiguous and disallowed by DLPack; pass 1 "
+                          "for the legacy default stream, 2 for the per-thread one, or the stream's handle");
+    if (value < -1 || overflow)
+        throw BufferError(std::string(kExport) + "(): stream " + py::repr(stream).cast<std::string>() +
+                          " is no stream; pass None, -1 (no synchronisation) or a stream number");
+    return uintptr_t(value);
+}
+
+/// A writable lease for a consumer on the device (read-only memory gets a read lease): the
+/// device copy made current; the consumer's stream waits for ours.
+py::capsule cuda_export(Buffer &b, const std::shared_ptr<CudaDevice> &device, const DLPackArgs &a,
+                        bool versioned, int copy) {
+    std::optional<uintptr_t> stream = consumer_stream(a.stream);
+    if (copy == 1)
+        throw BufferError(std::string(kExport) + "(): copy=True of data on a CUDA device is not supported; "
+                          "ask for a host copy with dl_device=(1, 0), copy=True");
+    Buffer::DeviceView v;
+    {
+        py::gil_scoped_release nogil;
+        v = b.begin_device_use(kExport, DeviceChoice{device, false}, !b.readonly());
+        if (stream) device->order_before(stream_of_number(*stream));
+    }
+    Placement at{DLDevice{kDLCUDA, device->ordinal()}, static_cast<uint8_t *>(v.native) + v.offset};
+    return capsule_for(b, versioned, false, at);
+}
+
 py::capsule dlpack_export(py::handle self, const DLPackArgs &a) {
     Buffer &b = buffer_of(self.ptr());
     int copy = tri_state(a.copy, kExport);
@@ -113,17 +158,16 @@ py::capsule dlpack_export(py::handle self, const DLPackArgs &a) {
     DLDevice here = dlpack_device_of(b);
     if (!dl_device.is_none()) {
         auto [type, id] = int_pair(dl_device, "dl_device", "(1, 0)");
-        if (type != here.device_type || id != here.device_id)
+        bool to_host = type == kDLCPU && id == 0;  // any buffer's host copy can be handed out
+        if (to_host) {
+            here = DLDevice{kDLCPU, 0};
+        } else if (type != here.device_type || id != here.device_id) {
             throw BufferError(std::string(kExport) + "(): dl_device (" + std::to_string(type) + ", " +
                               std::to_string(id) + ") is not where the data is (" +
                               std::to_string(here.device_type) + ", " + std::to_string(here.device_id) +
-                              "); ask for dl_device=None or the device of __dlpack_device__()");
+                              "); ask for dl_device=None, (1, 0) or the device of __dlpack_device__()");
+        }
     }
-    // Streams order work on a GPU; host data has none to order. (The CUDA backend takes its
-    // stream here.)
-    if (!stream.is_none())
-        throw BufferError(std::string(kExport) + "(): stream must be None for data on the CPU, not " +
-                          py::repr(stream).cast<std::string>());
     bool versioned = false;
     if (!max_version.is_none()) versioned = int_pair(max_version, "max_version", "(1, 0)").first >= 1;
     const DType &t = b.dtype();
@@ -134,16 +178,18 @@ py::capsule dlpack_export(py::handle self, const DLPackArgs &a) {
     if (!versioned && b.readonly() && copy != 1)
         throw BufferError(std::string(kExport) + "(): the buffer is read-only, which a legacy capsule "
                           "cannot say; call __dlpack__(max_version=(1, 0)), or copy=True");
+    if (here.device_type == kDLCUDA) return cuda_export(b, cuda_device_of(b), a, versioned, copy);
+    // Streams order work on a GPU; host data has none to order.
+    if (!stream.is_none())
+        throw BufferError(std::string(kExport) + "(): stream must be None for data on the CPU, not " +
+                          py::repr(stream).cast<std::string>());
     if (copy == 1) {
         run_lease(b, [&] { b.begin_host_read(); });
-        Buffer c = b.copy(kExport);
-        if (versioned) return capsule_of(export_versioned(c, true), kDLTensorVersionedCapsule, versioned_destructor);
-        return capsule_of(export_legacy(c), kDLTensorCapsule, legacy_destructor);
+        return capsule_for(b.copy(kExport), versioned, true, Placement{});
     }
     // A CPU consumer may write: a writable lease, unless the memory is read-only.
     run_lease(b, [&] { b.readonly() ? b.begin_host_read() : b.begin_host_write(kExport); });
-    if (versioned) return capsule_of(export_versioned(b, false), kDLTensorVersionedCapsule, versioned_destructor);
-    return capsule_of(export_legacy(b), kDLTensorCapsule, legacy_destructor);
+    return capsule_for(b, versioned, false, Placement{});
 }
 
 // Both are plain CPython methods (no pybind11 dispatch): they run on every exchange.
@@ -171,10 +217,12 @@ PyMethodDef kDLPackMethods[] = {
     {"__dlpack__", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(dlpack_method)),
      METH_FASTCALL | METH_KEYWORDS,
      "__dlpack__($self, /, *, stream=None, max_version=None, dl_device=None, copy=None)\n--\n\n"
-     "A DLPack capsule of the host data (versioned when max_version >= (1, 0)); a writable lease "
-     "unless the buffer is read-only."},
+     "A DLPack capsule (versioned when max_version >= (1, 0)) of the host data, or of the CUDA "
+     "device copy of a buffer on a CUDA device (its stream handshake per DLPack; dl_device=(1, 0) "
+     "asks for the host copy); a writable lease unless the buffer is read-only."},
     {"__dlpack_device__", dlpack_device_method, METH_NOARGS,
-     "__dlpack_device__($self, /)\n--\n\n(DLPack device type, device id): (1, 0), the CPU."},
+     "__dlpack_device__($self, /)\n--\n\n(DLPack device type, device id): (2, ordinal) for a buffer "
+     "on a CUDA device, else (1, 0), the CPU."},
 };
 
 // ---------------------------------------------------------------------------------------------
@@ -203,7 +251,37 @@ std::shared_ptr<void> import_owner(DLManagedTensorVersioned *v, DLManagedTensor 
     });
 }
 
+std::shared_ptr<CudaDevice> cuda_device(int ordinal) {
+    return py::module_::import("halide_buffer.cuda").attr("device")(ordinal).cast<std::shared_ptr<CudaDevice>>();
+}
+
+namespace {
+
+/// A CUDA tensor: wrapped as the device copy of a new buffer (the host copy follows on the
+/// first host read), or, for copy=True, downloaded into a host copy of our own.
+Buffer adopt_cuda(const DLImport &in, std::shared_ptr<void> owner, int copy, bool producer_copied) {
+    if (in.packed_lanes)
+        throw BufferError(std::string(kImport) + "(): packed " + in.dtype->name + " values on a CUDA device "
+                          "cannot be wrapped; unpack them there first, or copy the tensor to the CPU");
+    if (in.readonly && copy != 1)
+        throw BufferError(std::string(kImport) + "(): the CUDA tensor is read-only, and a buffer's device "
+                          "copy is written by uploads; pass copy=True for a copy of its values");
+    std::shared_ptr<CudaDevice> device = cuda_device(in.device.device_id);
+    std::vector<int64_t> bytes(in.strides.size());
+    for (size_t i = 0; i < bytes.size(); ++i) bytes[i] = in.strides[i] * in.dtype->itemsize;
+    bool copy_now = copy == 1 && !in.copied && !producer_copied;
+    py::gil_scoped_release nogil;
+    Buffer out = wrap_cuda(kImport, device, reinterpret_cast<uint64_t>(in.data), in.shape, bytes, *in.dtype,
+                           std::move(owner), nullptr);
+    if (!copy_now) return out;
+    out.begin_host_read();
+    return out.copy(kImport);  // the wrapped tensor is let go with `out`
+}
+
+}  // namespace
+
 Buffer adopt_import(const DLImport &in, std::shared_ptr<void> owner, int copy, bool producer_copied) {
+    if (in.device.device_type == kDLCUDA) return adopt_cuda(in, std::move(owner), copy, producer_copied);
     if (in.packed_lanes && copy != 1)
         throw BufferError(std::string(kImport) + "(): the " + in.dtype->name + " values are packed (" +
                           std::to_string(in.dtype->dlpack.bits) + " bits each, several to a byte), which no "
@@ -262,16 +340,23 @@ Buffer from_capsule(py::handle capsule, py::object producer, int copy, bool prod
 /// max_version get the old call. `copied` tells whether the producer was asked to copy.
 py::object capsule_from(py::handle obj, int copy, bool &copied) {
     py::object method = obj.attr("__dlpack__");
-    py::dict kwargs;
+    py::dict kwargs, stream;
+    // A producer on a CUDA device makes our stream wait for its work (DLPack's handshake).
+    if (py::hasattr(obj, "__dlpack_device__")) {
+        py::tuple where = obj.attr("__dlpack_device__")();
+        if (where.size() == 2 && where[0].cast<int>() == kDLCUDA)
+            stream["stream"] = cuda_device(where[1].cast<int>())->stream_number();
+    }
     kwargs["max_version"] = py::make_tuple(kDLPackMajor, kDLPackMinor);
     if (copy != -1) kwargs["copy"] = py::bool_(copy == 1);
+    kwargs.attr("update")(stream);
     py::object capsule;
     try {
         capsule = method(**kwargs);
         copied = copy == 1;  // a producer that takes copy=True copies (not all say so in the flags)
     } catch (py::error_already_set &e) {
         if (!e.matches(PyExc_TypeError)) throw;
-        capsule = method();
+        capsule = method(**stream);
         copied = false;
     }
     if (!PyCapsule_CheckExact(capsule.ptr()))

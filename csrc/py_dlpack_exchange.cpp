@@ -4,6 +4,7 @@
 #include <string>
 #include <unordered_map>
 
+#include "cuda_interop.h"
 #include "errors.h"
 #include "py_glue.h"
 
@@ -52,6 +53,16 @@ int from_py_object(void *py_object, DLManagedTensorVersioned **out) {
     return c_call([&] {
         Buffer &b = buffer_of(static_cast<PyObject *>(py_object));
         // What __dlpack__() does: a writable lease unless the memory is read-only.
+        if (std::shared_ptr<CudaDevice> device = cuda_device_of(b)) {
+            py::gil_scoped_release nogil;
+            Buffer::DeviceView v = b.begin_device_use("__dlpack__", DeviceChoice{device, false}, !b.readonly());
+            // "No sync" leaves ordering to the consumer, who knows its stream only as the
+            // current one: our stream's work is finished before the tensor is handed over.
+            device->synchronize();
+            *out = export_versioned(b, false, Placement{DLDevice{kDLCUDA, device->ordinal()},
+                                                        static_cast<uint8_t *>(v.native) + v.offset});
+            return 0;
+        }
         run_lease(b, [&] { b.readonly() ? b.begin_host_read() : b.begin_host_write("__dlpack__"); });
         *out = export_versioned(b, false);
         return 0;
@@ -66,9 +77,12 @@ int to_py_object(DLManagedTensorVersioned *tensor, void **out) {
     });
 }
 
-int current_work_stream(DLDeviceType, int32_t, void **out) {
-    *out = nullptr;  // host memory: no stream to order work on
-    return 0;
+int current_work_stream(DLDeviceType type, int32_t id, void **out) {
+    return c_call([&] {
+        // Host memory has no stream to order work on; a CUDA device's is its default device's.
+        *out = type == kDLCUDA ? reinterpret_cast<void *>(cuda_device(id)->stream_number()) : nullptr;
+        return 0;
+    });
 }
 
 const DLPackExchangeAPI kTable = {
@@ -129,6 +143,22 @@ std::optional<Buffer> exchange_import(py::handle obj, int copy) {
     if (!api || needs_producer_checks(obj)) return std::nullopt;
     DLManagedTensorVersioned *m = nullptr;
     if (api->managed_tensor_from_py_object_no_sync(obj.ptr(), &m) != 0) throw py::error_already_set();
+    const DLDevice &where = m->dl_tensor.device;
+    if (where.device_type == kDLCUDA && api->current_work_stream) {
+        // "No sync": the producer's work may still run on its current stream; ours waits for it.
+        void *stream = nullptr;
+        if (api->current_work_stream(kDLCUDA, where.device_id, &stream) != 0) {
+            py::error_already_set error;
+            if (m->deleter) m->deleter(m);
+            throw error;
+        }
+        try {
+            cuda_device(where.device_id)->order_after(stream_of_number(reinterpret_cast<uintptr_t>(stream)));
+        } catch (...) {
+            if (m->deleter) m->deleter(m);
+            throw;
+        }
+    }
     return adopt_owned("from_dlpack", m, py::reinterpret_borrow<py::object>(obj), copy);
 }
 

@@ -8,6 +8,7 @@
 #include <optional>
 
 #include "buffer.h"
+#include "device_cuda.h"
 #include "dlpack.h"
 #include "dtype.h"
 
@@ -78,6 +79,8 @@ std::shared_ptr<void> import_owner(DLManagedTensorVersioned *versioned, DLManage
 /// A buffer over a checked tensor: wrapped; or copied when `copy` is 1 (unless the producer
 /// copied it for us already) or the values are packed, releasing `owner`.
 Buffer adopt_import(const DLImport &in, std::shared_ptr<void> owner, int copy, bool producer_copied = false);
+/// halide_buffer.cuda.device(ordinal): the default device of that ordinal (DeviceError without CUDA).
+std::shared_ptr<CudaDevice> cuda_device(int ordinal);
 
 // py_dlpack_exchange.cpp
 /// DLPack 1.3's C exchange API: our table on the Buffer type.
@@ -87,6 +90,10 @@ std::optional<Buffer> exchange_import(py::handle obj, int copy);
 
 // py_aot.cpp
 void bind_aot(py::module_ &m);
+
+// py_cuda.cpp
+/// halide_buffer.CudaDevice, the CUDA entry points, Buffer.__cuda_array_interface__.
+void bind_cuda(py::module_ &m, py::class_<Buffer> &cls);
 
 // py_from_host.cpp
 /// Buffer.from_host(): wrap (or copy) anything with the buffer protocol or an ndarray.

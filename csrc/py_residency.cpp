@@ -3,7 +3,7 @@
 // the GIL; the storage's own lock keeps it consistent.
 #include <string>
 
-#include "device_opencl.h"
+#include "device.h"
 #include "errors.h"
 #include "py_glue.h"
 
@@ -26,18 +26,19 @@ std::string repr_of(const TransferCounts &t) {
            ", to_host_bytes=" + std::to_string(t.to_host_bytes) + ")";
 }
 
-std::shared_ptr<OpenCLDevice> default_device() {
-    return py::module_::import("halide_buffer.opencl").attr("device")().cast<std::shared_ptr<OpenCLDevice>>();
+std::shared_ptr<Device> default_device() {
+    return py::module_::import("halide_buffer.opencl").attr("device")().cast<std::shared_ptr<Device>>();
 }
 
 }  // namespace
 
 DeviceChoice device_arg(py::handle device, const char *entry) {
     if (device.is_none()) return DeviceChoice{default_device(), false};
-    if (!py::isinstance<OpenCLDevice>(device))
+    if (!py::isinstance<Device>(device))
         throw TypeError(std::string(entry) + "(): device must be a halide_buffer.Device or None, not " +
-                        Py_TYPE(device.ptr())->tp_name + "; get one with halide_buffer.opencl.device()");
-    return DeviceChoice{device.cast<std::shared_ptr<OpenCLDevice>>(), true};
+                        Py_TYPE(device.ptr())->tp_name + "; get one with halide_buffer.opencl.device() "
+                        "or halide_buffer.cuda.device()");
+    return DeviceChoice{device.cast<std::shared_ptr<Device>>(), true};
 }
 
 namespace {
@@ -66,11 +67,11 @@ void wrap_native(py::handle self, py::handle handle, py::handle device, uint64_t
     } else if (PyIndex_Check(handle.ptr()) && !PyBool_Check(handle.ptr())) {
         native = handle.cast<uint64_t>();
     } else {
-        throw TypeError(std::string(entry) + "(): handle must be a pyopencl.Buffer or a cl_mem "
-                        "address (int), not " + Py_TYPE(handle.ptr())->tp_name);
+        throw TypeError(std::string(entry) + "(): handle must be a pyopencl.Buffer, or the address "
+                        "(int) of a cl_mem or CUDA device memory, not " + Py_TYPE(handle.ptr())->tp_name);
     }
-    if (!native) throw ValueError(std::string(entry) + "(): the handle is NULL; pass a live cl_mem");
-    std::shared_ptr<OpenCLDevice> on = device_arg(device, entry).device;
+    if (!native) throw ValueError(std::string(entry) + "(): the handle is NULL; pass live device memory");
+    std::shared_ptr<Device> on = device_arg(device, entry).device;
     // A pool's buffer goes back to the pool when its Python object dies, cl_mem reference or
     // not: the Python object is what must stay alive.
     std::shared_ptr<void> owner = keep(handle);
@@ -109,7 +110,7 @@ void bind_residency(py::class_<Buffer> &cls) {
         .def("set_device_dirty", set_flag(&Buffer::set_device_dirty), py::arg("value") = true)
         .def("has_device_allocation", flag(&Buffer::has_device_allocation))
         .def_property_readonly("device", [](py::handle self) -> py::object {
-            std::shared_ptr<OpenCLDevice> d = buffer_of(self.ptr()).device();
+            std::shared_ptr<Device> d = buffer_of(self.ptr()).device();
             return d ? py::cast(d) : py::none();
         }, "The Device holding the device copy, or None.")
         .def("copy_to_host", nogil(&Buffer::copy_to_host),
@@ -126,8 +127,8 @@ void bind_residency(py::class_<Buffer> &cls) {
              "Waits for every command queued on the buffer's device.")
         .def("device_wrap_native", &wrap_native, py::arg("handle"), py::arg("device") = py::none(),
              py::arg("offset") = 0,
-             "Uses an existing cl_mem (a pyopencl.Buffer, kept alive) as the device copy, which "
-             "becomes the current one.")
+             "Uses existing device memory (a pyopencl.Buffer or cl_mem; a CUdeviceptr on a CUDA "
+             "device), kept alive, as the device copy, which becomes the current one.")
         .def("device_detach_native", [](py::handle self) {
             Buffer &b = buffer_of(self.ptr());
             std::shared_ptr<void> owner;
@@ -136,22 +137,22 @@ void bind_residency(py::class_<Buffer> &cls) {
                 owner = b.device_detach_native();
             }
             return owner_object(owner);
-        }, "Lets go of a wrapped cl_mem (downloading first if it is newer) and returns it.")
+        }, "Lets go of wrapped device memory (downloading first if it is newer) and returns its owner.")
         .def_property_readonly("transfers", [](py::handle self) {
             return snapshot(buffer_of(self.ptr()).transfers());
         }, "Copies between host and device of this buffer's storage so far.")
-        .def("_device_view", [](py::handle self, py::handle device, bool writable) {
+        .def("_device_view", [](py::handle self, py::handle device, bool writable, const std::string &entry) {
             Buffer &b = buffer_of(self.ptr());
-            DeviceChoice on = device_arg(device, "opencl.as_array");
+            DeviceChoice on = device_arg(device, entry.c_str());
             Buffer::DeviceView v;
             {
                 py::gil_scoped_release release;
-                v = b.begin_device_use("opencl.as_array", on, writable);
+                v = b.begin_device_use(entry.c_str(), on, writable);
             }
             return py::make_tuple(reinterpret_cast<uintptr_t>(v.native), v.offset, v.device);
-        }, py::arg("device"), py::arg("writable"),
-           "Device lease: (cl_mem address holding a new reference for the caller, byte offset "
-           "of the first element, Device).");
+        }, py::arg("device"), py::arg("writable"), py::arg("entry"),
+           "Device lease: (cl_mem address holding a new reference for the caller, or CUdeviceptr; "
+           "byte offset of the first element; Device).");
 }
 
 void bind_transfer_totals(py::module_ &m) {

@@ -10,7 +10,6 @@
 #include <utility>
 
 #include "buffer.h"
-#include "device_opencl.h"
 #include "errors.h"
 
 namespace hb {
@@ -47,8 +46,6 @@ bool covers_storage(const halide_buffer_t &view, const halide_buffer_t &root) {
     }
     return true;
 }
-
-std::string describe(const OpenCLDevice &d) { return d.name() + " (" + d.platform() + ")"; }
 
 }  // namespace
 
@@ -151,19 +148,19 @@ void Storage::allocate(const char *entry, const DeviceChoice &on) {
     if (root.device) {
         if (on.required && on.device != device)
             throw ValueError(std::string(entry) + "(): the buffer's device copy is on " +
-                             (device ? describe(*device) : std::string("a pipeline runtime's device")) +
-                             ", not " + describe(*on.device) + "; call device_free() first to move it");
+                             (device ? device->description() : std::string("a pipeline runtime's device")) +
+                             ", not " + on.device->description() + "; call device_free() first to move it");
         return;
     }
     if (!on.device)
         throw ValueError(std::string(entry) + "(): the buffer has no device allocation and no device "
-                         "was given; pass device=halide_buffer.opencl.device()");
+                         "was given; pass device=halide_buffer.opencl.device() or halide_buffer.cuda.device()");
     TargetDevice target(on.device.get());
-    const halide_device_interface_t *interface = opencl_interface();
+    const halide_device_interface_t *interface = on.device->interface();
     last_failure() = DeviceFailure{};
     check(interface->device_malloc(nullptr, &root, interface), entry, "allocating device memory");
-    adopt_allocation();
     device = on.device;
+    adopt_allocation();
     device_ownership = DeviceOwnership::owned;
     ever_on_device = true;
     // The new device copy is empty: the host holds the data.
@@ -200,6 +197,7 @@ void Storage::forget_view_handles() {
     for (RawView *r : raw_views) {
         r->buf.device = r->published_device = 0;
         r->buf.device_interface = nullptr;
+        r->buf.padding = nullptr;
         r->handle.reset();
     }
 }
@@ -207,7 +205,7 @@ void Storage::forget_view_handles() {
 void Storage::adopt_allocation() {
     // Our backend's copies through any handle into this allocation move the whole storage
     // (one state covers it), and are counted as this storage's.
-    DeviceAllocation *a = handle_of(&root)->allocation;
+    DeviceAllocation *a = device->allocation(root);
     a->whole = &root;
     a->transfers = &transfers;
 }
@@ -224,21 +222,15 @@ void Storage::publish(RawView &r, bool may_copy) {
             download("_get_raw_halide_buffer_t");  // a view the pipeline's runtime cannot describe
         }
     } else if (root.device) {
-        DeviceHandle *base = handle_of(&root);
-        if (!r.handle || r.handle->allocation != base->allocation) {
-            uint64_t offset = uint64_t(int64_t(base->offset) + (r.buf.host - root.host));
-            r.handle.reset(new (std::nothrow)
-                               DeviceHandle{offset, base->native, base->allocation, HandleKind::view});
-        }
-        if (r.handle) {
-            device_field = reinterpret_cast<uint64_t>(r.handle.get());
-            interface = root.device_interface;
-        }
+        device_field = device->view_field(root, r.buf.host - root.host, r.handle);
+        if (device_field) interface = root.device_interface;
+        if (device_field && r.shown_as && covers_storage(r.buf, root)) interface = r.shown_as;
     } else {
         r.handle.reset();
     }
     r.buf.device = r.published_device = device_field;
     r.buf.device_interface = interface;
+    r.buf.padding = device_field ? root.padding : nullptr;  // where our CUDA pointers find their allocation
     r.buf.flags = r.published = effective_flags();
 }
 
@@ -336,7 +328,7 @@ bool Buffer::has_device_allocation() {
     return storage_->root.device != 0;
 }
 
-std::shared_ptr<OpenCLDevice> Buffer::device() {
+std::shared_ptr<Device> Buffer::device() {
     StorageOp op(*storage_);
     return storage_->device;
 }
@@ -371,7 +363,7 @@ void Buffer::device_sync() {
     check(s.root.device_interface->device_sync(nullptr, &s.root), "device_sync", "waiting for the device");
 }
 
-void Buffer::device_wrap_native(const std::shared_ptr<OpenCLDevice> &on, uint64_t native, uint64_t offset,
+void Buffer::device_wrap_native(const std::shared_ptr<Device> &on, uint64_t native, uint64_t offset,
                                 std::shared_ptr<void> owner) {
     constexpr const char *entry = "device_wrap_native";
     StorageOp op(*storage_);
@@ -383,26 +375,23 @@ void Buffer::device_wrap_native(const std::shared_ptr<OpenCLDevice> &on, uint64_
         throw ValueError(std::string(entry) + "(): the buffer wraps read-only memory, which the "
                          "wrapped device data could never be written back into; wrap a writable "
                          "buffer");
-    const halide_device_interface_t *interface = opencl_interface();
+    const halide_device_interface_t *interface = on->interface();
     TargetDevice target(on.get());
     last_failure() = DeviceFailure{};
-    check(interface->wrap_native(nullptr, &s.root, native, interface), entry, "wrapping the cl_mem");
-    DeviceHandle *h = handle_of(&s.root);
-    int64_t needed = byte_span(&s.root).size();
-    if (offset > h->allocation->size || uint64_t(needed) > h->allocation->size - offset) {
+    check(interface->wrap_native(nullptr, &s.root, native, interface), entry, "wrapping the device memory");
+    // The buffer's lowest byte is `offset` bytes into the native memory; all of it must fit.
+    const DeviceAllocation *a = on->allocation(s.root);
+    uint64_t needed = uint64_t(byte_span(&s.root).size());
+    if (offset > a->size || needed > a->size - offset) {
+        uint64_t size = a->size;
         interface->detach_native(nullptr, &s.root);
-        throw ValueError(std::string(entry) + "(): the cl_mem holds " + std::to_string(h->allocation->size) +
+        throw ValueError(std::string(entry) + "(): the device memory holds " + std::to_string(size) +
                          " bytes, the buffer needs " + std::to_string(needed) + " from offset " +
-                         std::to_string(offset) + "; wrap a larger cl_mem");
+                         std::to_string(offset) + "; wrap a larger allocation");
     }
-    h->offset += offset;
-    // Our own reference, on top of Halide's rule (the caller keeps its own): the memory stays
-    // valid even if the owner is released by someone else.
-    ocl::api().RetainMemObject(static_cast<ocl::cl_mem>(h->native));
-    h->allocation->holds_reference = true;
-    ++live_counts().device_allocations;
-    s.adopt_allocation();
+    on->finish_wrap(s.root, offset);
     s.device = on;
+    s.adopt_allocation();
     s.device_owner = std::move(owner);
     s.device_ownership = DeviceOwnership::wrapped;
     s.ever_on_device = true;
@@ -423,7 +412,7 @@ std::shared_ptr<void> Buffer::device_detach_native() {
     s.forget_view_handles();
     TargetDevice target(s.device.get());
     last_failure() = DeviceFailure{};
-    check(s.root.device_interface->detach_native(nullptr, &s.root), entry, "detaching the cl_mem");
+    check(s.root.device_interface->detach_native(nullptr, &s.root), entry, "detaching the device memory");
     s.device_ownership = DeviceOwnership::none;
     s.device.reset();
     released = std::exchange(s.device_owner, nullptr);
@@ -458,11 +447,8 @@ Buffer::DeviceView Buffer::begin_device_use(const char *entry, const DeviceChoic
                           "writable=False for a device view to read");
     s.upload(entry, on);
     if (write) s.root.flags = kDeviceDirty;  // the consumer may write: a lease
-    DeviceHandle *h = handle_of(&s.root);
-    // The consumer gets its own reference, taken under the lock: a device_free() racing with
-    // it cannot release the memory under the consumer's feet.
-    ocl::api().RetainMemObject(static_cast<ocl::cl_mem>(h->native));
-    return DeviceView{h->native, uint64_t(int64_t(h->offset) + (data_ - s.root.host)), s.device};
+    Device::Lease l = s.device->lease(s.root, data_ - s.root.host);
+    return DeviceView{l.native, l.offset, s.device};
 }
 
 void Buffer::prepare_for_pipeline(const char *entry, const halide_device_interface_t *interface, bool output) {
@@ -476,6 +462,40 @@ void Buffer::prepare_for_pipeline(const char *entry, const halide_device_interfa
     StorageOp op(*storage_);
     Storage &s = *storage_;
     if (s.root.device && s.root.device_interface != interface) released = s.free_device(entry);
+}
+
+bool Buffer::covers_whole_storage() const {
+    // covers_storage() of the halide_buffer_t raw() would publish (axes reversed, strides in elements).
+    const halide_buffer_t &root = storage_->root;
+    int n = ndim();
+    if (data_ != root.host || n != root.dimensions || dtype_->halide.code != root.type.code ||
+        dtype_->halide.bits != root.type.bits)
+        return false;
+    for (int i = 0; i < n; ++i) {
+        const halide_dimension_t &d = root.dim[n - 1 - i];
+        if (d.min != mins_[size_t(i)] || d.extent != shape_[size_t(i)] ||
+            int64_t(d.stride) * dtype_->itemsize != strides_[size_t(i)])
+            return false;
+    }
+    return true;
+}
+
+void Buffer::prepare_for_pipeline(const char *entry, const halide_device_interface_t *interface, bool output,
+                                  const std::shared_ptr<Device> &device) {
+    if (output && storage_->readonly)
+        throw BufferError(std::string(entry) + "(): an output wraps read-only memory; pass a writable buffer");
+    std::shared_ptr<void> released;  // declared first: dropped after the lock is let go
+    StorageOp op(*storage_);
+    Storage &s = *storage_;
+    if (!covers_whole_storage()) {
+        // A part of a storage: the pipeline's runtime allocates for it (and it comes home after).
+        if (s.root.device && s.root.device_interface != interface) released = s.free_device(entry);
+        return;
+    }
+    if (s.root.device && (s.device != device || s.root.device_interface != device->interface()))
+        released = s.free_device(entry);  // elsewhere: home first, then placed
+    DeviceChoice on{device, true};
+    output ? s.allocate(entry, on) : s.upload(entry, on);
 }
 
 void Buffer::expect_overwrite() {
@@ -496,7 +516,7 @@ void Buffer::expect_upload() {
     raw_->published = buf.flags;
 }
 
-halide_buffer_t *Buffer::raw(const char *entry) {
+halide_buffer_t *Buffer::raw(const char *entry, const halide_device_interface_t *shown_as) {
     if (!dtype_->has_halide_type())
         throw BufferError(std::string(entry) + "(): Halide has no type for " + dtype_->name +
                           "; pass a buffer of another dtype");
@@ -520,6 +540,7 @@ halide_buffer_t *Buffer::raw(const char *entry) {
         storage_->raw_views.push_back(raw_.get());
         ++storage_->published_views;
     }
+    raw_->shown_as = shown_as;
     storage_->publish(*raw_, true);
     return &raw_->buf;
 }

@@ -6,10 +6,18 @@ its data to NumPy (and, through DLPack and the CUDA array interface, to other fr
 every dtype of the table, bfloat16 and the float8 family included.
 """
 
-from . import aot, opencl
-from ._core import (Buffer, Device, DeviceError, DType, PipelineError, Transfers, dtype, dtypes,
-                    from_dlpack, transfers)
+import os as _os
+
+from . import aot, cuda, opencl
+from ._core import (Buffer, CudaDevice, Device, DeviceError, DType, OpenCLDevice, PipelineError,
+                    Transfers, dtype, dtypes, from_dlpack, transfers)
 from ._version import __version__
+
+
+def get_include() -> str:
+    """The folder of the C sources shipped for pipeline libraries: ``halide_buffer_cuda.c``, which
+    a Halide CUDA pipeline links so that its runtime uses the primary context (see docs/aot.md)."""
+    return _os.path.join(_os.path.dirname(__file__), "include")
 
 
 class Runtime:
@@ -18,5 +26,6 @@ class Runtime:
     Buffer = Buffer
 
 
-__all__ = ["Buffer", "DType", "Device", "DeviceError", "PipelineError", "Runtime", "Transfers",
-           "aot", "dtype", "dtypes", "from_dlpack", "opencl", "transfers", "__version__"]
+__all__ = ["Buffer", "CudaDevice", "DType", "Device", "DeviceError", "OpenCLDevice", "PipelineError",
+           "Runtime", "Transfers", "aot", "cuda", "dtype", "dtypes", "from_dlpack", "get_include",
+           "opencl", "transfers", "__version__"]

@@ -116,7 +116,7 @@ def as_array(buffer: Buffer, *, device: Device | None = None, writable: bool = T
     if any(s < 0 for s in buffer.strides):
         raise BufferError("opencl.as_array(): pyopencl arrays cannot have negative strides; "
                           "pass buffer.copy() instead")
-    mem, offset, dev = buffer._device_view(device, writable)
+    mem, offset, dev = buffer._device_view(device, writable, "opencl.as_array")
     data = cl.MemoryObject.from_int_ptr(mem, retain=False)  # adopts the reference the lease took
     # The array (and every array made from it) keeps the buffer alive, and with it whatever a
     # wrapped cl_mem came from: a memory pool hands memory on when its owner dies, refcount or not.

@@ -70,7 +70,8 @@ def test_a_refused_upload_keeps_the_host_copy(dev, ctx):
      r"halide_buffer.opencl.device\(\)"),
     (lambda b: b.device_malloc(device=3), TypeError, r"device_malloc\(\): device must be a halide_buffer.Device"),
     (lambda b: b.device_wrap_native("mem"), TypeError,
-     r"device_wrap_native\(\): handle must be a pyopencl.Buffer or a cl_mem address \(int\), not str"),
+     r"device_wrap_native\(\): handle must be a pyopencl.Buffer, or the address \(int\) of a cl_mem or "
+     r"CUDA device memory, not str"),
     (lambda b: b.device_wrap_native(0), ValueError, r"device_wrap_native\(\): the handle is NULL"),
     (lambda b: b.device_detach_native() if b.copy_to_device() is None else None, ValueError,
      r"device_detach_native\(\): the device allocation was not wrapped with device_wrap_native\(\); "
@@ -89,8 +90,8 @@ def test_bad_arguments_name_the_entry_point_and_the_fix(dev, call, error, messag
 
 def test_wrapping_too_small_a_cl_mem_changes_nothing(ctx):
     b = hb.Buffer((8,), "float64")
-    with pytest.raises(ValueError, match=r"device_wrap_native\(\): the cl_mem holds 32 bytes, the buffer "
-                                         r"needs 64 from offset 0; wrap a larger cl_mem"):
+    with pytest.raises(ValueError, match=r"device_wrap_native\(\): the device memory holds 32 bytes, the buffer "
+                                         r"needs 64 from offset 0; wrap a larger allocation"):
         b.device_wrap_native(cl.Buffer(ctx, cl.mem_flags.READ_WRITE, 32))
     with pytest.raises(ValueError, match=r"needs 64 from offset 40"):
         b.device_wrap_native(cl.Buffer(ctx, cl.mem_flags.READ_WRITE, 100), offset=40)
@@ -100,7 +101,7 @@ def test_wrapping_too_small_a_cl_mem_changes_nothing(ctx):
 def test_wrapping_memory_of_another_context_is_refused(dev):
     other = cl.Context([cl.Context.from_int_ptr(dev.context).devices[0]])
     b = hb.Buffer((4,), "int32")
-    with pytest.raises(hb.DeviceError, match=r"device_wrap_native\(\): wrapping the cl_mem failed with "
+    with pytest.raises(hb.DeviceError, match=r"device_wrap_native\(\): wrapping the device memory failed with "
                                              r"CL_INVALID_CONTEXT \(-34\): the cl_mem belongs to another "
                                              r"context; pass the device of its context"):
         b.device_wrap_native(cl.Buffer(other, cl.mem_flags.READ_WRITE, 16), device=dev)

@@ -1,0 +1,24 @@
+// cuda_interop.h: buffers and other people's CUDA memory: where a buffer's CUDA copy is, and
+// buffers over memory a framework allocated (the CUDA array interface and DLPack imports).
+#pragma once
+
+#include <memory>
+#include <vector>
+
+#include "buffer.h"
+#include "device_cuda.h"
+
+namespace hb {
+
+/// The CUDA device holding the buffer's device copy, or null (no device copy, or another kind).
+std::shared_ptr<CudaDevice> cuda_device_of(Buffer &b);
+
+/// A buffer whose current copy is CUDA memory at `data` (the element at index 0 of every axis,
+/// on `device`; `strides` in bytes), kept alive by `owner`: no copy now; the host copy, laid
+/// out like the device memory, is filled on the first host read. Our stream first waits for
+/// `producer` (a stream the producer's work is queued on; null: none to wait for).
+Buffer wrap_cuda(const char *entry, const std::shared_ptr<CudaDevice> &device, uint64_t data,
+                 const std::vector<int64_t> &shape, const std::vector<int64_t> &strides, const DType &dtype,
+                 std::shared_ptr<void> owner, cu::CUstream producer);
+
+}  // namespace hb

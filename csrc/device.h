@@ -1,0 +1,48 @@
+// device.h: a device buffers can live on, as the residency rules see it. Each backend (OpenCL,
+// CUDA) derives one class from Device; the rules in residency.cpp call only what is here.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "device_interface.h"
+#include "halide_abi.h"
+
+namespace hb {
+
+class Device : public std::enable_shared_from_this<Device> {
+public:
+    Device() = default;
+    Device(const Device &) = delete;
+    Device &operator=(const Device &) = delete;
+    virtual ~Device() = default;
+
+    /// "opencl" or "cuda".
+    virtual const char *kind() const = 0;
+    /// How messages name it, e.g. "NVIDIA H200 (CUDA device 0)".
+    virtual std::string description() const = 0;
+    /// Our halide_device_interface_t for memory on this device.
+    virtual const halide_device_interface_t *interface() const = 0;
+    /// Blocks until every command queued on the device's queue or stream has finished.
+    virtual void synchronize() const = 0;
+    /// The allocation behind a buffer using this device's interface.
+    virtual DeviceAllocation *allocation(const halide_buffer_t &buf) const = 0;
+    /// What a view's halide_buffer_t::device shows, `offset` bytes past the root's element;
+    /// `slot` keeps any handle object it needs alive (0: none could be made).
+    virtual uint64_t view_field(const halide_buffer_t &root, int64_t offset,
+                                std::unique_ptr<DeviceHandle> &slot) const = 0;
+    /// Completes a device_wrap_native: the element at root.host is `offset` bytes into the
+    /// native memory; takes whatever reference keeps it valid while the buffer uses it.
+    virtual void finish_wrap(halide_buffer_t &root, uint64_t offset) const = 0;
+    /// A device consumer's view of root's memory, `offset` bytes past the root's element: the
+    /// native handle (with a reference of its own where the API counts them) and the byte
+    /// offset into it.
+    struct Lease {
+        void *native;
+        int64_t offset;
+    };
+    virtual Lease lease(const halide_buffer_t &root, int64_t offset) const = 0;
+};
+
+}  // namespace hb

@@ -1,0 +1,135 @@
+"""CUDA devices.
+
+Nothing CUDA is needed to build or import halide_buffer: the driver's ``libcuda.so.1`` is opened
+on first use (``HALIDE_BUFFER_CUDA_LIBRARY`` names another path). Buffers use each device's
+*primary context*, the one CuPy, PyTorch and JAX use, so device pointers pass between them and
+us as they are. Without a driver, :func:`device` raises :class:`halide_buffer.DeviceError`
+("no CUDA driver found ..."); everything else keeps working.
+
+Handing data over: ``b.copy_to_device(hb.cuda.device())`` puts a buffer on the GPU; then
+``cupy.asarray(b)`` (the CUDA array interface), ``torch.from_dlpack(b)`` or
+``jax.dlpack.from_dlpack(b)`` take its device memory without a copy. The other way,
+:func:`wrap` (any object with ``__cuda_array_interface__``) or :func:`halide_buffer.from_dlpack`
+(any DLPack producer) make a buffer whose device copy is the framework's memory.
+"""
+
+from __future__ import annotations
+
+import threading
+from typing import Any
+
+from . import _core
+from ._core import Buffer, CudaDevice
+
+__all__ = ["device", "is_available", "loaded_library", "wrap"]
+
+_defaults: dict[int, CudaDevice] = {}
+_defaults_lock = threading.Lock()  # one default device per ordinal even when threads race
+
+
+def is_available() -> bool:
+    """True when a CUDA driver loads and initialises (never raises)."""
+    return _core._cuda_available()
+
+
+def loaded_library() -> str:
+    """The CUDA driver library in use, or '' before the first device was opened."""
+    return _core._cuda_loaded_library()
+
+
+def _stream_number(stream: Any) -> int:
+    """A stream as the CUDA array interface numbers it: None (or 0) the legacy default stream; an
+    int is a CUstream handle (1, 2: the legacy and per-thread default streams); CuPy streams
+    (``.ptr``) and PyTorch streams (``.cuda_stream``) give theirs."""
+    if stream is None:
+        return 0
+    for attribute in ("ptr", "cuda_stream"):
+        handle = getattr(stream, attribute, None)
+        if isinstance(handle, int):
+            return handle
+    if isinstance(stream, int) and not isinstance(stream, bool) and stream >= 0:
+        return stream
+    raise TypeError(f"cuda.device(): stream must be None, a CUstream handle (int), a cupy.cuda.Stream "
+                    f"or a torch.cuda.Stream, not {stream!r}")
+
+
+def device(ordinal: int = 0, stream: Any = None) -> CudaDevice:
+    """A CUDA device for buffers, through its primary context.
+
+    With ``stream=None``: the default device of ``ordinal``, the same object on every call,
+    whose copies run on the legacy default stream (the one CuPy and PyTorch use by default).
+    With a stream (a handle, a ``cupy.cuda.Stream``, a ``torch.cuda.Stream``): a device whose
+    copies run on that stream, which it keeps alive. Raises ``halide_buffer.DeviceError`` when
+    there is no CUDA driver, ``ValueError`` for an ordinal the machine lacks.
+    """
+    if isinstance(ordinal, bool) or not isinstance(ordinal, int):
+        raise TypeError(f"cuda.device(): ordinal must be an int, not {type(ordinal).__name__}")
+    number = _stream_number(stream)
+    if number == 0:
+        with _defaults_lock:
+            if ordinal not in _defaults:
+                _defaults[ordinal] = _core._cuda_open(ordinal, 0)
+            return _defaults[ordinal]
+    d = _core._cuda_open(ordinal, number)
+    d._stream_owner = stream  # the stream object lives as long as the device
+    return d
+
+
+# ---------------------------------------------------------------------------------------------
+# The CUDA array interface, consumer side
+# ---------------------------------------------------------------------------------------------
+
+
+def _dtype_of_typestr(typestr: str) -> Any:
+    """The dtype of the table a CUDA array interface typestr names; ambiguous ones ('<V1', the
+    1-byte exotic types) need ``dtype=``. '<V2' is bfloat16, as PyTorch writes it."""
+    if typestr.startswith(">") and typestr[2:] != "1":
+        raise BufferError(f"cuda.wrap(): big-endian data ({typestr!r}) is not supported")
+    normal = "<" + typestr[1:]
+    found = [t for t in _core.dtypes() if "<" + t.typestr[1:] == normal]
+    if len(found) > 1 and normal == "<V2":
+        found = [t for t in found if t.name == "bfloat16"]
+    if len(found) != 1:
+        names = ", ".join(t.name for t in found) or "none"
+        raise BufferError(f"cuda.wrap(): typestr {typestr!r} names no single dtype of the table "
+                          f"(matches: {names}); pass dtype=, or use halide_buffer.from_dlpack, which "
+                          f"carries the exact type")
+    return found[0]
+
+
+def wrap(obj: Any, *, dtype: Any = None) -> Buffer:
+    """A Buffer whose device copy is the memory of ``obj`` (anything with a
+    ``__cuda_array_interface__``: a CuPy array, a PyTorch CUDA tensor, a Numba device array),
+    without a copy. The device data is current (``device_dirty``); the host copy is allocated on
+    the first host read. ``obj`` is kept alive by the buffer, and the buffer's stream first waits
+    for the stream the interface names. ``dtype`` overrides the typestr (needed for the
+    ambiguous 1-byte exotic types; DLPack carries them exactly).
+    """
+    interface = getattr(obj, "__cuda_array_interface__", None)
+    if not isinstance(interface, dict):
+        raise TypeError(f"cuda.wrap(): {type(obj).__name__} has no __cuda_array_interface__; pass a "
+                        f"CuPy array, a PyTorch CUDA tensor or another CUDA array")
+    if interface.get("mask") is not None:
+        raise BufferError("cuda.wrap(): masked arrays are not supported; pass the array's data")
+    data, readonly = interface["data"]
+    if readonly:
+        raise BufferError("cuda.wrap(): the array is read-only, and a buffer's device copy is written by "
+                          "uploads; wrap a writable array, or copy it")
+    shape = tuple(interface["shape"])
+    t = _core.dtype(dtype) if dtype is not None else _dtype_of_typestr(interface["typestr"])
+    strides = interface.get("strides")
+    if strides is None:  # C-contiguous
+        strides, step = [], t.itemsize
+        for extent in reversed(shape):
+            strides.insert(0, step)
+            step *= max(extent, 1)
+    # Version 3's stream: None means nothing to wait for; absent (versions 0-2) means the legacy
+    # default stream, which is also the one our default device's copies run on.
+    stream = interface.get("stream") if interface.get("version", 0) >= 3 else None
+    on = _device_of_pointer(data) if data else device()
+    return _core._cuda_wrap(data, list(shape), list(strides), t, on, obj, stream or 0)
+
+
+def _device_of_pointer(data: int) -> CudaDevice:
+    """The default device of the GPU holding ``data``."""
+    return device(_core._cuda_pointer_ordinal(data))
