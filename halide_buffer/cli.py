@@ -14,7 +14,7 @@ from typing import Callable, Sequence
 
 import numpy as np
 
-from . import Buffer, DeviceError, DType, __version__, dtypes, from_dlpack, opencl
+from . import Buffer, DeviceError, DType, __version__, cuda, dtypes, from_dlpack, opencl
 
 PEERS = ("numpy", "ml_dtypes", "torch", "jax", "halide", "pyopencl", "pocl-binary-distribution", "cupy")
 
@@ -70,12 +70,22 @@ def opencl_devices() -> list[str]:
     return [f"  OpenCL: {d.name} on {d.platform} (default device; loader {opencl.loaded_library()})"]
 
 
+def cuda_devices() -> list[str]:
+    """The default CUDA device, or why there is none."""
+    try:
+        d = cuda.device()
+    except DeviceError as e:
+        return [f"  CUDA: none ({e.name}): {str(e).splitlines()[0]}"]
+    major, minor = d.compute_capability
+    return [f"  CUDA: {d.name}, compute capability {major}.{minor} (device 0; driver {cuda.loaded_library()})"]
+
+
 def info() -> int:
     print(f"halide_buffer {__version__}\n")
     print("dtypes (exports tried on a live buffer):")
     print("\n".join("  " + line for line in dtype_table()))
     print("\ndevices:")
-    print("\n".join(opencl_devices()))
+    print("\n".join(opencl_devices() + cuda_devices()))
     print("\npeer libraries:")
     print("\n".join(peers()))
     return 0

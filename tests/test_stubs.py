@@ -28,7 +28,8 @@ def stub_names():
 def runtime_names(obj):
     return {n for n in vars(obj) if not (n.startswith("__") and n.endswith("__")) or
             n in {"__len__", "__getitem__", "__array__", "__eq__", "__hash__",
-                    "__sub__", "__dlpack__", "__dlpack_device__", "__call__"}} - IMPLICIT
+                    "__sub__", "__dlpack__", "__dlpack_device__", "__call__",
+                    "__cuda_array_interface__"}} - IMPLICIT
 
 
 def test_module_functions_match():
@@ -39,8 +40,8 @@ def test_module_functions_match():
 
 def test_class_members_match():
     _, classes = stub_names()
-    assert set(classes) == {"DType", "Buffer", "Device", "DeviceError", "Transfers", "Pipeline",
-                              "PipelineError"}
+    assert set(classes) == {"DType", "Buffer", "Device", "OpenCLDevice", "CudaDevice", "DeviceError",
+                              "Transfers", "Pipeline", "PipelineError"}
     for name, members in classes.items():
         if name in ("DeviceError", "PipelineError"):  # plain exception classes; attributes set when raised
             assert issubclass(getattr(_core, name), RuntimeError)
