@@ -19,17 +19,6 @@ namespace {
 
 using namespace cu;
 
-// Halide's error codes (HalideRuntime.h, enum halide_error_code_t) our impl returns.
-constexpr int kOutOfMemory = -11;
-constexpr int kCopyToHostFailed = -14;
-constexpr int kCopyToDeviceFailed = -15;
-constexpr int kDeviceMallocFailed = -16;
-constexpr int kDeviceSyncFailed = -17;
-constexpr int kDeviceWrapNativeFailed = -32;
-constexpr int kDeviceDetachNativeFailed = -33;
-constexpr int kHostIsNull = -34;
-constexpr int kIncompatibleDeviceInterface = -42;
-
 /// Records the driver's code for the caller, returns Halide's.
 int fail(int halide_code, CUresult code, std::string what) {
     return hb::fail(halide_code, code, error_name(code), std::move(what));
@@ -76,29 +65,26 @@ CudaDevice *target_device() { return dynamic_cast<CudaDevice *>(TargetDevice::cu
 // The impl table
 // ---------------------------------------------------------------------------------------------
 
-void use_module() {}
-void release_module() {}
-
 int device_malloc(void *, halide_buffer_t *buf) {
     if (buf->device) return 0;  // already allocated: nothing to do (Halide's impls agree)
     CudaDevice *device = target_device();
     if (!device)
-        return fail(kDeviceMallocFailed, CUDA_ERROR_INVALID_CONTEXT,
+        return fail(halide_error::device_malloc_failed, CUDA_ERROR_INVALID_CONTEXT,
                     "device_malloc without a target device; allocate through halide_buffer");
     ByteSpan span = byte_span(buf);
     uint64_t bytes = span.size() > 0 ? uint64_t(span.size()) : 1;
     ContextScope scope(device->context());
-    if (scope.result != CUDA_SUCCESS) return fail(kDeviceMallocFailed, scope.result, "cuCtxPushCurrent");
+    if (scope.result != CUDA_SUCCESS) return fail(halide_error::device_malloc_failed, scope.result, "cuCtxPushCurrent");
     CUdeviceptr base = 0;
     CUresult rc = api().MemAlloc(&base, bytes);
     if (rc != CUDA_SUCCESS)
-        return fail(kDeviceMallocFailed, rc, "cuMemAlloc of " + size_text(bytes) +
+        return fail(halide_error::device_malloc_failed, rc, "cuMemAlloc of " + size_text(bytes) +
                                                  "; free device buffers (device_free()) or use a smaller one");
     auto *a = new (std::nothrow) DeviceAllocation{device->shared_from_this(), reinterpret_cast<void *>(base),
                                                   bytes, true, nullptr, nullptr};
     if (!a) {
         api().MemFree(base);
-        return kOutOfMemory;
+        return halide_error::out_of_memory;
     }
     ++live_counts().device_allocations;
     buf->device = base - uint64_t(span.lo);
@@ -120,10 +106,8 @@ int device_sync(void *, halide_buffer_t *buf) {
     const CudaDevice &d = device_of(allocation_of(buf));
     ContextScope scope(d.context());
     CUresult rc = scope.result != CUDA_SUCCESS ? scope.result : api().StreamSynchronize(d.stream());
-    return rc == CUDA_SUCCESS ? 0 : fail(kDeviceSyncFailed, rc, "cuStreamSynchronize; a kernel on the stream failed");
+    return rc == CUDA_SUCCESS ? 0 : fail(halide_error::device_sync_failed, rc, "cuStreamSynchronize; a kernel on the stream failed");
 }
-
-int device_release(void *) { return 0; }  // primary contexts belong to CudaDevice objects
 
 /// One blocking copy of `span` on the device's stream; `to_host` gives the direction.
 CUresult copy_span(const CudaDevice &d, uint8_t *host, CUdeviceptr device, size_t bytes, bool to_host) {
@@ -138,19 +122,19 @@ CUresult copy_span(const CudaDevice &d, uint8_t *host, CUdeviceptr device, size_
 int copy_to_host(void *, halide_buffer_t *view) {
     halide_buffer_t *buf = copy_target(view);
     DeviceAllocation *a = allocation_of(buf);
-    if (!buf->host) return kHostIsNull;
+    if (!buf->host) return halide_error::host_is_null;
     ByteSpan span = byte_span(buf);
     if (span.size() == 0) return 0;
     uint8_t *staging = span.dense ? buf->host + span.lo
                                   : static_cast<uint8_t *>(std::malloc(size_t(span.size())));
-    if (!staging) return kOutOfMemory;
+    if (!staging) return halide_error::out_of_memory;
     CUresult rc = copy_span(device_of(a), staging, buf->device + uint64_t(span.lo), size_t(span.size()), true);
     if (!span.dense) {
         if (rc == CUDA_SUCCESS) scatter_elements(buf, staging - span.lo);
         std::free(staging);
     }
     if (rc != CUDA_SUCCESS)
-        return fail(kCopyToHostFailed, rc, "cuMemcpyDtoH of " + size_text(uint64_t(span.size())) +
+        return fail(halide_error::copy_to_host_failed, rc, "cuMemcpyDtoH of " + size_text(uint64_t(span.size())) +
                                                "; the device copy is kept, retry or device_free()");
     record_transfer(a->transfers, Direction::to_host, span.size());
     return 0;
@@ -159,14 +143,14 @@ int copy_to_host(void *, halide_buffer_t *view) {
 int copy_to_device(void *, halide_buffer_t *view) {
     halide_buffer_t *buf = copy_target(view);
     DeviceAllocation *a = allocation_of(buf);
-    if (!buf->host) return kHostIsNull;
+    if (!buf->host) return halide_error::host_is_null;
     ByteSpan span = byte_span(buf);
     if (span.size() == 0) return 0;
     // The whole span goes up, gaps included (see opencl_memory.cpp: the same rule).
     CUresult rc = copy_span(device_of(a), buf->host + span.lo, buf->device + uint64_t(span.lo),
                             size_t(span.size()), false);
     if (rc != CUDA_SUCCESS)
-        return fail(kCopyToDeviceFailed, rc, "cuMemcpyHtoD of " + size_text(uint64_t(span.size())) +
+        return fail(halide_error::copy_to_device_failed, rc, "cuMemcpyHtoD of " + size_text(uint64_t(span.size())) +
                                                  "; the host copy is kept, free device memory and retry");
     record_transfer(a->transfers, Direction::to_device, span.size());
     return 0;
@@ -174,11 +158,6 @@ int copy_to_device(void *, halide_buffer_t *view) {
 
 int device_and_host_malloc(void *uc, halide_buffer_t *buf) { return host_and_device_malloc(uc, buf, device_malloc); }
 int device_and_host_free(void *uc, halide_buffer_t *buf) { return host_and_device_free(uc, buf, device_free); }
-
-int buffer_copy(void *, halide_buffer_t *, const halide_device_interface_t *, halide_buffer_t *) {
-    // Not done on the device: Halide's runtime takes this code to copy through the host instead.
-    return kIncompatibleDeviceInterface;
-}
 
 int new_crop(const halide_buffer_t *src, int64_t bytes, halide_buffer_t *dst) {
     dst->device = src->device + uint64_t(bytes);
@@ -205,17 +184,17 @@ int device_release_crop(void *, halide_buffer_t *buf) {
 int wrap_native(void *, halide_buffer_t *buf, uint64_t native) {
     CudaDevice *device = target_device();
     if (!device)
-        return fail(kDeviceWrapNativeFailed, CUDA_ERROR_INVALID_CONTEXT,
+        return fail(halide_error::device_wrap_native_failed, CUDA_ERROR_INVALID_CONTEXT,
                     "wrap_native without a target device; wrap through halide_buffer");
     const Api &cuda = api();
     ContextScope scope(device->context());
-    if (scope.result != CUDA_SUCCESS) return fail(kDeviceWrapNativeFailed, scope.result, "cuCtxPushCurrent");
+    if (scope.result != CUDA_SUCCESS) return fail(halide_error::device_wrap_native_failed, scope.result, "cuCtxPushCurrent");
     int ordinal = -1;
     CUresult rc = cuda.PointerGetAttribute(&ordinal, CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL, native);
     if (rc != CUDA_SUCCESS)
-        return fail(kDeviceWrapNativeFailed, rc, "cuPointerGetAttribute; pass a live CUDA device pointer");
+        return fail(halide_error::device_wrap_native_failed, rc, "cuPointerGetAttribute; pass a live CUDA device pointer");
     if (ordinal != device->ordinal())
-        return fail(kDeviceWrapNativeFailed, CUDA_ERROR_INVALID_DEVICE,
+        return fail(halide_error::device_wrap_native_failed, CUDA_ERROR_INVALID_DEVICE,
                     "the memory is on CUDA device " + std::to_string(ordinal) + "; pass halide_buffer.cuda.device(" +
                         std::to_string(ordinal) + ")");
     // The bytes from `native` to the end of its allocation. Memory the driver cannot bound
@@ -227,7 +206,7 @@ int wrap_native(void *, halide_buffer_t *buf, uint64_t native) {
     // Halide's rule: the caller keeps the memory alive; we free nothing.
     auto *a = new (std::nothrow) DeviceAllocation{device->shared_from_this(), reinterpret_cast<void *>(native),
                                                   available, false, nullptr, nullptr};
-    if (!a) return kOutOfMemory;
+    if (!a) return halide_error::out_of_memory;
     buf->device = native - uint64_t(byte_span(buf).lo);
     buf->padding = a;
     return 0;
@@ -236,7 +215,7 @@ int wrap_native(void *, halide_buffer_t *buf, uint64_t native) {
 int detach_native(void *, halide_buffer_t *buf) {
     if (!buf->device) return 0;
     if (!owns_allocation(buf))
-        return fail(kDeviceDetachNativeFailed, CUDA_ERROR_INVALID_VALUE,
+        return fail(halide_error::device_detach_native_failed, CUDA_ERROR_INVALID_VALUE,
                     "detach_native on a crop; detach the buffer that wrapped the memory");
     end_allocation(allocation_of(buf));
     clear_device(buf);
@@ -251,9 +230,9 @@ int compute_capability(void *, int *major, int *minor) {
 }
 
 const halide_device_interface_impl_t kImpl = {
-    use_module,    release_module, device_malloc,          device_free,
-    device_sync,   device_release, copy_to_host,           copy_to_device,
-    device_and_host_malloc,        device_and_host_free,   buffer_copy,
+    no_module,     no_module,      device_malloc,          device_free,
+    device_sync,   no_device_release, copy_to_host,        copy_to_device,
+    device_and_host_malloc,        device_and_host_free,   copy_through_host,
     device_crop,   device_slice,   device_release_crop,    wrap_native,
     detach_native,
 };

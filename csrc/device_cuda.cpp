@@ -111,7 +111,6 @@ std::shared_ptr<CudaDevice> pipeline_device() {
     return remembered();
 }
 
-constexpr int kGpuDeviceError = -29;  // halide_error_code_gpu_device_error
 
 }  // namespace
 
@@ -125,7 +124,7 @@ int pipeline_acquire_context(void *, void **context, bool create) {
     *context = d ? static_cast<void *>(d->context()) : nullptr;
     // Asked not to create one (Halide's device_release): none is an answer. Otherwise a call
     // outside any of ours before the first one: nothing to give.
-    return d || !create ? 0 : kGpuDeviceError;
+    return d || !create ? 0 : halide_error::gpu_device_error;
 }
 
 int pipeline_release_context(void *) { return 0; }  // the primary context stays with its device

@@ -80,10 +80,9 @@ int64_t slice_offset(const halide_buffer_t *src, int dim, int pos) {
 }
 
 int host_and_device_malloc(void *uc, halide_buffer_t *buf, int (*device_malloc)(void *, halide_buffer_t *)) {
-    constexpr int kOutOfMemory = -11;  // halide_error_code_out_of_memory
-    ByteSpan span = byte_span(buf);
+        ByteSpan span = byte_span(buf);
     void *host = std::malloc(size_t(span.size() > 0 ? span.size() : 1));
-    if (!host) return kOutOfMemory;
+    if (!host) return halide_error::out_of_memory;
     buf->host = static_cast<uint8_t *>(host) - span.lo;
     if (int rc = device_malloc(uc, buf)) {
         std::free(host);
@@ -98,6 +97,12 @@ int host_and_device_free(void *uc, halide_buffer_t *buf, int (*device_free)(void
     if (buf->host) std::free(buf->host + byte_span(buf).lo);
     buf->host = nullptr;
     return 0;
+}
+
+void no_module() {}
+int no_device_release(void *) { return 0; }
+int copy_through_host(void *, halide_buffer_t *, const halide_device_interface_t *, halide_buffer_t *) {
+    return halide_error::incompatible_device_interface;
 }
 
 std::string size_text(uint64_t bytes) {
@@ -140,19 +145,12 @@ namespace {
 constexpr uint64_t kHostDirty = halide_buffer_flag_host_dirty;
 constexpr uint64_t kDeviceDirty = halide_buffer_flag_device_dirty;
 
-// Halide's error codes (HalideRuntime.h, enum halide_error_code_t) that these rules return.
-constexpr int kNoDeviceInterface = -19;
-constexpr int kDeviceInterfaceNoDevice = -36;
-constexpr int kHostAndDeviceDirty = -37;
-constexpr int kBufferIsNull = -38;
-constexpr int kIncompatibleDeviceInterface = -42;
-
 /// What every entry checks first: a buffer whose device fields and flags are consistent.
 int validate(const halide_buffer_t *buf) {
-    if (!buf) return kBufferIsNull;
-    if (buf->device && !buf->device_interface) return kNoDeviceInterface;
-    if (!buf->device && buf->device_interface) return kDeviceInterfaceNoDevice;
-    if ((buf->flags & kHostDirty) && (buf->flags & kDeviceDirty)) return kHostAndDeviceDirty;
+    if (!buf) return halide_error::buffer_is_null;
+    if (buf->device && !buf->device_interface) return halide_error::no_device_interface;
+    if (!buf->device && buf->device_interface) return halide_error::device_interface_no_device;
+    if ((buf->flags & kHostDirty) && (buf->flags & kDeviceDirty)) return halide_error::host_and_device_dirty;
     return 0;
 }
 
@@ -163,7 +161,7 @@ bool compatible(const halide_buffer_t *buf, const halide_device_interface_t *int
 
 int device_malloc(void *uc, halide_buffer_t *buf, const halide_device_interface_t *interface) {
     if (int rc = validate(buf)) return rc;
-    if (!compatible(buf, interface)) return kIncompatibleDeviceInterface;
+    if (!compatible(buf, interface)) return halide_error::incompatible_device_interface;
     if (buf->device) return 0;
     return interface->impl->device_malloc(uc, buf);
 }
@@ -179,7 +177,7 @@ int device_free(void *uc, halide_buffer_t *buf) {
 
 int device_sync(void *uc, halide_buffer_t *buf) {
     if (int rc = validate(buf)) return rc;
-    if (!buf->device_interface) return kNoDeviceInterface;
+    if (!buf->device_interface) return halide_error::no_device_interface;
     return buf->device_interface->impl->device_sync(uc, buf);
 }
 
@@ -190,7 +188,7 @@ void device_release(void *uc, const halide_device_interface_t *interface) {
 int copy_to_host(void *uc, halide_buffer_t *buf) {
     if (int rc = validate(buf)) return rc;
     if (!(buf->flags & kDeviceDirty)) return 0;
-    if (!buf->device_interface) return kNoDeviceInterface;
+    if (!buf->device_interface) return halide_error::no_device_interface;
     if (int rc = buf->device_interface->impl->copy_to_host(uc, buf)) return rc;
     buf->flags &= ~kDeviceDirty;
     return 0;
@@ -199,8 +197,8 @@ int copy_to_host(void *uc, halide_buffer_t *buf) {
 int copy_to_device(void *uc, halide_buffer_t *buf, const halide_device_interface_t *interface) {
     if (int rc = validate(buf)) return rc;
     if (!interface) interface = buf->device_interface;
-    if (!interface) return kNoDeviceInterface;
-    if (!compatible(buf, interface)) return kIncompatibleDeviceInterface;
+    if (!interface) return halide_error::no_device_interface;
+    if (!compatible(buf, interface)) return halide_error::incompatible_device_interface;
     if (!buf->device) {
         if (int rc = interface->impl->device_malloc(uc, buf)) return rc;
     }
@@ -212,7 +210,7 @@ int copy_to_device(void *uc, halide_buffer_t *buf, const halide_device_interface
 
 int device_and_host_malloc(void *uc, halide_buffer_t *buf, const halide_device_interface_t *interface) {
     if (int rc = validate(buf)) return rc;
-    if (!compatible(buf, interface)) return kIncompatibleDeviceInterface;
+    if (!compatible(buf, interface)) return halide_error::incompatible_device_interface;
     return interface->impl->device_and_host_malloc(uc, buf);
 }
 
@@ -230,34 +228,34 @@ int buffer_copy(void *uc, halide_buffer_t *src, const halide_device_interface_t 
     if (int rc = validate(src)) return rc;
     if (int rc = validate(dst)) return rc;
     const halide_device_interface_t *interface = dst_interface ? dst_interface : src->device_interface;
-    if (!interface) return kNoDeviceInterface;
+    if (!interface) return halide_error::no_device_interface;
     return interface->impl->buffer_copy(uc, src, dst_interface, dst);
 }
 
 int device_crop(void *uc, const halide_buffer_t *src, halide_buffer_t *dst) {
     if (int rc = validate(src)) return rc;
     if (!src->device) return 0;  // nothing on the device to crop
-    if (dst->device) return kIncompatibleDeviceInterface;
+    if (dst->device) return halide_error::incompatible_device_interface;
     return src->device_interface->impl->device_crop(uc, src, dst);
 }
 
 int device_slice(void *uc, const halide_buffer_t *src, int dim, int pos, halide_buffer_t *dst) {
     if (int rc = validate(src)) return rc;
     if (!src->device) return 0;  // nothing on the device to slice
-    if (dst->device) return kIncompatibleDeviceInterface;
+    if (dst->device) return halide_error::incompatible_device_interface;
     return src->device_interface->impl->device_slice(uc, src, dim, pos, dst);
 }
 
 int device_release_crop(void *uc, halide_buffer_t *buf) {
-    if (!buf) return kBufferIsNull;
+    if (!buf) return halide_error::buffer_is_null;
     if (!buf->device) return 0;
-    if (!buf->device_interface) return kNoDeviceInterface;
+    if (!buf->device_interface) return halide_error::no_device_interface;
     return buf->device_interface->impl->device_release_crop(uc, buf);
 }
 
 int wrap_native(void *uc, halide_buffer_t *buf, uint64_t handle, const halide_device_interface_t *interface) {
     if (int rc = validate(buf)) return rc;
-    if (!compatible(buf, interface) || buf->device) return kIncompatibleDeviceInterface;
+    if (!compatible(buf, interface) || buf->device) return halide_error::incompatible_device_interface;
     buf->device_interface = interface;
     if (int rc = interface->impl->wrap_native(uc, buf, handle)) {
         buf->device_interface = nullptr;

@@ -18,6 +18,25 @@ namespace hb {
 
 class Device;
 
+/// Halide's error codes (HalideRuntime.h, enum halide_error_code_t) that our tables return.
+namespace halide_error {
+constexpr int out_of_memory = -11;
+constexpr int copy_to_host_failed = -14;
+constexpr int copy_to_device_failed = -15;
+constexpr int device_malloc_failed = -16;
+constexpr int device_sync_failed = -17;
+constexpr int no_device_interface = -19;
+constexpr int gpu_device_error = -29;
+constexpr int device_wrap_native_failed = -32;
+constexpr int device_detach_native_failed = -33;
+constexpr int host_is_null = -34;
+constexpr int device_interface_no_device = -36;
+constexpr int host_and_device_dirty = -37;
+constexpr int buffer_is_null = -38;
+constexpr int device_crop_failed = -41;
+constexpr int incompatible_device_interface = -42;
+}  // namespace halide_error
+
 // ---------------------------------------------------------------------------------------------
 // Transfer accounting
 // ---------------------------------------------------------------------------------------------
@@ -87,6 +106,13 @@ int64_t slice_offset(const halide_buffer_t *src, int dim, int pos);
 /// then `device_malloc`; the other way round.
 int host_and_device_malloc(void *uc, halide_buffer_t *buf, int (*device_malloc)(void *, halide_buffer_t *));
 int host_and_device_free(void *uc, halide_buffer_t *buf, int (*device_free)(void *, halide_buffer_t *));
+/// Impl-table entries our backends share: no module to count (the tables are static), nothing
+/// to release per context (devices own theirs), and buffer_copy answering -42, which makes
+/// Halide's runtime copy through the host instead.
+void no_module();
+int no_device_release(void *user_context);
+int copy_through_host(void *user_context, halide_buffer_t *src, const halide_device_interface_t *dst_interface,
+                      halide_buffer_t *dst);
 /// "64 B", "3 KiB", "256 MiB": sizes in messages, rounded down.
 std::string size_text(uint64_t bytes);
 /// Records a driver's failure for the caller (code, its name, what failed and the fix) and

@@ -17,18 +17,6 @@ namespace {
 
 using namespace ocl;
 
-// Halide's error codes (HalideRuntime.h, enum halide_error_code_t) our impl returns.
-constexpr int kOutOfMemory = -11;
-constexpr int kCopyToHostFailed = -14;
-constexpr int kCopyToDeviceFailed = -15;
-constexpr int kDeviceMallocFailed = -16;
-constexpr int kDeviceSyncFailed = -17;
-constexpr int kDeviceWrapNativeFailed = -32;
-constexpr int kDeviceDetachNativeFailed = -33;
-constexpr int kHostIsNull = -34;
-constexpr int kDeviceCropFailed = -41;
-constexpr int kIncompatibleDeviceInterface = -42;
-
 /// Records the driver's code for the caller, returns Halide's.
 int fail(int halide_code, cl_int code, std::string what) {
     return hb::fail(halide_code, code, error_name(code), std::move(what));
@@ -74,32 +62,29 @@ halide_buffer_t *copy_target(halide_buffer_t *buf) {
 // The impl table
 // ---------------------------------------------------------------------------------------------
 
-void use_module() {}
-void release_module() {}
-
 int device_malloc(void *, halide_buffer_t *buf) {
     if (buf->device) return 0;  // already allocated: nothing to do (Halide's impls agree)
     auto *device = dynamic_cast<OpenCLDevice *>(TargetDevice::current());
     if (!device)
-        return fail(kDeviceMallocFailed, CL_INVALID_CONTEXT,
+        return fail(halide_error::device_malloc_failed, CL_INVALID_CONTEXT,
                     "device_malloc without a target device; allocate through halide_buffer");
     ByteSpan span = byte_span(buf);
     uint64_t bytes = span.size() > 0 ? uint64_t(span.size()) : 1;  // OpenCL refuses size 0
     if (bytes > device->max_allocation())
-        return fail(kDeviceMallocFailed, CL_INVALID_BUFFER_SIZE,
+        return fail(halide_error::device_malloc_failed, CL_INVALID_BUFFER_SIZE,
                     "an allocation of " + size_text(bytes) + " exceeds the device's largest (" +
                         size_text(device->max_allocation()) + ", CL_DEVICE_MAX_MEM_ALLOC_SIZE); split the buffer");
     cl_int rc = CL_SUCCESS;
     cl_mem mem = api().CreateBuffer(device->context(), CL_MEM_READ_WRITE, bytes, nullptr, &rc);
     if (rc != CL_SUCCESS)
-        return fail(kDeviceMallocFailed, rc, "clCreateBuffer of " + size_text(bytes) +
+        return fail(halide_error::device_malloc_failed, rc, "clCreateBuffer of " + size_text(bytes) +
                                                  "; free device buffers (device_free()) or use a smaller one");
     ++live_counts().device_allocations;
     DeviceHandle *h = new_root(device->shared_from_this(), mem, bytes, true, uint64_t(-span.lo));
     if (!h) {
         api().ReleaseMemObject(mem);
         --live_counts().device_allocations;
-        return kOutOfMemory;
+        return halide_error::out_of_memory;
     }
     buf->device = reinterpret_cast<uint64_t>(h);
     buf->device_interface = opencl_interface();
@@ -120,20 +105,18 @@ int device_sync(void *, halide_buffer_t *buf) {
     DeviceHandle *h = handle_of(buf);
     if (!h) return 0;
     cl_int rc = api().Finish(device_of(h).queue());
-    return rc == CL_SUCCESS ? 0 : fail(kDeviceSyncFailed, rc, "clFinish; the queue is lost, create a new device");
+    return rc == CL_SUCCESS ? 0 : fail(halide_error::device_sync_failed, rc, "clFinish; the queue is lost, create a new device");
 }
-
-int device_release(void *) { return 0; }  // contexts and queues belong to OpenCLDevice objects
 
 int copy_to_host(void *, halide_buffer_t *view) {
     halide_buffer_t *buf = copy_target(view);
     DeviceHandle *h = handle_of(buf);
-    if (!buf->host) return kHostIsNull;
+    if (!buf->host) return halide_error::host_is_null;
     ByteSpan span = byte_span(buf);
     if (span.size() == 0) return 0;
     uint8_t *staging = span.dense ? buf->host + span.lo
                                   : static_cast<uint8_t *>(std::malloc(size_t(span.size())));
-    if (!staging) return kOutOfMemory;
+    if (!staging) return halide_error::out_of_memory;
     cl_int rc = api().EnqueueReadBuffer(device_of(h).queue(), static_cast<cl_mem>(h->native), CL_TRUE,
                                         size_t(int64_t(h->offset) + span.lo), size_t(span.size()),
                                         staging, 0, nullptr, nullptr);
@@ -143,7 +126,7 @@ int copy_to_host(void *, halide_buffer_t *view) {
         std::free(staging);
     }
     if (rc != CL_SUCCESS)
-        return fail(kCopyToHostFailed, rc, "clEnqueueReadBuffer of " + size_text(uint64_t(span.size())) +
+        return fail(halide_error::copy_to_host_failed, rc, "clEnqueueReadBuffer of " + size_text(uint64_t(span.size())) +
                                                "; the device copy is kept, retry or device_free()");
     record_transfer(h->allocation->transfers, Direction::to_host, span.size());
     return 0;
@@ -152,7 +135,7 @@ int copy_to_host(void *, halide_buffer_t *view) {
 int copy_to_device(void *, halide_buffer_t *view) {
     halide_buffer_t *buf = copy_target(view);
     DeviceHandle *h = handle_of(buf);
-    if (!buf->host) return kHostIsNull;
+    if (!buf->host) return halide_error::host_is_null;
     ByteSpan span = byte_span(buf);
     if (span.size() == 0) return 0;
     // The whole span goes up, gaps included: they are host bytes of the same storage (current,
@@ -161,7 +144,7 @@ int copy_to_device(void *, halide_buffer_t *view) {
                                          size_t(int64_t(h->offset) + span.lo), size_t(span.size()),
                                          buf->host + span.lo, 0, nullptr, nullptr);
     if (rc != CL_SUCCESS)
-        return fail(kCopyToDeviceFailed, rc, "clEnqueueWriteBuffer of " + size_text(uint64_t(span.size())) +
+        return fail(halide_error::copy_to_device_failed, rc, "clEnqueueWriteBuffer of " + size_text(uint64_t(span.size())) +
                                                  "; the host copy is kept, free device memory and retry");
     record_transfer(h->allocation->transfers, Direction::to_device, span.size());
     return 0;
@@ -170,17 +153,12 @@ int copy_to_device(void *, halide_buffer_t *view) {
 int device_and_host_malloc(void *uc, halide_buffer_t *buf) { return host_and_device_malloc(uc, buf, device_malloc); }
 int device_and_host_free(void *uc, halide_buffer_t *buf) { return host_and_device_free(uc, buf, device_free); }
 
-int buffer_copy(void *, halide_buffer_t *, const halide_device_interface_t *, halide_buffer_t *) {
-    // Not done on the device: Halide's runtime takes this code to copy through the host instead.
-    return kIncompatibleDeviceInterface;
-}
-
 /// A crop handle into src's memory, `bytes` past src's first element.
 int new_crop(const halide_buffer_t *src, int64_t bytes, halide_buffer_t *dst) {
     DeviceHandle *s = handle_of(src);
     auto *h = new (std::nothrow)
         DeviceHandle{uint64_t(int64_t(s->offset) + bytes), s->native, s->allocation, HandleKind::crop};
-    if (!h) return kDeviceCropFailed;
+    if (!h) return halide_error::device_crop_failed;
     dst->device = reinterpret_cast<uint64_t>(h);
     dst->device_interface = src->device_interface;
     return 0;
@@ -205,7 +183,7 @@ int device_release_crop(void *, halide_buffer_t *buf) {
 int wrap_native(void *, halide_buffer_t *buf, uint64_t native) {
     auto *device = dynamic_cast<OpenCLDevice *>(TargetDevice::current());
     if (!device)
-        return fail(kDeviceWrapNativeFailed, CL_INVALID_CONTEXT,
+        return fail(halide_error::device_wrap_native_failed, CL_INVALID_CONTEXT,
                     "wrap_native without a target device; wrap through halide_buffer");
     auto mem = reinterpret_cast<cl_mem>(native);
     uint64_t size = 0;
@@ -213,15 +191,15 @@ int wrap_native(void *, halide_buffer_t *buf, uint64_t native) {
     cl_int rc = api().GetMemObjectInfo(mem, CL_MEM_SIZE, sizeof size, &size, nullptr);
     if (rc == CL_SUCCESS) rc = api().GetMemObjectInfo(mem, CL_MEM_CONTEXT, sizeof context, &context, nullptr);
     if (rc != CL_SUCCESS)
-        return fail(kDeviceWrapNativeFailed, rc, "clGetMemObjectInfo; pass a live cl_mem");
+        return fail(halide_error::device_wrap_native_failed, rc, "clGetMemObjectInfo; pass a live cl_mem");
     if (context != device->context())
-        return fail(kDeviceWrapNativeFailed, CL_INVALID_CONTEXT,
+        return fail(halide_error::device_wrap_native_failed, CL_INVALID_CONTEXT,
                     "the cl_mem belongs to another context; pass the device of its context");
     // Whether `size` is enough is the caller's business (Halide's rule); ours checks it.
     ByteSpan span = byte_span(buf);
     // Halide's rule: the caller keeps its reference; we take none.
     DeviceHandle *h = new_root(device->shared_from_this(), mem, size, false, uint64_t(-span.lo));
-    if (!h) return kOutOfMemory;
+    if (!h) return halide_error::out_of_memory;
     buf->device = reinterpret_cast<uint64_t>(h);
     return 0;
 }
@@ -230,7 +208,7 @@ int detach_native(void *, halide_buffer_t *buf) {
     DeviceHandle *h = handle_of(buf);
     if (!h) return 0;
     if (h->kind != HandleKind::root)
-        return fail(kDeviceDetachNativeFailed, CL_INVALID_MEM_OBJECT,
+        return fail(halide_error::device_detach_native_failed, CL_INVALID_MEM_OBJECT,
                     "detach_native on a crop; detach the buffer that wrapped the memory");
     end_root(h);
     clear_device(buf);
@@ -238,9 +216,9 @@ int detach_native(void *, halide_buffer_t *buf) {
 }
 
 const halide_device_interface_impl_t kImpl = {
-    use_module,    release_module, device_malloc,          device_free,
-    device_sync,   device_release, copy_to_host,           copy_to_device,
-    device_and_host_malloc,        device_and_host_free,   buffer_copy,
+    no_module,     no_module,      device_malloc,          device_free,
+    device_sync,   no_device_release, copy_to_host,        copy_to_device,
+    device_and_host_malloc,        device_and_host_free,   copy_through_host,
     device_crop,   device_slice,   device_release_crop,    wrap_native,
     detach_native,
 };

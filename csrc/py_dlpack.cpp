@@ -342,10 +342,13 @@ py::object capsule_from(py::handle obj, int copy, bool &copied) {
     py::object method = obj.attr("__dlpack__");
     py::dict kwargs, stream;
     // A producer on a CUDA device makes our stream wait for its work (DLPack's handshake).
-    if (py::hasattr(obj, "__dlpack_device__")) {
-        py::tuple where = obj.attr("__dlpack_device__")();
-        if (where.size() == 2 && where[0].cast<int>() == kDLCUDA)
-            stream["stream"] = cuda_device(where[1].cast<int>())->stream_number();
+    py::object device_of = py::getattr(obj, "__dlpack_device__", py::none());
+    if (!device_of.is_none()) {
+        py::object where = device_of();
+        PyObject *w = where.ptr();
+        if (PyTuple_Check(w) && PyTuple_GET_SIZE(w) == 2 && PyLong_AsLong(PyTuple_GET_ITEM(w, 0)) == kDLCUDA)
+            stream["stream"] = cuda_device(py::handle(PyTuple_GET_ITEM(w, 1)).cast<int>())->stream_number();
+        if (PyErr_Occurred()) throw py::error_already_set();
     }
     kwargs["max_version"] = py::make_tuple(kDLPackMajor, kDLPackMinor);
     if (copy != -1) kwargs["copy"] = py::bool_(copy == 1);

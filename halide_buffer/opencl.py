@@ -117,6 +117,9 @@ def as_array(buffer: Buffer, *, device: Device | None = None, writable: bool = T
         raise BufferError("opencl.as_array(): pyopencl arrays cannot have negative strides; "
                           "pass buffer.copy() instead")
     mem, offset, dev = buffer._device_view(device, writable, "opencl.as_array")
+    if dev.kind != "opencl":  # a CUDA lease takes no reference: nothing to give back
+        raise BufferError(f"opencl.as_array(): the buffer's device copy is on {dev!r}; call "
+                          f"device_free() first to move it to an OpenCL device")
     data = cl.MemoryObject.from_int_ptr(mem, retain=False)  # adopts the reference the lease took
     # The array (and every array made from it) keeps the buffer alive, and with it whatever a
     # wrapped cl_mem came from: a memory pool hands memory on when its owner dies, refcount or not.
