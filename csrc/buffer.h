@@ -61,6 +61,9 @@ struct Storage {
     DeviceOwnership device_ownership = DeviceOwnership::none;
     std::shared_ptr<Device> device;  ///< owned / wrapped: the device it lives on
     std::shared_ptr<void> device_owner;    ///< wrapped: the native handle's owner
+    /// Device memory consumers were handed without a reference of their own, freed since:
+    /// released when the storage dies (see Device::retire_lent).
+    std::vector<std::shared_ptr<void>> lent_memory;
     Transfers transfers;                   ///< every copy of this storage's bytes
     std::atomic<bool> ever_on_device{false};  ///< read without the lock: may a lease copy?
     std::atomic<int> published_views{0};      ///< raw_views.size(), read without the lock

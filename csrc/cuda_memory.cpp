@@ -263,7 +263,24 @@ void CudaDevice::finish_wrap(halide_buffer_t &root, uint64_t offset) const {
 }
 
 Device::Lease CudaDevice::lease(const halide_buffer_t &root, int64_t offset) const {
+    allocation_of(&root)->lent = true;  // freed no earlier than the storage from now on
     return Lease{reinterpret_cast<void *>(root.device), offset};
+}
+
+std::shared_ptr<void> CudaDevice::retire_lent(halide_buffer_t &root) const {
+    DeviceAllocation *a = allocation_of(&root);
+    if (!a->lent) return nullptr;
+    clear_device(&root);
+    a->whole = nullptr;  // no buffer shows it any more: nothing to copy through it
+    return std::shared_ptr<void>(a, [](void *p) { end_allocation(static_cast<DeviceAllocation *>(p)); });
+}
+
+bool CudaDevice::take_over(halide_buffer_t &root, const Device &other) const {
+    const auto *from = dynamic_cast<const CudaDevice *>(&other);
+    if (!from || from->ordinal() != ordinal_) return false;
+    from->order_before(stream_);  // the other stream's work on this memory comes first
+    allocation_of(&root)->device = std::const_pointer_cast<Device>(shared_from_this());
+    return true;
 }
 
 }  // namespace hb

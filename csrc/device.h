@@ -43,6 +43,14 @@ public:
         int64_t offset;
     };
     virtual Lease lease(const halide_buffer_t &root, int64_t offset) const = 0;
+    /// Before root's allocation is freed: memory handed to consumers who hold no reference of
+    /// their own (CUDA pointers) is detached from root instead, and what frees it returned, for
+    /// the storage to drop when it dies (its consumers keep it alive). Null: free it now.
+    virtual std::shared_ptr<void> retire_lent(halide_buffer_t &/*root*/) const { return nullptr; }
+    /// Whether this device can take over `other`'s allocation as it is (the same memory space,
+    /// e.g. two streams of one CUDA device); if so, it does (work queued on `other` is ordered
+    /// before its own).
+    virtual bool take_over(halide_buffer_t &/*root*/, const Device &/*other*/) const { return false; }
 };
 
 }  // namespace hb

@@ -57,7 +57,8 @@ std::shared_ptr<CudaDevice> CudaDevice::open(int ordinal, uintptr_t stream) {
 }
 
 std::string CudaDevice::description() const {
-    return name_ + " (CUDA device " + std::to_string(ordinal_) + ")";
+    std::string stream = stream_ == legacy_stream() ? "" : ", stream " + std::to_string(stream_number());
+    return name_ + " (CUDA device " + std::to_string(ordinal_) + stream + ")";
 }
 
 void CudaDevice::synchronize() const {

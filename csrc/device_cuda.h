@@ -46,6 +46,8 @@ public:
                         std::unique_ptr<DeviceHandle> &slot) const override;
     void finish_wrap(halide_buffer_t &root, uint64_t offset) const override;
     Lease lease(const halide_buffer_t &root, int64_t offset) const override;
+    std::shared_ptr<void> retire_lent(halide_buffer_t &root) const override;
+    bool take_over(halide_buffer_t &root, const Device &other) const override;
 
 private:
     CudaDevice(int ordinal, cu::CUdevice device, cu::CUcontext context, cu::CUstream stream);

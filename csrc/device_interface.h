@@ -66,6 +66,8 @@ struct DeviceAllocation {
     /// The storage's root halide_buffer_t: copies through any handle move all of it, since one
     /// state covers the storage (null: copy what the buffer describes).
     const halide_buffer_t *whole = nullptr;
+    /// A consumer was handed a raw pointer into it (CUDA: no reference count protects it).
+    bool lent = false;
 };
 
 /// What a handle is to its buffer.

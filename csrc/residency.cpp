@@ -146,6 +146,10 @@ void Storage::download(const char *entry) {
 
 void Storage::allocate(const char *entry, const DeviceChoice &on) {
     if (root.device) {
+        if (on.required && on.device != device && device && on.device->take_over(root, *device)) {
+            device = on.device;  // the same memory, used from another stream from now on
+            return;
+        }
         if (on.required && on.device != device)
             throw ValueError(std::string(entry) + "(): the buffer's device copy is on " +
                              (device ? device->description() : std::string("a pipeline runtime's device")) +
@@ -185,8 +189,12 @@ std::shared_ptr<void> Storage::free_device(const char *entry) {
     download(entry);  // freeing never loses data: a newer device copy comes home first
     forget_view_handles();
     TargetDevice target(device.get());
-    last_failure() = DeviceFailure{};
-    check(root.device_interface->device_free(nullptr, &root), entry, "freeing device memory");
+    if (std::shared_ptr<void> lent = device ? device->retire_lent(root) : nullptr) {
+        lent_memory.push_back(std::move(lent));  // consumers may still use it: freed with the storage
+    } else {
+        last_failure() = DeviceFailure{};
+        check(root.device_interface->device_free(nullptr, &root), entry, "freeing device memory");
+    }
     device_ownership = DeviceOwnership::none;
     device.reset();
     return std::exchange(device_owner, nullptr);

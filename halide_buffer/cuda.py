@@ -37,18 +37,26 @@ def loaded_library() -> str:
     return _core._cuda_loaded_library()
 
 
+# Stream objects of the frameworks, by type name, and the attribute holding the CUstream. Only
+# these are taken apart: another object's .ptr may be memory, not a stream.
+_STREAM_TYPES = {"Stream": ("ptr", "cuda_stream"), "ExternalStream": ("ptr", "cuda_stream")}
+
+
 def _stream_number(stream: Any) -> int:
     """A stream as the CUDA array interface numbers it: None (or 0) the legacy default stream; an
-    int is a CUstream handle (1, 2: the legacy and per-thread default streams); CuPy streams
-    (``.ptr``) and PyTorch streams (``.cuda_stream``) give theirs."""
+    int is a CUstream handle the caller vouches for (1, 2: the legacy and per-thread default
+    streams); a ``cupy.cuda.Stream`` (``.ptr``) or ``torch.cuda.Stream`` (``.cuda_stream``) gives
+    its own."""
     if stream is None:
         return 0
-    for attribute in ("ptr", "cuda_stream"):
-        handle = getattr(stream, attribute, None)
-        if isinstance(handle, int):
-            return handle
     if isinstance(stream, int) and not isinstance(stream, bool) and stream >= 0:
         return stream
+    module = type(stream).__module__.split(".")[0]
+    if module in ("cupy", "cupy_backends", "torch"):
+        for attribute in _STREAM_TYPES.get(type(stream).__name__, ()):
+            handle = getattr(stream, attribute, None)
+            if isinstance(handle, int):
+                return handle
     raise TypeError(f"cuda.device(): stream must be None, a CUstream handle (int), a cupy.cuda.Stream "
                     f"or a torch.cuda.Stream, not {stream!r}")
 

@@ -614,9 +614,27 @@ def test_a_device_on_a_cupy_stream_copies_on_it(gpu, cupy):
         c = cupy.asarray(b)
         c *= 3
     np.testing.assert_array_equal(np.asarray(b), 3 * np.arange(1000, dtype=np.float32))
-    with pytest.raises(ValueError, match=r"copy_to_device\(\): the buffer's device copy is on .*call device_free\(\) "
-                                         r"first to move it"):
-        b.copy_to_device(gpu)
+    # Another stream of the same GPU takes the memory over as it is: no copy, no free.
+    address, moves = device_address(b), Moves(b)
+    b.copy_to_device(gpu)
+    assert b.device is gpu and device_address(b) == address and moves() == NONE
+    assert b.__cuda_array_interface__["stream"] == 1
+
+
+@needs_gpu
+def test_memory_a_consumer_holds_outlives_device_free(gpu, cupy):
+    """CUDA memory has no reference count: once lent, it is freed with the storage, not before."""
+    b = ramp((1 << 16,))
+    b.copy_to_device(gpu)
+    c = cupy.asarray(b)  # holds the buffer, not the allocation
+    b.device_free()
+    others = [cupy.full(1 << 16, i, cupy.float32) for i in range(4)]  # would reuse freed memory
+    np.testing.assert_array_equal(c.get(), np.arange(1 << 16, dtype=np.float32))
+    assert all(float(o.get()[0]) == i for i, o in enumerate(others))
+    before = hb._core._live_counts()["device_allocations"]
+    del c, b
+    gc.collect()
+    assert hb._core._live_counts()["device_allocations"] == before - 1  # freed with the storage
 
 
 @needs_gpu
