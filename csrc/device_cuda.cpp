@@ -29,7 +29,7 @@ CudaDevice::~CudaDevice() {
     if (const Api *cuda = available() ? &api() : nullptr) cuda->DevicePrimaryCtxRelease(device_);
 }
 
-std::shared_ptr<CudaDevice> CudaDevice::open(int ordinal, uintptr_t stream) {
+std::shared_ptr<CudaDevice> CudaDevice::open(int ordinal, uintptr_t stream, std::shared_ptr<void> stream_owner) {
     const Api &cuda = api();  // throws "no CUDA driver found" without one
     int count = 0;
     check(cuda.DeviceGetCount(&count), kEntry, "cuDeviceGetCount", kFix);
@@ -43,6 +43,7 @@ std::shared_ptr<CudaDevice> CudaDevice::open(int ordinal, uintptr_t stream) {
     check(cuda.DevicePrimaryCtxRetain(&context, device), kEntry, "cuDevicePrimaryCtxRetain", kFix);
     // From here the device holds the primary context and lets go of it however it ends.
     std::shared_ptr<CudaDevice> d(new CudaDevice(ordinal, device, context, stream_of_number(stream)));
+    d->stream_owner_ = std::move(stream_owner);
     char name[256] = {};
     check(cuda.DeviceGetName(name, sizeof name - 1, device), kEntry, "cuDeviceGetName", kFix);
     d->name_ = name;

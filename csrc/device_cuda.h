@@ -14,10 +14,10 @@ namespace hb {
 /// pointers pass between them and us as they are), with the stream our copies run on.
 class CudaDevice final : public Device {
 public:
-    /// Device `ordinal`; `stream` is a CUstream handle, or 0 for the legacy default stream.
-    /// The stream must belong to the device's primary context and outlive the device (the
-    /// bindings keep its Python owner alive). Throws DeviceError without a driver.
-    static std::shared_ptr<CudaDevice> open(int ordinal, uintptr_t stream);
+    /// Device `ordinal`; `stream` is a CUstream handle, or 0 for the legacy default stream, kept
+    /// valid by `stream_owner` (a framework's stream object), which the device holds as long
+    /// as it lives. The stream must belong to the device. Throws DeviceError without a driver.
+    static std::shared_ptr<CudaDevice> open(int ordinal, uintptr_t stream, std::shared_ptr<void> stream_owner);
     ~CudaDevice() override;  ///< lets go of the primary context
 
     int ordinal() const { return ordinal_; }
@@ -56,6 +56,7 @@ private:
     cu::CUdevice device_;
     cu::CUcontext context_;
     cu::CUstream stream_;
+    std::shared_ptr<void> stream_owner_;
     std::string name_;
     uint64_t global_memory_ = 0;
     int major_ = 0, minor_ = 0;

@@ -252,10 +252,12 @@ py::object call_with(const AotPipeline &p, PyObject *const *pos, size_t npos, Py
     auto enter = [&](size_t i) {
         Buffer &b = buffer_of(given[i].ptr());
         bool output = m.arguments[i].kind == halide_argument_kind_output_buffer;
-        run_lease(b, [&] {
-            if (gpu) b.prepare_for_pipeline(p.name().c_str(), p.device_interface(), output, gpu);
-            else b.prepare_for_pipeline(p.name().c_str(), p.device_interface(), output);
-        });
+        if (gpu) {  // places the buffer on the GPU: may allocate and copy, whatever it held before
+            py::gil_scoped_release nogil;
+            b.prepare_for_pipeline(p.name().c_str(), p.device_interface(), output, gpu);
+        } else {
+            run_lease(b, [&] { b.prepare_for_pipeline(p.name().c_str(), p.device_interface(), output); });
+        }
         argv[i] = b.raw(p.name().c_str(), shown_as);
     };
     TargetDevice target(gpu.get());  // the device our handlers give the pipeline's runtime

@@ -45,10 +45,7 @@ Buffer wrap(uint64_t data, const std::vector<int64_t> &shape, const std::vector<
             py::handle dtype, const std::shared_ptr<CudaDevice> &device, py::object owner, uintptr_t stream) {
     constexpr const char *entry = "cuda.wrap";
     const DType &t = to_dtype(dtype, entry);
-    auto keep = std::shared_ptr<void>(new py::object(std::move(owner)), [](void *p) {
-        py::gil_scoped_acquire gil;
-        delete static_cast<py::object *>(p);
-    });
+    std::shared_ptr<void> keep = keep_object(owner);
     cu::CUstream producer = stream ? stream_of_number(stream) : nullptr;
     py::gil_scoped_release nogil;
     return wrap_cuda(entry, device, data, shape, strides, t, std::move(keep), producer);
@@ -58,8 +55,7 @@ Buffer wrap(uint64_t data, const std::vector<int64_t> &shape, const std::vector<
 
 void bind_cuda(py::module_ &m, py::class_<Buffer> &cls) {
     py::class_<CudaDevice, Device, std::shared_ptr<CudaDevice>>(
-        m, "CudaDevice", "A CUDA device through its primary context, with the stream copies run on.",
-        py::dynamic_attr())
+        m, "CudaDevice", "A CUDA device through its primary context, with the stream copies run on.")
         .def_property_readonly("ordinal", &CudaDevice::ordinal)
         .def_property_readonly("name", &CudaDevice::name)
         .def_property_readonly("is_gpu", [](const CudaDevice &) { return true; })
@@ -81,13 +77,19 @@ void bind_cuda(py::module_ &m, py::class_<Buffer> &cls) {
     m.def("_cuda_available", &cu::available);
     m.def("_cuda_loaded_library", &cu::loaded_library);
     m.def("_cuda_error_name", [](int code) { return cu::error_name(code); });
-    m.def("_cuda_open", &CudaDevice::open, py::arg("ordinal"), py::arg("stream"));
-    m.def("_cuda_pointer_ordinal", [](uint64_t data) {
+    m.def("_cuda_open", [](int ordinal, uintptr_t stream, py::object stream_owner) {
+        return CudaDevice::open(ordinal, stream, keep_object(stream_owner));
+    }, py::arg("ordinal"), py::arg("stream"), py::arg("stream_owner"));
+    m.def("_cuda_pointer_ordinal", [](uint64_t data, const CudaDevice &any) {
+        // Asked inside a context (the driver wants one current); with unified addressing any
+        // device's answers for every device's pointers.
+        cu::ContextScope scope(any.context());
+        cu::check(scope.result, "cuda.wrap", "cuCtxPushCurrent", "the context is lost; restart the process");
         int ordinal = -1;
         cu::check(cu::api().PointerGetAttribute(&ordinal, cu::CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL, data),
                   "cuda.wrap", "cuPointerGetAttribute", "pass the memory of a live CUDA array");
         return ordinal;
-    }, py::arg("data"), "The ordinal of the GPU holding a device pointer.");
+    }, py::arg("data"), py::arg("any_device"), "The ordinal of the GPU holding a device pointer.");
     m.def("_cuda_wrap", &wrap, py::arg("data"), py::arg("shape"), py::arg("strides"), py::arg("dtype"),
           py::arg("device"), py::arg("owner"), py::arg("stream"));
 

@@ -155,7 +155,8 @@ py::capsule dlpack_export(py::handle self, const DLPackArgs &a) {
     Buffer &b = buffer_of(self.ptr());
     int copy = tri_state(a.copy, kExport);
     py::handle stream = a.stream, max_version = a.max_version, dl_device = a.dl_device;
-    DLDevice here = dlpack_device_of(b);
+    std::shared_ptr<CudaDevice> gpu = cuda_device_of(b);  // looked up once: the export uses it
+    DLDevice here = gpu ? DLDevice{kDLCUDA, gpu->ordinal()} : DLDevice{kDLCPU, 0};
     if (!dl_device.is_none()) {
         auto [type, id] = int_pair(dl_device, "dl_device", "(1, 0)");
         bool to_host = type == kDLCPU && id == 0;  // any buffer's host copy can be handed out
@@ -178,7 +179,7 @@ py::capsule dlpack_export(py::handle self, const DLPackArgs &a) {
     if (!versioned && b.readonly() && copy != 1)
         throw BufferError(std::string(kExport) + "(): the buffer is read-only, which a legacy capsule "
                           "cannot say; call __dlpack__(max_version=(1, 0)), or copy=True");
-    if (here.device_type == kDLCUDA) return cuda_export(b, cuda_device_of(b), a, versioned, copy);
+    if (here.device_type == kDLCUDA) return cuda_export(b, gpu, a, versioned, copy);
     // Streams order work on a GPU; host data has none to order.
     if (!stream.is_none())
         throw BufferError(std::string(kExport) + "(): stream must be None for data on the CPU, not " +
@@ -270,9 +271,16 @@ Buffer adopt_cuda(const DLImport &in, std::shared_ptr<void> owner, int copy, boo
     std::vector<int64_t> bytes(in.strides.size());
     for (size_t i = 0; i < bytes.size(); ++i) bytes[i] = in.strides[i] * in.dtype->itemsize;
     bool copy_now = copy == 1 && !in.copied && !producer_copied;
+    // The wrapped memory's owner, as device_detach_native() hands it back: the producer object
+    // (None for a raw capsule), holding the tensor until it is let go.
+    py::object producer = static_cast<ImportOwner *>(owner.get())->producer;
+    std::shared_ptr<void> holder(new py::object(std::move(producer)), [tensor = std::move(owner)](void *p) {
+        py::gil_scoped_acquire gil;
+        delete static_cast<py::object *>(p);
+    });
     py::gil_scoped_release nogil;
     Buffer out = wrap_cuda(kImport, device, reinterpret_cast<uint64_t>(in.data), in.shape, bytes, *in.dtype,
-                           std::move(owner), nullptr);
+                           std::move(holder), nullptr);
     if (!copy_now) return out;
     out.begin_host_read();
     return out.copy(kImport);  // the wrapped tensor is let go with `out`

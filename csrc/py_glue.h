@@ -62,6 +62,9 @@ Buffer &buffer_of(PyObject *self);
 void bind_residency(py::class_<Buffer> &cls);
 /// The device a call names: a Device (required), or None: where the buffer is, else the default.
 DeviceChoice device_arg(py::handle device, const char *entry);
+/// Holds a Python object for a C++ owner (null for None); dropped with the GIL held, from any
+/// thread.
+std::shared_ptr<void> keep_object(py::handle obj);
 /// halide_buffer.transfers(): the process-wide counts.
 void bind_transfer_totals(py::module_ &m);
 

@@ -32,6 +32,14 @@ std::shared_ptr<Device> default_device() {
 
 }  // namespace
 
+std::shared_ptr<void> keep_object(py::handle obj) {
+    if (obj.is_none()) return nullptr;
+    return std::shared_ptr<void>(new py::object(py::reinterpret_borrow<py::object>(obj)), [](void *p) {
+        py::gil_scoped_acquire gil;
+        delete static_cast<py::object *>(p);
+    });
+}
+
 DeviceChoice device_arg(py::handle device, const char *entry) {
     if (device.is_none()) return DeviceChoice{default_device(), false};
     if (!py::isinstance<Device>(device))
@@ -42,15 +50,6 @@ DeviceChoice device_arg(py::handle device, const char *entry) {
 }
 
 namespace {
-
-/// Keeps a Python object alive while the storage holds it; dropped with the GIL held.
-std::shared_ptr<void> keep(py::handle obj) {
-    if (obj.is_none()) return nullptr;
-    return std::shared_ptr<void>(new py::object(py::reinterpret_borrow<py::object>(obj)), [](void *p) {
-        py::gil_scoped_acquire gil;
-        delete static_cast<py::object *>(p);
-    });
-}
 
 /// The object a detach hands back (None when nothing was wrapped).
 py::object owner_object(const std::shared_ptr<void> &owner) {
@@ -74,7 +73,7 @@ void wrap_native(py::handle self, py::handle handle, py::handle device, uint64_t
     std::shared_ptr<Device> on = device_arg(device, entry).device;
     // A pool's buffer goes back to the pool when its Python object dies, cl_mem reference or
     // not: the Python object is what must stay alive.
-    std::shared_ptr<void> owner = keep(handle);
+    std::shared_ptr<void> owner = keep_object(handle);
     py::gil_scoped_release nogil;
     b.device_wrap_native(on, native, offset, std::move(owner));
 }

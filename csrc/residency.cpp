@@ -190,7 +190,9 @@ std::shared_ptr<void> Storage::free_device(const char *entry) {
     forget_view_handles();
     TargetDevice target(device.get());
     if (std::shared_ptr<void> lent = device ? device->retire_lent(root) : nullptr) {
-        lent_memory.push_back(std::move(lent));  // consumers may still use it: freed with the storage
+        // Consumers may still use it: freed with the storage, and whoever owns it kept till then.
+        lent_memory.push_back(std::move(lent));
+        if (device_owner) lent_memory.push_back(device_owner);
     } else {
         last_failure() = DeviceFailure{};
         check(root.device_interface->device_free(nullptr, &root), entry, "freeing device memory");
@@ -232,7 +234,21 @@ void Storage::publish(RawView &r, bool may_copy) {
     } else if (root.device) {
         device_field = device->view_field(root, r.buf.host - root.host, r.handle);
         if (device_field) interface = root.device_interface;
-        if (device_field && r.shown_as && covers_storage(r.buf, root)) interface = r.shown_as;
+        if (device_field && r.shown_as) {
+            if (covers_storage(r.buf, root)) {
+                interface = r.shown_as;
+            } else {
+                // A part of the storage: the pipeline's runtime cannot take our interface, so it
+                // is shown without device memory (the runtime allocates its own; it comes home
+                // after), over a current host copy.
+                if (may_copy) download("_get_raw_halide_buffer_t");
+                if (!(root.flags & kDeviceDirty)) {
+                    device_field = 0;
+                    interface = nullptr;
+                    r.handle.reset();
+                }
+            }
+        }
     } else {
         r.handle.reset();
     }
@@ -418,6 +434,9 @@ std::shared_ptr<void> Buffer::device_detach_native() {
                          "device_wrap_native(); use device_free()");
     s.download(entry);
     s.forget_view_handles();
+    // Memory handed to consumers without a reference of their own stays valid while the
+    // storage lives: its owner is kept (the caller gets it too).
+    if (s.device->allocation(s.root)->lent && s.device_owner) s.lent_memory.push_back(s.device_owner);
     TargetDevice target(s.device.get());
     last_failure() = DeviceFailure{};
     check(s.root.device_interface->detach_native(nullptr, &s.root), entry, "detaching the device memory");
@@ -500,8 +519,13 @@ void Buffer::prepare_for_pipeline(const char *entry, const halide_device_interfa
         if (s.root.device && s.root.device_interface != interface) released = s.free_device(entry);
         return;
     }
-    if (s.root.device && (s.device != device || s.root.device_interface != device->interface()))
-        released = s.free_device(entry);  // elsewhere: home first, then placed
+    if (s.root.device && s.device != device) {
+        // The same memory used from another stream is taken over; elsewhere: home first, then placed.
+        if (s.device && s.root.device_interface == device->interface() && device->take_over(s.root, *s.device))
+            s.device = device;
+        else
+            released = s.free_device(entry);
+    }
     DeviceChoice on{device, true};
     output ? s.allocate(entry, on) : s.upload(entry, on);
 }
@@ -519,7 +543,15 @@ void Buffer::expect_upload() {
     if (!raw_) return;
     StorageOp op(*storage_, false);  // no republishing: that would take the flag back
     halide_buffer_t &buf = raw_->buf;
-    if (buf.device) return;  // the pipeline reads the device copy it is shown
+    if (buf.device) {
+        // The pipeline reads the device copy it is shown. One we placed for it was uploaded just
+        // now: a standing lease's host_dirty must not make its runtime upload it again.
+        if (raw_->shown_as && !(storage_->root.flags & kHostDirty)) {
+            buf.flags &= ~kHostDirty;
+            raw_->published = buf.flags;
+        }
+        return;
+    }
     buf.flags = kHostDirty;
     raw_->published = buf.flags;
 }

@@ -76,11 +76,9 @@ def device(ordinal: int = 0, stream: Any = None) -> CudaDevice:
     if number == 0:
         with _defaults_lock:
             if ordinal not in _defaults:
-                _defaults[ordinal] = _core._cuda_open(ordinal, 0)
+                _defaults[ordinal] = _core._cuda_open(ordinal, 0, None)
             return _defaults[ordinal]
-    d = _core._cuda_open(ordinal, number)
-    d._stream_owner = stream  # the stream object lives as long as the device
-    return d
+    return _core._cuda_open(ordinal, number, stream)  # the device keeps the stream object alive
 
 
 # ---------------------------------------------------------------------------------------------
@@ -140,4 +138,4 @@ def wrap(obj: Any, *, dtype: Any = None) -> Buffer:
 
 def _device_of_pointer(data: int) -> CudaDevice:
     """The default device of the GPU holding ``data``."""
-    return device(_core._cuda_pointer_ordinal(data))
+    return device(_core._cuda_pointer_ordinal(data, device()))

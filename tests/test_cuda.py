@@ -956,3 +956,28 @@ def test_a_cuda_pipeline_between_cupy_arrays_moves_nothing_through_the_host(gpu,
     assert out.device is gpu and out.device_dirty() and c_out.shape == src.shape
     np.testing.assert_array_equal(c_out.get(), FORMULAS[entry["formula"]](src))
     assert moves() == NONE
+
+
+@needs_gpu
+def test_detaching_a_dlpack_import_hands_back_the_producer(gpu, cupy):
+    c = cupy.arange(8, dtype=cupy.float32)
+    b = hb.from_dlpack(c)
+    assert b.device is gpu and b.device_dirty()
+    np.testing.assert_array_equal(np.asarray(b), np.arange(8, dtype=np.float32))
+    assert b.device_detach_native() is c
+    assert not b.has_device_allocation()
+
+
+@needs_gpu
+def test_a_consumer_of_wrapped_memory_keeps_it_after_device_free(gpu, cupy):
+    """The wrapped array's owner is kept with the storage once a consumer was handed its memory."""
+    n = 1 << 16
+    c = cupy.arange(n, dtype=cupy.float32)
+    w = hb.cuda.wrap(c)
+    t = cupy.asarray(w)  # a consumer of the same memory, holding only the buffer
+    w.device_free()
+    del c
+    gc.collect()
+    others = [cupy.full(n, i, cupy.float32) for i in range(4)]  # would reuse freed memory
+    np.testing.assert_array_equal(t.get(), np.arange(n, dtype=np.float32))
+    assert all(float(o.get()[0]) == i for i, o in enumerate(others))
