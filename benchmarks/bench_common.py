@@ -4,6 +4,7 @@ import json
 import os
 import platform
 import statistics
+import time
 from pathlib import Path
 
 import numpy as np
@@ -22,6 +23,31 @@ class Rounds(list):
     @property
     def median(self):
         return statistics.median(self)
+
+
+class CopyCase:
+    """One kind of copy, timed in rounds of `number` blocking copies of `nbytes` each."""
+
+    def __init__(self, key, label, nbytes, direction, side, number, fn):
+        self.key = key                  # stable name for --json
+        self.label = label              # what the table prints
+        self.nbytes = nbytes
+        self.direction = direction      # "upload" (host->device) or "download"
+        self.side = side                # ours, or which peer
+        self.number = number            # copies per round
+        self.fn = fn                    # one copy
+        self.rounds_s = Rounds()        # seconds per copy, every round
+
+    def run_round(self):
+        fn, n = self.fn, self.number
+        t0 = time.perf_counter()
+        for _ in range(n):
+            fn()
+        self.rounds_s.append((time.perf_counter() - t0) / n)
+
+    @property
+    def gbps(self):
+        return self.nbytes / self.rounds_s.best / 1e9
 
 
 def environment():

@@ -46,7 +46,6 @@ import argparse
 import ctypes
 import statistics
 import sys
-import time
 import timeit
 import warnings
 
@@ -54,7 +53,7 @@ import numpy as np
 
 import halide_buffer as hb
 
-from bench_common import Rounds, environment, environment_line, fmt_ratio, ratio, run_cases, write_json
+from bench_common import CopyCase, Rounds, environment, environment_line, fmt_ratio, ratio, run_cases, write_json
 
 MiB = 1 << 20
 COPY_BYTES = 256 * MiB
@@ -76,27 +75,6 @@ def import_peer(name):
 # --------------------------------------------------------------------------------------------
 # Copies
 # --------------------------------------------------------------------------------------------
-
-
-class CopyCase:
-    def __init__(self, key, label, direction, side, fn):
-        self.key = key                # stable name for --json
-        self.label = label
-        self.direction = direction    # "upload" (host->device) or "download"
-        self.side = side              # "ours", "pinned", "pageable", "ours_pinned"
-        self.fn = fn                  # one blocking copy
-        self.rounds_s = Rounds()      # seconds per copy, every round
-
-    def run_round(self):
-        fn = self.fn
-        t0 = time.perf_counter()
-        for _ in range(COPIES):
-            fn()
-        self.rounds_s.append((time.perf_counter() - t0) / COPIES)
-
-    @property
-    def gbps(self):
-        return COPY_BYTES / self.rounds_s.best / 1e9
 
 
 def pinned_array(cupy, nbytes):
@@ -143,14 +121,14 @@ def make_copy_cases(cupy, dev):
         return copy
 
     cases = [
-        CopyCase("upload_ours", "ours", "upload", "ours", up(b)),
-        CopyCase("upload_pinned", "CuPy, pinned", "upload", "pinned", cupy_copy(d, pinned, False)),
-        CopyCase("upload_pageable", "CuPy, pageable", "upload", "pageable", cupy_copy(d, pageable, False)),
-        CopyCase("upload_ours_pinned", "ours on pinned", "upload", "ours_pinned", up(bp)),
-        CopyCase("download_ours", "ours", "download", "ours", down(b)),
-        CopyCase("download_pinned", "CuPy, pinned", "download", "pinned", cupy_copy(d, pinned, True)),
-        CopyCase("download_pageable", "CuPy, pageable", "download", "pageable", cupy_copy(d, pageable, True)),
-        CopyCase("download_ours_pinned", "ours on pinned", "download", "ours_pinned", down(bp)),
+        CopyCase("upload_ours", "ours", COPY_BYTES, "upload", "ours", COPIES, up(b)),
+        CopyCase("upload_pinned", "CuPy, pinned", COPY_BYTES, "upload", "pinned", COPIES, cupy_copy(d, pinned, False)),
+        CopyCase("upload_pageable", "CuPy, pageable", COPY_BYTES, "upload", "pageable", COPIES, cupy_copy(d, pageable, False)),
+        CopyCase("upload_ours_pinned", "ours on pinned", COPY_BYTES, "upload", "ours_pinned", COPIES, up(bp)),
+        CopyCase("download_ours", "ours", COPY_BYTES, "download", "ours", COPIES, down(b)),
+        CopyCase("download_pinned", "CuPy, pinned", COPY_BYTES, "download", "pinned", COPIES, cupy_copy(d, pinned, True)),
+        CopyCase("download_pageable", "CuPy, pageable", COPY_BYTES, "download", "pageable", COPIES, cupy_copy(d, pageable, True)),
+        CopyCase("download_ours_pinned", "ours on pinned", COPY_BYTES, "download", "ours_pinned", COPIES, down(bp)),
     ]
     return cases, (b, bp, ours_pinned_host, pinned, pageable, d)
 

@@ -37,14 +37,13 @@ import argparse
 import json
 import statistics
 import sys
-import time
 from pathlib import Path
 
 import numpy as np
 
 import halide_buffer as hb
 
-from bench_common import Rounds, environment, environment_line
+from bench_common import CopyCase, environment, environment_line
 
 KiB, MiB = 1 << 10, 1 << 20
 
@@ -73,29 +72,6 @@ def fmt_bytes(n: int) -> str:
 # --------------------------------------------------------------------------------------------
 # Copies: ours against raw pyopencl
 # --------------------------------------------------------------------------------------------
-
-
-class Case:
-    def __init__(self, key, size_label, nbytes, direction, side, number, fn):
-        self.key = key                  # stable name for --json
-        self.size_label = size_label
-        self.nbytes = nbytes
-        self.direction = direction      # "upload" (host->device) or "download"
-        self.side = side                # "ours", "peer" or "ndmem" (ours on NumPy memory)
-        self.number = number            # copies per round
-        self.fn = fn                    # one copy
-        self.rounds_s = Rounds()        # seconds per copy, every round
-
-    def run_round(self):
-        fn, n = self.fn, self.number
-        t0 = time.perf_counter()
-        for _ in range(n):
-            fn()
-        self.rounds_s.append((time.perf_counter() - t0) / n)
-
-    @property
-    def gbps(self):
-        return self.nbytes / self.rounds_s.best / 1e9
 
 
 def make_copy_cases(cl, ctx, queue, sizes):
@@ -131,13 +107,13 @@ def make_copy_cases(cl, ctx, queue, sizes):
 
         tag = label.replace(" ", "")
         cases += [
-            Case(f"upload_{tag}_ours", label, nbytes, "upload", "ours", number, ours_up),
-            Case(f"upload_{tag}_peer", label, nbytes, "upload", "peer", number, peer_up),
-            Case(f"upload_{tag}_ndmem", label, nbytes, "upload", "ndmem", number,
+            CopyCase(f"upload_{tag}_ours", label, nbytes, "upload", "ours", number, ours_up),
+            CopyCase(f"upload_{tag}_peer", label, nbytes, "upload", "peer", number, peer_up),
+            CopyCase(f"upload_{tag}_ndmem", label, nbytes, "upload", "ndmem", number,
                  lambda nd=nd: ours_up(nd)),
-            Case(f"download_{tag}_ours", label, nbytes, "download", "ours", number, ours_down),
-            Case(f"download_{tag}_peer", label, nbytes, "download", "peer", number, peer_down),
-            Case(f"download_{tag}_ndmem", label, nbytes, "download", "ndmem", number,
+            CopyCase(f"download_{tag}_ours", label, nbytes, "download", "ours", number, ours_down),
+            CopyCase(f"download_{tag}_peer", label, nbytes, "download", "peer", number, peer_down),
+            CopyCase(f"download_{tag}_ndmem", label, nbytes, "download", "ndmem", number,
                  lambda nd=nd: ours_down(nd)),
         ]
     return cases, keep
@@ -323,12 +299,12 @@ def report_copies(cases, repeat, device):
         # Rounds of the two sides ran back to back, so their per-round ratios cancel drift of
         # the machine; their median backs up the ratio of the bests.
         paired = statistics.median(x / y for x, y in zip(c.rounds_s, p.rounds_s))
-        rows.append({"size": c.size_label, "bytes": c.nbytes, "direction": c.direction,
+        rows.append({"size": c.label, "bytes": c.nbytes, "direction": c.direction,
                      "copies_per_round": c.number, "ours_s": c.rounds_s.best, "peer_s": p.rounds_s.best,
                      "ours_median_s": c.rounds_s.median, "peer_median_s": p.rounds_s.median,
                      "ours_gbps": c.gbps, "peer_gbps": p.gbps, "ratio": r,
                      "paired_ratio": paired, "ndmem_s": m.rounds_s.best, "ndmem_ratio": r_nd})
-        print(f"{c.size_label:>8}  {c.direction:<9}  {c.number:>6}  {fmt_time(c.rounds_s.best):>10}  "
+        print(f"{c.label:>8}  {c.direction:<9}  {c.number:>6}  {fmt_time(c.rounds_s.best):>10}  "
               f"{fmt_time(p.rounds_s.best):>10}  {c.gbps:9.3f}  {p.gbps:9.3f}  {r:8.3f}x  "
               f"{paired:6.3f}x  {r_nd:9.3f}x")
     print()
