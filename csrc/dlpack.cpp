@@ -61,6 +61,7 @@ void describe(ExportContext &c, const Buffer &b, const Placement &at, DLTensor &
 }  // namespace
 
 DLDevice dlpack_device_of(Buffer &b) {
+    if (!b.may_hold_device_copy()) return DLDevice{kDLCPU, 0};  // the common case, without a call
     if (std::shared_ptr<CudaDevice> d = cuda_device_of(b)) return DLDevice{kDLCUDA, d->ordinal()};
     return DLDevice{kDLCPU, 0};
 }

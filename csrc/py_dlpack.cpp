@@ -155,7 +155,8 @@ py::capsule dlpack_export(py::handle self, const DLPackArgs &a) {
     Buffer &b = buffer_of(self.ptr());
     int copy = tri_state(a.copy, kExport);
     py::handle stream = a.stream, max_version = a.max_version, dl_device = a.dl_device;
-    std::shared_ptr<CudaDevice> gpu = cuda_device_of(b);  // looked up once: the export uses it
+    // Looked up once (the export uses it), and only for a buffer that was ever on a device.
+    std::shared_ptr<CudaDevice> gpu = b.may_hold_device_copy() ? cuda_device_of(b) : nullptr;
     DLDevice here = gpu ? DLDevice{kDLCUDA, gpu->ordinal()} : DLDevice{kDLCPU, 0};
     if (!dl_device.is_none()) {
         auto [type, id] = int_pair(dl_device, "dl_device", "(1, 0)");
