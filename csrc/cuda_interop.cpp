@@ -10,6 +10,14 @@ std::shared_ptr<CudaDevice> cuda_device_of(Buffer &b) {
     return std::dynamic_pointer_cast<CudaDevice>(b.device());
 }
 
+std::shared_ptr<CudaDevice> cuda_device_of(const Buffer::DeviceView &lease, const char *entry) {
+    auto device = std::dynamic_pointer_cast<CudaDevice>(lease.device);
+    if (!device)
+        throw BufferError(std::string(entry) + "(): the buffer left its CUDA device meanwhile (another "
+                          "thread moved it); export it again");
+    return device;
+}
+
 Buffer wrap_cuda(const char *entry, const std::shared_ptr<CudaDevice> &device, uint64_t data,
                  const std::vector<int64_t> &shape, const std::vector<int64_t> &strides, const DType &dtype,
                  std::shared_ptr<void> owner, cu::CUstream producer) {

@@ -13,6 +13,10 @@ namespace hb {
 /// The CUDA device holding the buffer's device copy, or null (no device copy, or another kind).
 std::shared_ptr<CudaDevice> cuda_device_of(Buffer &b);
 
+/// The CUDA device a device lease ended on (another thread may have moved the storage since
+/// the caller looked); BufferError naming `entry` if it is no longer a CUDA device.
+std::shared_ptr<CudaDevice> cuda_device_of(const Buffer::DeviceView &lease, const char *entry);
+
 /// A buffer whose current copy is CUDA memory at `data` (the element at index 0 of every axis,
 /// on `device`; `strides` in bytes), kept alive by `owner`: no copy now; the host copy, laid
 /// out like the device memory, is filled on the first host read. Our stream first waits for

@@ -33,7 +33,7 @@ const CudaDevice &device_of(const DeviceAllocation *a) { return static_cast<cons
 /// before that, the one buffer there is), not a crop or a published view.
 bool owns_allocation(const halide_buffer_t *buf) {
     const DeviceAllocation *a = allocation_of(buf);
-    return !a->whole || a->whole == buf;
+    return !a->retired && (!a->whole || a->whole == buf);
 }
 
 void clear_device(halide_buffer_t *buf) {
@@ -272,6 +272,7 @@ std::shared_ptr<void> CudaDevice::retire_lent(halide_buffer_t &root) const {
     if (!a->lent) return nullptr;
     clear_device(&root);
     a->whole = nullptr;  // no buffer shows it any more: nothing to copy through it
+    a->retired = true;
     return std::shared_ptr<void>(a, [](void *p) { end_allocation(static_cast<DeviceAllocation *>(p)); });
 }
 

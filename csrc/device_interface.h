@@ -68,6 +68,9 @@ struct DeviceAllocation {
     const halide_buffer_t *whole = nullptr;
     /// A consumer was handed a raw pointer into it (CUDA: no reference count protects it).
     bool lent = false;
+    /// Detached from its buffer, waiting for its storage to die (Storage::lent_memory): no
+    /// buffer's device_free may end it.
+    bool retired = false;
 };
 
 /// What a handle is to its buffer.

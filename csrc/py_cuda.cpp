@@ -37,7 +37,7 @@ py::dict cuda_array_interface(py::handle self) {
     d["version"] = 3;
     // Our copies are blocking, but kernels a pipeline queued on our stream may still run: the
     // consumer waits for our stream (never 0: the spec reserves it).
-    d["stream"] = device->stream_number();
+    d["stream"] = cuda_device_of(v, kInterface)->stream_number();  // where the lease ended
     return d;
 }
 

@@ -145,9 +145,13 @@ py::capsule cuda_export(Buffer &b, const std::shared_ptr<CudaDevice> &device, co
     {
         py::gil_scoped_release nogil;
         v = b.begin_device_use(kExport, DeviceChoice{device, false}, !b.readonly());
-        if (stream) device->order_before(stream_of_number(*stream));
     }
-    Placement at{DLDevice{kDLCUDA, device->ordinal()}, static_cast<uint8_t *>(v.native) + v.offset};
+    std::shared_ptr<CudaDevice> on = cuda_device_of(v, kExport);  // where the lease ended
+    if (stream) {
+        py::gil_scoped_release nogil;
+        on->order_before(stream_of_number(*stream));
+    }
+    Placement at{DLDevice{kDLCUDA, on->ordinal()}, static_cast<uint8_t *>(v.native) + v.offset};
     return capsule_for(b, versioned, false, at);
 }
 

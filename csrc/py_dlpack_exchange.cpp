@@ -58,8 +58,9 @@ int from_py_object(void *py_object, DLManagedTensorVersioned **out) {
             Buffer::DeviceView v = b.begin_device_use("__dlpack__", DeviceChoice{device, false}, !b.readonly());
             // "No sync" leaves ordering to the consumer, who knows its stream only as the
             // current one: our stream's work is finished before the tensor is handed over.
-            device->synchronize();
-            *out = export_versioned(b, false, Placement{DLDevice{kDLCUDA, device->ordinal()},
+            std::shared_ptr<CudaDevice> on = cuda_device_of(v, "__dlpack__");  // where the lease ended
+            on->synchronize();
+            *out = export_versioned(b, false, Placement{DLDevice{kDLCUDA, on->ordinal()},
                                                         static_cast<uint8_t *>(v.native) + v.offset});
             return 0;
         }

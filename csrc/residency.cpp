@@ -515,8 +515,13 @@ void Buffer::prepare_for_pipeline(const char *entry, const halide_device_interfa
     StorageOp op(*storage_);
     Storage &s = *storage_;
     if (!covers_whole_storage()) {
-        // A part of a storage: the pipeline's runtime allocates for it (and it comes home after).
-        if (s.root.device && s.root.device_interface != interface) released = s.free_device(entry);
+        // A part of a storage: shown without device memory over a current host copy (see
+        // publish()); the runtime allocates for it, and that comes home after. Our device copy
+        // stays; one under another runtime's interface goes.
+        if (s.device_ownership == DeviceOwnership::foreign && s.root.device_interface != interface)
+            released = s.free_device(entry);
+        else
+            s.download(entry);
         return;
     }
     if (s.root.device && s.device != device) {

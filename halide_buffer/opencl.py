@@ -116,8 +116,12 @@ def as_array(buffer: Buffer, *, device: Device | None = None, writable: bool = T
     if any(s < 0 for s in buffer.strides):
         raise BufferError("opencl.as_array(): pyopencl arrays cannot have negative strides; "
                           "pass buffer.copy() instead")
+    held = buffer.device
+    if held is not None and held.kind != "opencl":
+        raise BufferError(f"opencl.as_array(): the buffer's device copy is on {held!r}; call "
+                          f"device_free() first to move it to an OpenCL device")
     mem, offset, dev = buffer._device_view(device, writable, "opencl.as_array")
-    if dev.kind != "opencl":  # a CUDA lease takes no reference: nothing to give back
+    if dev.kind != "opencl":  # moved there meanwhile; a CUDA lease takes no reference to give back
         raise BufferError(f"opencl.as_array(): the buffer's device copy is on {dev!r}; call "
                           f"device_free() first to move it to an OpenCL device")
     data = cl.MemoryObject.from_int_ptr(mem, retain=False)  # adopts the reference the lease took
