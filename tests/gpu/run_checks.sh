@@ -12,8 +12,8 @@
 #   4. python benchmarks/bench_cuda.py --repeat 5;
 #   5. a summary. Exit status: 0 when the tests passed, 1 when one failed, 3 when the build failed.
 #
-# Logs, the JUnit XML and the benchmark's JSON go to $OUT when set (the device machine's folder
-# that comes back), else build/gpu_results. Every step has a time limit; the whole run is meant to
+# Logs, the JUnit XML and the benchmark's JSON go to the folder $OUT names when it is set, else
+# to build/gpu_results. Every step has a time limit; the whole run is meant to
 # stay well inside 5 minutes.
 set -u
 cd "$(dirname "$0")/../.." || exit 3
