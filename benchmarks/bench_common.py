@@ -50,6 +50,16 @@ class CopyCase:
         return self.nbytes / self.rounds_s.best / 1e9
 
 
+def run_copy_cases(cases, repeat):
+    """One warm-up round of every CopyCase (not kept), then `repeat` rounds, interleaved."""
+    for c in cases:
+        c.run_round()
+        c.rounds_s.clear()
+    for _ in range(repeat):
+        for c in cases:
+            c.run_round()
+
+
 def environment():
     """The versions and machine a run's figures belong to (for --json)."""
     return {

@@ -53,7 +53,8 @@ import numpy as np
 
 import halide_buffer as hb
 
-from bench_common import CopyCase, Rounds, environment, environment_line, fmt_ratio, ratio, run_cases, write_json
+from bench_common import (CopyCase, Rounds, environment, environment_line, fmt_ratio, ratio, run_cases,
+                          run_copy_cases, write_json)
 
 MiB = 1 << 20
 COPY_BYTES = 256 * MiB
@@ -155,12 +156,7 @@ def check_copies(dev, keep):
 
 def measure_copies(cupy, dev, repeat):
     cases, keep = make_copy_cases(cupy, dev)
-    for c in cases:                        # warm-up round, not counted
-        c.run_round()
-        c.rounds_s.clear()
-    for _ in range(repeat):
-        for c in cases:
-            c.run_round()
+    run_copy_cases(cases, repeat)
     return cases, check_copies(dev, keep)
 
 

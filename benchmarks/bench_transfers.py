@@ -43,7 +43,7 @@ import numpy as np
 
 import halide_buffer as hb
 
-from bench_common import CopyCase, environment, environment_line
+from bench_common import CopyCase, environment, environment_line, run_copy_cases
 
 KiB, MiB = 1 << 10, 1 << 20
 
@@ -150,12 +150,7 @@ def measure_copies(repeat):
     ctx = cl.Context.from_int_ptr(dev.context, retain=True)
     queue = cl.CommandQueue.from_int_ptr(dev.queue, retain=True)
     cases, keep = make_copy_cases(cl, ctx, queue, SIZES)
-    for c in cases:                              # warm-up round, not counted
-        c.run_round()
-        c.rounds_s.clear()
-    for _ in range(repeat):
-        for c in cases:
-            c.run_round()
+    run_copy_cases(cases, repeat)
     problems = check_copies(SIZES, keep)
     return cases, problems, f"{dev.name} on {dev.platform}"
 
