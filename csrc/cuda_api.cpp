@@ -90,7 +90,6 @@ const Api *open() {
         if (!missing && !resolve(library, name, slot)) missing = name;
     };
     need("cuInit", api->Init);
-    need("cuDriverGetVersion", api->DriverGetVersion);
     need("cuDeviceGetCount", api->DeviceGetCount);
     need("cuDeviceGet", api->DeviceGet);
     need("cuDeviceGetName", api->DeviceGetName);
@@ -105,13 +104,11 @@ const Api *open() {
     need("cuMemGetAddressRange_v2", api->MemGetAddressRange);
     need("cuMemcpyHtoDAsync_v2", api->MemcpyHtoDAsync);
     need("cuMemcpyDtoHAsync_v2", api->MemcpyDtoHAsync);
-    need("cuMemcpyDtoDAsync_v2", api->MemcpyDtoDAsync);
     need("cuPointerGetAttribute", api->PointerGetAttribute);
     need("cuStreamSynchronize", api->StreamSynchronize);
     need("cuStreamWaitEvent", api->StreamWaitEvent);
     need("cuEventCreate", api->EventCreate);
     need("cuEventRecord", api->EventRecord);
-    need("cuEventSynchronize", api->EventSynchronize);
     need("cuEventDestroy_v2", api->EventDestroy);
     need("cuGetErrorName", api->GetErrorName);
     need("cuGetErrorString", api->GetErrorString);

@@ -22,27 +22,14 @@ using CUpointer_attribute = int;
 
 constexpr CUresult CUDA_SUCCESS = 0;
 constexpr CUresult CUDA_ERROR_INVALID_VALUE = 1;
-constexpr CUresult CUDA_ERROR_OUT_OF_MEMORY = 2;
-constexpr CUresult CUDA_ERROR_NOT_INITIALIZED = 3;
-constexpr CUresult CUDA_ERROR_NO_DEVICE = 100;
 constexpr CUresult CUDA_ERROR_INVALID_DEVICE = 101;
 constexpr CUresult CUDA_ERROR_INVALID_CONTEXT = 201;
-constexpr CUresult CUDA_ERROR_INVALID_HANDLE = 400;
-constexpr CUresult CUDA_ERROR_NOT_FOUND = 500;
-constexpr CUresult CUDA_ERROR_NOT_READY = 600;
-constexpr CUresult CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED = 712;
-constexpr CUresult CUDA_ERROR_NOT_SUPPORTED = 801;
 /// Ours, not cuda.h's: no driver library could be loaded (cuda.h has no code for that).
 constexpr CUresult kNoDriver = -1;
 
 constexpr CUdevice_attribute CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR = 75;
 constexpr CUdevice_attribute CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR = 76;
-constexpr CUpointer_attribute CU_POINTER_ATTRIBUTE_CONTEXT = 1;
-constexpr CUpointer_attribute CU_POINTER_ATTRIBUTE_MEMORY_TYPE = 2;
 constexpr CUpointer_attribute CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL = 9;
-constexpr unsigned CU_MEMORYTYPE_HOST = 1;
-constexpr unsigned CU_MEMORYTYPE_DEVICE = 2;
-constexpr unsigned CU_MEMORYTYPE_UNIFIED = 4;
 constexpr unsigned CU_EVENT_DISABLE_TIMING = 2;
 /// CUstream values with a meaning of their own (cuda.h's CU_STREAM_LEGACY / _PER_THREAD).
 inline CUstream legacy_stream() { return reinterpret_cast<CUstream>(uintptr_t(1)); }
@@ -52,7 +39,6 @@ inline CUstream per_thread_stream() { return reinterpret_cast<CUstream>(uintptr_
 struct Api {
     std::string path;  ///< the library that was loaded
     CUresult (*Init)(unsigned);
-    CUresult (*DriverGetVersion)(int *);
     CUresult (*DeviceGetCount)(int *);
     CUresult (*DeviceGet)(CUdevice *, int);
     CUresult (*DeviceGetName)(char *, int, CUdevice);
@@ -67,13 +53,11 @@ struct Api {
     CUresult (*MemGetAddressRange)(CUdeviceptr *, size_t *, CUdeviceptr);  // cuMemGetAddressRange_v2
     CUresult (*MemcpyHtoDAsync)(CUdeviceptr, const void *, size_t, CUstream);  // cuMemcpyHtoDAsync_v2
     CUresult (*MemcpyDtoHAsync)(void *, CUdeviceptr, size_t, CUstream);        // cuMemcpyDtoHAsync_v2
-    CUresult (*MemcpyDtoDAsync)(CUdeviceptr, CUdeviceptr, size_t, CUstream);   // cuMemcpyDtoDAsync_v2
     CUresult (*PointerGetAttribute)(void *, CUpointer_attribute, CUdeviceptr);
     CUresult (*StreamSynchronize)(CUstream);
     CUresult (*StreamWaitEvent)(CUstream, CUevent, unsigned);
     CUresult (*EventCreate)(CUevent *, unsigned);
     CUresult (*EventRecord)(CUevent, CUstream);
-    CUresult (*EventSynchronize)(CUevent);
     CUresult (*EventDestroy)(CUevent);                                 // cuEventDestroy_v2
     CUresult (*GetErrorName)(CUresult, const char **);
     CUresult (*GetErrorString)(CUresult, const char **);
