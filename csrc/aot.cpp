@@ -3,9 +3,12 @@
 
 #include <dlfcn.h>
 
+#include <cctype>
+#include <cstdio>
 #include <mutex>
 
 #include "device_cuda.h"
+#include "dtype.h"
 #include "errors.h"
 
 namespace hb {
@@ -43,10 +46,78 @@ void install_cuda_handlers(void *library) {
     if (set_stream) set_stream(pipeline_get_stream);
 }
 
+/// More dimensions than any buffer of ours can have (DLPack imports stop at 64 too).
+constexpr int kMaxDimensions = 64;
+
+/// A C identifier: what Halide names a pipeline's functions with. Anything else (a NUL, which
+/// dlsym would cut the name at, a space, a path) could only find some other symbol.
+bool is_c_identifier(const std::string &name) {
+    if (name.empty() || std::isdigit(static_cast<unsigned char>(name[0]))) return false;
+    for (char c : name) {
+        if (!std::isalnum(static_cast<unsigned char>(c)) && c != '_') return false;
+    }
+    return true;
+}
+
+/// `text` quoted, with what is not printable ASCII as \xNN (a NUL, say), for a message.
+std::string quoted(const std::string &text) {
+    std::string out = "'";
+    for (char c : text) {
+        auto u = static_cast<unsigned char>(c);
+        if (u >= 0x20 && u < 0x7f && c != '\\' && c != '\'') {
+            out += c;
+        } else {
+            char escaped[5];
+            std::snprintf(escaped, sizeof escaped, "\\x%02x", u);
+            out += escaped;
+        }
+    }
+    return out + "'";
+}
+
+/// Checks what a damaged or hand-written library could carry and Halide never generates, so
+/// that no later use of the table reads past it: every argument named, of a known kind, a
+/// dimension count in range, and a buffer argument of an element type we have.
+void check_metadata(const std::string &path, const std::string &name, const halide_filter_metadata_t &m) {
+    auto bad = [&](const std::string &what) {
+        return ValueError("aot.load(): " + path + ": " + name + "_metadata() " + what +
+                          "; rebuild the library with Halide's compile_to_object / compile_to_static_library");
+    };
+    if (m.num_arguments < 0 || (m.num_arguments > 0 && !m.arguments))
+        throw bad("lists " + std::to_string(m.num_arguments) + " arguments" +
+                  (m.arguments ? "" : " and no argument table"));
+    if (!m.target) throw bad("has no target string");
+    for (int i = 0; i < m.num_arguments; ++i) {
+        const halide_filter_argument_t &a = m.arguments[i];
+        std::string which = "argument " + std::to_string(i);
+        if (!a.name || !*a.name) throw bad("has no name for " + which);
+        which = "argument '" + std::string(a.name) + "'";
+        if (a.kind < halide_argument_kind_input_scalar || a.kind > halide_argument_kind_output_buffer)
+            throw bad("gives " + which + " the unknown kind " + std::to_string(a.kind) +
+                      " (0: scalar input, 1: buffer input, 2: buffer output)");
+        if (a.kind == halide_argument_kind_input_scalar) {
+            if (a.dimensions != 0) throw bad("gives the scalar " + which + " " + std::to_string(a.dimensions) + " dimensions");
+            continue;
+        }
+        if (a.dimensions < 0 || a.dimensions > kMaxDimensions)
+            throw bad("gives " + which + " " + std::to_string(a.dimensions) + " dimensions (0 to " +
+                      std::to_string(kMaxDimensions) + " are possible)");
+        if (!dtype_by_halide(a.type))
+            throw TypeError("aot.load(): " + path + ": " + which + " of " + name + " is a buffer of Halide type (code " +
+                            std::to_string(a.type.code) + ", bits " + std::to_string(a.type.bits) + ", lanes " +
+                            std::to_string(a.type.lanes) + "), which no halide_buffer dtype has; "
+                            "give the pipeline's buffers a numeric element type");
+    }
+}
+
 }  // namespace
 
 std::shared_ptr<AotPipeline> AotPipeline::load(const std::string &path, const std::string &name) {
     constexpr const char *entry = "aot.load";
+    if (!is_c_identifier(name))
+        throw ValueError(std::string(entry) + "(): the function name " + quoted(name) +
+                         " is not a C identifier; pass the name the pipeline was compiled with "
+                         "(letters, digits and '_')");
     // RTLD_LOCAL: each pipeline library has its own Halide runtime; never closed (see aot.h).
     void *library = dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
     if (!library) {
@@ -65,6 +136,7 @@ std::shared_ptr<AotPipeline> AotPipeline::load(const std::string &path, const st
     if (!p->metadata_ || p->metadata_->version != 1)
         throw ValueError(std::string(entry) + "(): " + name + "_metadata() is missing or of an unknown "
                          "version; rebuild the pipeline with Halide 16 or newer");
+    check_metadata(path, name, *p->metadata_);
     auto set_handler = symbol<ErrorHandler (*)(ErrorHandler)>(library, "halide_set_error_handler");
     if (!set_handler)
         throw ValueError(std::string(entry) + "(): " + path + " has no halide_set_error_handler; link the "

@@ -34,6 +34,20 @@ enum class DeviceOwnership : uint8_t {
 };
 
 struct RawView;
+struct Storage;
+
+/// The mark a writable host lease left (host_dirty set), for a lease nobody may take up: a
+/// DLPack capsule no consumer took. withdraw() takes the mark back when nothing has happened
+/// to the storage since; otherwise (or when the lease set nothing) it does nothing.
+class HostWriteLease {
+public:
+    void withdraw();
+
+private:
+    friend class Buffer;
+    std::shared_ptr<Storage> storage_;  ///< null: nothing to withdraw
+    uint64_t generation_ = 0;           ///< the storage's generation right after the lease
+};
 
 /// The device an operation names: `device` is used when the buffer has no device copy yet;
 /// when it has one elsewhere, the call is refused if `required`, else it uses that one.
@@ -69,6 +83,7 @@ struct Storage {
     std::atomic<int> published_views{0};      ///< raw_views.size(), read without the lock
     std::atomic<bool> host_flag_cleared{false};  ///< host_dirty was ever cleared (read without the lock)
     std::vector<RawView *> raw_views;      ///< halide_buffer_t's handed to foreign code, still alive
+    uint64_t generation = 0;               ///< counts residency operations (see HostWriteLease)
 
     Storage() = default;
     Storage(const Storage &) = delete;
@@ -202,8 +217,9 @@ public:
     std::shared_ptr<void> device_detach_native();
     /// Lease for a reader of the host memory: the host copy becomes current.
     void begin_host_read();
-    /// Lease for a writer of the host memory: current, then host dirty.
-    void begin_host_write(const char *entry);
+    /// Lease for a writer of the host memory: current, then host dirty. The result can take the
+    /// mark back if the writer never comes (see HostWriteLease).
+    HostWriteLease begin_host_write(const char *entry);
     /// What a device consumer gets: the memory (with a reference it must release), the byte
     /// offset of this view's first element, the device.
     struct DeviceView {

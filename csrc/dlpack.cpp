@@ -21,15 +21,16 @@ namespace {
 /// keeps the memory alive, and the shape and strides (in elements) right behind the struct.
 struct ExportContext {
     std::shared_ptr<const void> memory;
+    HostWriteLease lease;
     DLManagedTensorVersioned versioned{};
     DLManagedTensor legacy{};
 
     int64_t *dims() { return reinterpret_cast<int64_t *>(this + 1); }
 
-    static ExportContext *make(const Buffer &b) {
+    static ExportContext *make(const Buffer &b, const Placement &at) {
         size_t n = size_t(b.ndim());
         void *block = ::operator new(sizeof(ExportContext) + 2 * n * sizeof(int64_t));
-        auto *c = new (block) ExportContext{b.keep_alive()};
+        auto *c = new (block) ExportContext{b.keep_alive(), at.lease};
         int64_t *shape = c->dims(), *strides = shape + n;
         int shift = __builtin_ctz(unsigned(b.dtype().itemsize));  // itemsizes are powers of two
         for (size_t i = 0; i < n; ++i) {
@@ -72,7 +73,7 @@ DLPackVersion dlpack_version_for(const DType &t) {
 }
 
 DLManagedTensorVersioned *export_versioned(const Buffer &view, bool copied, const Placement &at) {
-    ExportContext *c = ExportContext::make(view);
+    ExportContext *c = ExportContext::make(view, at);
     const DType &t = view.dtype();
     DLManagedTensorVersioned &m = c->versioned;
     m.version = dlpack_version_for(t);
@@ -88,12 +89,22 @@ DLManagedTensorVersioned *export_versioned(const Buffer &view, bool copied, cons
 }
 
 DLManagedTensor *export_legacy(const Buffer &view, const Placement &at) {
-    ExportContext *c = ExportContext::make(view);
+    ExportContext *c = ExportContext::make(view, at);
     DLManagedTensor &m = c->legacy;
     m.manager_ctx = c;
     m.deleter = [](DLManagedTensor *self) { ExportContext::destroy(static_cast<ExportContext *>(self->manager_ctx)); };
     describe(*c, view, at, m.dl_tensor);
     return &m;
+}
+
+void delete_unused(DLManagedTensorVersioned *m) {
+    static_cast<ExportContext *>(m->manager_ctx)->lease.withdraw();
+    m->deleter(m);
+}
+
+void delete_unused(DLManagedTensor *m) {
+    static_cast<ExportContext *>(m->manager_ctx)->lease.withdraw();
+    m->deleter(m);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -123,7 +134,8 @@ const DType &element_type(const char *entry, const DLDataType &d, bool padded, i
     packed_lanes = 0;
     if (t && !t->dlpack_padded && d.lanes == 1) return *t;  // whole bytes per element
     if (t && t->dlpack_padded && padded && d.lanes == 1) return *t;  // one per byte, as we store them
-    if (t && t->dlpack_padded && !padded && (d.lanes == 1 || d.bits * d.lanes % 8 == 0)) {
+    // Packed: lanes values per element, which must fill whole bytes when there are several.
+    if (t && t->dlpack_padded && !padded && (d.lanes == 1 || (d.lanes > 1 && d.bits * d.lanes % 8 == 0))) {
         packed_lanes = d.lanes;
         return *t;
     }
@@ -140,6 +152,9 @@ DLImport check_import(const char *entry, const DLTensor &t, uint64_t flags, DLPa
         throw BufferError(where + "the tensor is on DLPack device (" + str(t.device.device_type) + ", " +
                           str(t.device.device_id) + "), which neither the host nor a backend of "
                           "halide_buffer can read; copy it to the CPU first (e.g. tensor.cpu())");
+    if (t.device.device_type == kDLCPU && t.device.device_id != 0)
+        throw BufferError(where + "a CPU tensor with device id " + str(t.device.device_id) + " (DLPack's CPU "
+                          "device is (1, 0)); the producer sent a malformed tensor");
     if (t.ndim < 0 || t.ndim > kMaxDims)
         throw BufferError(where + "ndim " + str(t.ndim) + " is outside 0.." + str(kMaxDims) +
                           "; the producer sent a malformed tensor");
@@ -184,6 +199,14 @@ DLImport check_import(const char *entry, const DLTensor &t, uint64_t flags, DLPa
     // Every element's bits, from the first element's, must stay in the address space: the
     // lowest and the highest, without overflow (packed elements may be more or less than a byte).
     int64_t unit = in.packed_lanes ? int64_t(dtype.dlpack.bits) * in.packed_lanes : int64_t(dtype.itemsize) * 8;
+    // A stride no step takes (an axis of extent 1 or 0, or any axis of an empty tensor) is never
+    // multiplied by an index, but byte strides are computed from every stride: one whose bits do
+    // not fit in 64 bits becomes 0, so that every later stride computation is in range.
+    for (int i = 0; i < t.ndim; ++i) {
+        int64_t bits;
+        bool steps = count > 0 && in.shape[size_t(i)] > 1;
+        if (!steps && __builtin_mul_overflow(in.strides[size_t(i)], unit, &bits)) in.strides[size_t(i)] = 0;
+    }
     int64_t lo = 0, hi = count > 0 ? unit : 0;
     for (int i = 0; count > 0 && i < t.ndim; ++i) {
         int64_t reach;

@@ -24,6 +24,7 @@ DLDevice dlpack_device_of(Buffer &b);
 struct Placement {
     DLDevice device{kDLCPU, 0};
     void *data = nullptr;
+    HostWriteLease lease;  ///< the writable lease of a host export, withdrawn if never taken up
 };
 
 /// The lowest version that describes tensors of a dtype: 1.0, or 1.1 for the codes DLPack 1.1
@@ -35,6 +36,10 @@ DLPackVersion dlpack_version_for(const DType &t);
 DLManagedTensorVersioned *export_versioned(const Buffer &view, bool copied, const Placement &at = {});
 /// The same as an unversioned tensor (no flags: the caller refused what needs them).
 DLManagedTensor *export_legacy(const Buffer &view, const Placement &at = {});
+/// Deletes a managed tensor of ours that no consumer took (its capsule died unused): the
+/// writable lease it came with leaves no mark (HostWriteLease::withdraw).
+void delete_unused(DLManagedTensorVersioned *m);
+void delete_unused(DLManagedTensor *m);
 
 // ---------------------------------------------------------------------------------------------
 // Import

@@ -15,6 +15,11 @@ constexpr DLDataType D(DLDataTypeCode code, int bits) {
 }
 constexpr NumpySource NP = NumpySource::numpy;
 constexpr NumpySource ML = NumpySource::ml_dtypes;
+// NumPy's own int64/uint64 arrays export the format of C's `long` where it is 64 bits wide
+// (LP64): 'q'/'Q' (long long) would make NumPy choose numpy.longlong/ulonglong, a dtype equal
+// to int64/uint64 but of another type, which torch.from_numpy and others refuse.
+constexpr const char *I64 = sizeof(long) == 8 ? "l" : "q";
+constexpr const char *U64 = sizeof(long) == 8 ? "L" : "Q";
 constexpr halide_type_code_t I = halide_type_int, U = halide_type_uint, F = halide_type_float,
                              BF = halide_type_bfloat;
 
@@ -28,11 +33,11 @@ constexpr DType kTable[] = {
     {"int8",                   1, H(I, 8),     D(kDLInt, 8),                  false, "b",  NP, "|i1"},
     {"int16",                  2, H(I, 16),    D(kDLInt, 16),                 false, "h",  NP, "<i2"},
     {"int32",                  4, H(I, 32),    D(kDLInt, 32),                 false, "i",  NP, "<i4"},
-    {"int64",                  8, H(I, 64),    D(kDLInt, 64),                 false, "q",  NP, "<i8"},
+    {"int64",                  8, H(I, 64),    D(kDLInt, 64),                 false, I64,  NP, "<i8"},
     {"uint8",                  1, H(U, 8),     D(kDLUInt, 8),                 false, "B",  NP, "|u1"},
     {"uint16",                 2, H(U, 16),    D(kDLUInt, 16),                false, "H",  NP, "<u2"},
     {"uint32",                 4, H(U, 32),    D(kDLUInt, 32),                false, "I",  NP, "<u4"},
-    {"uint64",                 8, H(U, 64),    D(kDLUInt, 64),                false, "Q",  NP, "<u8"},
+    {"uint64",                 8, H(U, 64),    D(kDLUInt, 64),                false, U64,  NP, "<u8"},
     {"float16",                2, H(F, 16),    D(kDLFloat, 16),               false, "e",  NP, "<f2"},
     {"float32",                4, H(F, 32),    D(kDLFloat, 32),               false, "f",  NP, "<f4"},
     {"float64",                8, H(F, 64),    D(kDLFloat, 64),               false, "d",  NP, "<f8"},

@@ -19,15 +19,16 @@ constexpr const char *kImport = "from_dlpack";
 // Capsules
 // ---------------------------------------------------------------------------------------------
 
-/// A capsule's destructor: the deleter runs only for a tensor no consumer took (a consumer
-/// renames the capsule to the "used_" name). Exceptions pending on the caller are preserved.
+/// A capsule's destructor: the tensor is deleted only when no consumer took it (a consumer
+/// renames the capsule to the "used_" name), and then its lease leaves no mark (a consumer
+/// that refused the tensor never wrote). Exceptions pending on the caller are preserved.
 template <typename Managed>
 void capsule_destructor(PyObject *capsule, const char *name) {
     if (!PyCapsule_IsValid(capsule, name)) return;
     PyObject *type, *value, *traceback;
     PyErr_Fetch(&type, &value, &traceback);
     auto *m = static_cast<Managed *>(PyCapsule_GetPointer(capsule, name));
-    if (m && m->deleter) m->deleter(m);
+    if (m) delete_unused(m);
     PyErr_Restore(type, value, traceback);
 }
 
@@ -194,8 +195,12 @@ py::capsule dlpack_export(py::handle self, const DLPackArgs &a) {
         return capsule_for(b.copy(kExport), versioned, true, Placement{});
     }
     // A CPU consumer may write: a writable lease, unless the memory is read-only.
-    run_lease(b, [&] { b.readonly() ? b.begin_host_read() : b.begin_host_write(kExport); });
-    return capsule_for(b, versioned, false, Placement{});
+    Placement at;
+    run_lease(b, [&] {
+        if (b.readonly()) b.begin_host_read();
+        else at.lease = b.begin_host_write(kExport);
+    });
+    return capsule_for(b, versioned, false, at);
 }
 
 // Both are plain CPython methods (no pybind11 dispatch): they run on every exchange.
@@ -349,6 +354,34 @@ Buffer from_capsule(py::handle capsule, py::object producer, int copy, bool prod
                       "an object with __dlpack__ or a 'dltensor'/'dltensor_versioned' capsule");
 }
 
+/// What a producer's __dlpack_device__() returned, checked: a (device type, device id) pair of
+/// ints in the range of DLPack's fields.
+DLDevice producer_device(py::handle obj, py::handle where) {
+    auto refuse = [&](PyObject *type, const std::string &what) {
+        PyErr_Clear();
+        std::string text = std::string(kImport) + "(): " + Py_TYPE(obj.ptr())->tp_name + ".__dlpack_device__() returned " +
+                           py::repr(where).cast<std::string>() + ", " + what + "; the producer is broken";
+        PyErr_SetString(type, text.c_str());
+        throw py::error_already_set();
+    };
+    PyObject *w = where.ptr();
+    if (!PyTuple_Check(w) || PyTuple_GET_SIZE(w) != 2)
+        refuse(PyExc_TypeError, "not a (device type, device id) tuple");
+    int32_t fields[2];
+    for (Py_ssize_t i = 0; i < 2; ++i) {
+        PyObject *item = PyTuple_GET_ITEM(w, i);
+        if (!PyIndex_Check(item) || PyBool_Check(item)) refuse(PyExc_TypeError, "whose fields are not both ints");
+        py::object index = py::reinterpret_steal<py::object>(PyNumber_Index(item));
+        if (!index) refuse(PyExc_TypeError, "whose fields are not both ints");
+        int overflow = 0;
+        long long v = PyLong_AsLongLongAndOverflow(index.ptr(), &overflow);
+        if (overflow || v < INT32_MIN || v > INT32_MAX)
+            refuse(PyExc_ValueError, "whose fields do not fit DLPack's 32-bit device type and id");
+        fields[i] = int32_t(v);
+    }
+    return DLDevice{static_cast<DLDeviceType>(fields[0]), fields[1]};
+}
+
 /// The capsule of a producer: the newest version we read first; producers from before
 /// max_version get the old call. `copied` tells whether the producer was asked to copy.
 py::object capsule_from(py::handle obj, int copy, bool &copied) {
@@ -357,11 +390,8 @@ py::object capsule_from(py::handle obj, int copy, bool &copied) {
     // A producer on a CUDA device makes our stream wait for its work (DLPack's handshake).
     py::object device_of = py::getattr(obj, "__dlpack_device__", py::none());
     if (!device_of.is_none()) {
-        py::object where = device_of();
-        PyObject *w = where.ptr();
-        if (PyTuple_Check(w) && PyTuple_GET_SIZE(w) == 2 && PyLong_AsLong(PyTuple_GET_ITEM(w, 0)) == kDLCUDA)
-            stream["stream"] = cuda_device(py::handle(PyTuple_GET_ITEM(w, 1)).cast<int>())->stream_number();
-        if (PyErr_Occurred()) throw py::error_already_set();
+        DLDevice where = producer_device(obj, device_of());
+        if (where.device_type == kDLCUDA) stream["stream"] = cuda_device(where.device_id)->stream_number();
     }
     kwargs["max_version"] = py::make_tuple(kDLPackMajor, kDLPackMinor);
     if (copy != -1) kwargs["copy"] = py::bool_(copy == 1);

@@ -64,7 +64,10 @@ int from_py_object(void *py_object, DLManagedTensorVersioned **out) {
                                                         static_cast<uint8_t *>(v.native) + v.offset});
             return 0;
         }
-        run_lease(b, [&] { b.readonly() ? b.begin_host_read() : b.begin_host_write("__dlpack__"); });
+        run_lease(b, [&] {
+            if (b.readonly()) b.begin_host_read();
+            else b.begin_host_write("__dlpack__");
+        });
         *out = export_versioned(b, false);
         return 0;
     });
@@ -143,7 +146,13 @@ std::optional<Buffer> exchange_import(py::handle obj, int copy) {
     const DLPackExchangeAPI *api = table_of(Py_TYPE(obj.ptr()));
     if (!api || needs_producer_checks(obj)) return std::nullopt;
     DLManagedTensorVersioned *m = nullptr;
-    if (api->managed_tensor_from_py_object_no_sync(obj.ptr(), &m) != 0) throw py::error_already_set();
+    if (api->managed_tensor_from_py_object_no_sync(obj.ptr(), &m) != 0) {
+        // What the table refuses (PyTorch: sparse and other non-strided layouts, quantized
+        // dtypes) goes the producer's __dlpack__ way, so the same tensor raises the same
+        // exception, with the producer's own message, on every path.
+        PyErr_Clear();
+        return std::nullopt;
+    }
     const DLDevice &where = m->dl_tensor.device;
     if (where.device_type == kDLCUDA && api->current_work_stream) {
         // "No sync": the producer's work may still run on its current stream; ours waits for it.

@@ -25,24 +25,22 @@ namespace {
 /// always returns a new array, copy=False never copies (ValueError when it would have to).
 py::object array_protocol(py::handle self, py::object dtype, py::object copy) {
     Buffer &b = buffer_of(self.ptr());
-    run_lease(b, [&] { b.begin_host_read(); });
-    py::array view = ndarray_view(self, b, false);
+    // Every refusal comes before the lease: a refused call moves no data.
     py::object wanted;
     bool convert = false;
     if (!dtype.is_none()) {
         wanted = py::module_::import("numpy").attr("dtype")(dtype);
-        convert = !wanted.equal(view.attr("dtype"));
+        convert = !wanted.equal(numpy_dtype(b.dtype()));
     }
     // NumPy passes True, False or None; anything else counts by its truth value.
     bool always = !copy.is_none() && PyObject_IsTrue(copy.ptr()) == 1;
     bool never = !copy.is_none() && !always;
-    if (never) {
-        if (convert)
-            throw ValueError(std::string("__array__(): converting ") + b.dtype().name + " to " +
-                             py::str(wanted).cast<std::string>() +
-                             " needs a copy; call with copy=None or copy=True");
-        return std::move(view);
-    }
+    if (never && convert)
+        throw ValueError(std::string("__array__(): converting ") + b.dtype().name + " to " +
+                         py::str(wanted).cast<std::string>() + " needs a copy; call with copy=None or copy=True");
+    run_lease(b, [&] { b.begin_host_read(); });
+    py::array view = ndarray_view(self, b, false);
+    if (never) return std::move(view);
     if (convert) return view.attr("astype")(wanted);
     if (always) return view.attr("copy")();
     return std::move(view);
@@ -50,7 +48,10 @@ py::object array_protocol(py::handle self, py::object dtype, py::object copy) {
 
 py::object numpy_view(py::handle self, bool writable) {
     Buffer &b = buffer_of(self.ptr());
-    run_lease(b, [&] { writable ? b.begin_host_write("numpy") : b.begin_host_read(); });
+    run_lease(b, [&] {
+        if (writable) b.begin_host_write("numpy");
+        else b.begin_host_read();
+    });
     return ndarray_view(self, b, writable);
 }
 

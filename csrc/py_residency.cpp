@@ -57,20 +57,32 @@ py::object owner_object(const std::shared_ptr<void> &owner) {
     return *static_cast<py::object *>(owner.get());
 }
 
-void wrap_native(py::handle self, py::handle handle, py::handle device, uint64_t offset) {
+/// A pyopencl memory object (its cl_mem is live while the object is).
+bool is_pyopencl_memory(py::handle obj) {
+    py::object module = py::module_::import("sys").attr("modules").attr("get")("pyopencl");
+    return !module.is_none() && py::isinstance(obj, module.attr("MemoryObject"));
+}
+
+void wrap_native(py::handle self, py::handle handle, py::handle device, uint64_t offset, bool trust_handle) {
     constexpr const char *entry = "device_wrap_native";
     Buffer &b = buffer_of(self.ptr());
+    std::shared_ptr<Device> on = device_arg(device, entry).device;
     uint64_t native;
-    if (py::hasattr(handle, "int_ptr")) {  // pyopencl.Buffer and every MemoryObject
+    if (is_pyopencl_memory(handle)) {
         native = handle.attr("int_ptr").cast<uint64_t>();
     } else if (PyIndex_Check(handle.ptr()) && !PyBool_Check(handle.ptr())) {
         native = handle.cast<uint64_t>();
+        // A CUDA pointer is checked by the driver without being dereferenced; a cl_mem cannot be:
+        // OpenCL reads through it, so a wrong int would crash the process.
+        if (native && std::string(on->kind()) == "opencl" && !trust_handle)
+            throw TypeError(std::string(entry) + "(): an int would reach the OpenCL driver as a cl_mem "
+                            "address, which nothing can check; pass the pyopencl.Buffer, or "
+                            "trust_handle=True if the int is a live cl_mem of the device's context");
     } else {
         throw TypeError(std::string(entry) + "(): handle must be a pyopencl.Buffer, or the address "
-                        "(int) of a cl_mem or CUDA device memory, not " + Py_TYPE(handle.ptr())->tp_name);
+                        "(int) of CUDA device memory, not " + Py_TYPE(handle.ptr())->tp_name);
     }
     if (!native) throw ValueError(std::string(entry) + "(): the handle is NULL; pass live device memory");
-    std::shared_ptr<Device> on = device_arg(device, entry).device;
     // A pool's buffer goes back to the pool when its Python object dies, cl_mem reference or
     // not: the Python object is what must stay alive.
     std::shared_ptr<void> owner = keep_object(handle);
@@ -125,9 +137,11 @@ void bind_residency(py::class_<Buffer> &cls) {
         .def("device_sync", nogil(&Buffer::device_sync),
              "Waits for every command queued on the buffer's device.")
         .def("device_wrap_native", &wrap_native, py::arg("handle"), py::arg("device") = py::none(),
-             py::arg("offset") = 0,
-             "Uses existing device memory (a pyopencl.Buffer or cl_mem; a CUdeviceptr on a CUDA "
-             "device), kept alive, as the device copy, which becomes the current one.")
+             py::arg("offset") = 0, py::kw_only(), py::arg("trust_handle") = false,
+             "Uses existing device memory (a pyopencl.Buffer; a CUdeviceptr int on a CUDA device, "
+             "which the driver checks), kept alive, as the device copy, which becomes the current "
+             "one. A cl_mem given as an int cannot be checked: it needs trust_handle=True, the "
+             "caller's word that it is live memory of the device's context.")
         .def("device_detach_native", [](py::handle self) {
             Buffer &b = buffer_of(self.ptr());
             std::shared_ptr<void> owner;

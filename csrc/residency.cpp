@@ -280,6 +280,7 @@ public:
     explicit StorageOp(Storage &s, bool republish = true)
         : storage_(s), republish_(republish), lock_(s.mutex, std::try_to_lock) {
         if (!lock_.owns_lock()) g_waiter.load()(lock_);
+        ++storage_.generation;
         storage_.absorb_raw_views();
     }
     ~StorageOp() {
@@ -336,6 +337,15 @@ void Buffer::set_device_dirty(bool value) {
     if (value && !s.root.device)
         throw ValueError("set_device_dirty(): the buffer has no device allocation; call "
                          "copy_to_device() or device_malloc() first");
+    // The effective flags: wrapped memory its owner may write (a standing lease) counts as newer
+    // on the host, so a claim that the device is newer would download the device copy over the
+    // owner's writes.
+    if (value && (s.effective_flags() & kHostDirty) && !(s.root.flags & kHostDirty))
+        throw ValueError("set_device_dirty(): the buffer wraps memory its owner may write at any time, so "
+                         "the host copy counts as newer; write on the device through a device lease "
+                         "(halide_buffer.opencl.as_array(b), b.__dlpack__ to a device consumer), or wrap "
+                         "with Buffer.from_host(obj, external_writes=False) to promise that only the "
+                         "buffer writes it");
     if (value && (s.root.flags & kHostDirty))
         throw ValueError("set_device_dirty(): the host copy is newer (host_dirty); call "
                          "copy_to_device() before writing on the device");
@@ -453,14 +463,31 @@ void Buffer::begin_host_read() {
     storage_->download("copy_to_host");
 }
 
-void Buffer::begin_host_write(const char *entry) {
+HostWriteLease Buffer::begin_host_write(const char *entry) {
     if (storage_->readonly)
         throw BufferError(std::string(entry) + "(): the buffer wraps read-only memory; use "
                           "Buffer.from_host(obj, copy=True) for a writable copy");
-    if (residency_untouched()) return;  // host_dirty since construction: nothing to change
+    HostWriteLease lease;
+    if (residency_untouched()) return lease;  // host_dirty since construction: nothing to change
     StorageOp op(*storage_);
-    storage_->download(entry);
-    storage_->root.flags |= kHostDirty;
+    Storage &s = *storage_;
+    s.download(entry);
+    if (!(s.root.flags & kHostDirty)) {
+        lease.storage_ = storage_;
+        lease.generation_ = s.generation;
+    }
+    s.root.flags |= kHostDirty;
+    return lease;
+}
+
+void HostWriteLease::withdraw() {
+    if (!storage_) return;
+    std::shared_ptr<Storage> storage = std::move(storage_);  // outlives the lock
+    std::unique_lock<std::mutex> lock(storage->mutex, std::try_to_lock);
+    if (!lock.owns_lock()) g_waiter.load()(lock);
+    // Any operation since (or a halide_buffer_t out, which foreign code may have acted on)
+    // could rest on the mark: then it stays.
+    if (storage->generation == generation_ && storage->raw_views.empty()) storage->root.flags &= ~kHostDirty;
 }
 
 Buffer::DeviceView Buffer::begin_device_use(const char *entry, const DeviceChoice &on, bool write) {
@@ -482,7 +509,8 @@ void Buffer::prepare_for_pipeline(const char *entry, const halide_device_interfa
     if (output && storage_->readonly)
         throw BufferError(std::string(entry) + "(): an output wraps read-only memory; pass a writable buffer");
     if (!interface) {  // a host-only pipeline reads and writes the host copy
-        output ? begin_host_write(entry) : begin_host_read();
+        if (output) begin_host_write(entry);
+        else begin_host_read();
         return;
     }
     std::shared_ptr<void> released;  // declared first: dropped after the lock is let go

@@ -42,14 +42,22 @@ def loaded_library() -> str:
 _STREAM_TYPES = {"Stream": ("ptr", "cuda_stream"), "ExternalStream": ("ptr", "cuda_stream")}
 
 
-def _stream_number(stream: Any) -> int:
-    """A stream as the CUDA array interface numbers it: None (or 0) the legacy default stream; an
-    int is a CUstream handle the caller vouches for (1, 2: the legacy and per-thread default
-    streams); a ``cupy.cuda.Stream`` (``.ptr``) or ``torch.cuda.Stream`` (``.cuda_stream``) gives
-    its own."""
+# CUstream values that are no address: the legacy and the per-thread default stream.
+_NAMED_STREAMS = (1, 2)
+
+
+def _stream_number(stream: Any, trust_handle: bool) -> int:
+    """A stream as the CUDA array interface numbers it: None (or 0) the legacy default stream; 1
+    and 2 the legacy and per-thread default streams; any other int a CUstream handle, taken only
+    with ``trust_handle=True`` (the driver would dereference a wrong one); a ``cupy.cuda.Stream``
+    (``.ptr``) or ``torch.cuda.Stream`` (``.cuda_stream``) gives its own."""
     if stream is None:
         return 0
     if isinstance(stream, int) and not isinstance(stream, bool) and stream >= 0:
+        if stream and stream not in _NAMED_STREAMS and not trust_handle:
+            raise TypeError(f"cuda.device(): the int {stream} would reach the driver as a CUstream address, "
+                            f"which nothing can check; pass the framework's stream object (cupy.cuda.Stream, "
+                            f"torch.cuda.Stream), or trust_handle=True if it is a live CUstream")
         return stream
     module = type(stream).__module__.split(".")[0]
     if module in ("cupy", "cupy_backends", "torch"):
@@ -61,18 +69,20 @@ def _stream_number(stream: Any) -> int:
                     f"or a torch.cuda.Stream, not {stream!r}")
 
 
-def device(ordinal: int = 0, stream: Any = None) -> CudaDevice:
+def device(ordinal: int = 0, stream: Any = None, *, trust_handle: bool = False) -> CudaDevice:
     """A CUDA device for buffers, through its primary context.
 
     With ``stream=None``: the default device of ``ordinal``, the same object on every call,
     whose copies run on the legacy default stream (the one CuPy and PyTorch use by default).
     With a stream (a handle, a ``cupy.cuda.Stream``, a ``torch.cuda.Stream``): a device whose
-    copies run on that stream, which it keeps alive. Raises ``halide_buffer.DeviceError`` when
+    copies run on that stream, which it keeps alive. A stream given as an int other than 0, 1 or
+    2 is an address the driver dereferences unchecked: it needs ``trust_handle=True``, the
+    caller's word that it is a live ``CUstream`` of this device. Raises ``halide_buffer.DeviceError`` when
     there is no CUDA driver, ``ValueError`` for an ordinal the machine lacks.
     """
     if isinstance(ordinal, bool) or not isinstance(ordinal, int):
         raise TypeError(f"cuda.device(): ordinal must be an int, not {type(ordinal).__name__}")
-    number = _stream_number(stream)
+    number = _stream_number(stream, trust_handle)
     if number == 0:
         with _defaults_lock:
             if ordinal not in _defaults:

@@ -129,7 +129,7 @@ def test_without_a_driver_device_raises_a_device_error_naming_the_missing_driver
             hb.cuda.device()
         assert info.value.name == "CUDA_ERROR_NO_DRIVER" and info.value.code == -1
         assert isinstance(info.value, RuntimeError)
-    for call in (lambda: hb.cuda.device(1), lambda: hb.cuda.device(stream=7),
+    for call in (lambda: hb.cuda.device(1), lambda: hb.cuda.device(stream=7, trust_handle=True),
                  lambda: hb.cuda.wrap(Interface({"shape": (4,), "typestr": "<f4", "data": (1 << 40, False),
                                                  "version": 3, "strides": None, "stream": None}))):
         with pytest.raises(hb.DeviceError, match="no CUDA driver found") as info:

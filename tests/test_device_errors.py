@@ -70,8 +70,8 @@ def test_a_refused_upload_keeps_the_host_copy(dev, ctx):
      r"halide_buffer.opencl.device\(\)"),
     (lambda b: b.device_malloc(device=3), TypeError, r"device_malloc\(\): device must be a halide_buffer.Device"),
     (lambda b: b.device_wrap_native("mem"), TypeError,
-     r"device_wrap_native\(\): handle must be a pyopencl.Buffer, or the address \(int\) of a cl_mem or "
-     r"CUDA device memory, not str"),
+     r"device_wrap_native\(\): handle must be a pyopencl.Buffer, or the address \(int\) of CUDA device "
+     r"memory, not str"),
     (lambda b: b.device_wrap_native(0), ValueError, r"device_wrap_native\(\): the handle is NULL"),
     (lambda b: b.device_detach_native() if b.copy_to_device() is None else None, ValueError,
      r"device_detach_native\(\): the device allocation was not wrapped with device_wrap_native\(\); "

@@ -500,6 +500,11 @@ MALFORMED = [
      "from_dlpack(): the tensor is on DLPack device (4, 0), which neither the host nor a backend of "
      "halide_buffer can read; copy it to the CPU first (e.g. tensor.cpu())"),
     ("device-rocm", dict(device=(ROCM, 0)), BufferError, "from_dlpack(): the tensor is on DLPack device (10, 0),"),
+    ("device-cpu-id-7", dict(device=(CPU, 7)), BufferError,
+     "from_dlpack(): a CPU tensor with device id 7 (DLPack's CPU device is (1, 0)); the producer sent a "
+     "malformed tensor"),
+    ("device-cpu-id-minus-1", dict(device=(CPU, -1)), BufferError,
+     "from_dlpack(): a CPU tensor with device id -1"),
     ("device-cuda-managed", dict(device=(CUDA_MANAGED, 0)), BufferError,
      "from_dlpack(): the tensor is on DLPack device (13, 0),"),
     ("device-99", dict(device=(99, 0)), BufferError, "from_dlpack(): the tensor is on DLPack device (99, 0),"),
@@ -546,6 +551,15 @@ MALFORMED = [
      "from_dlpack(): no dtype of the table has the DLPack type (code 5, bits 32, lanes 1);"),
     ("bfloat-bits-32", dict(dtype=(BFLOAT, 32, 1)), BufferError,
      "from_dlpack(): no dtype of the table has the DLPack type (code 4, bits 32, lanes 1);"),
+    # lanes 0 of a sub-byte type without the padded flag: no packing, and no value per byte either
+    ("float4-lanes-0", dict(dtype=(FLOAT4_E2M1FN, 4, 0)), BufferError,
+     "from_dlpack(): no dtype of the table has the DLPack type (code 17, bits 4, lanes 0);"),
+    ("float6-lanes-0", dict(dtype=(FLOAT6_E2M3FN, 6, 0)), BufferError,
+     "from_dlpack(): no dtype of the table has the DLPack type (code 15, bits 6, lanes 0);"),
+    ("int4-lanes-0", dict(dtype=(INT, 4, 0)), BufferError,
+     "from_dlpack(): no dtype of the table has the DLPack type (code 0, bits 4, lanes 0);"),
+    ("uint2-lanes-0-legacy", dict(dtype=(UINT, 2, 0), versioned=False), BufferError,
+     "from_dlpack(): no dtype of the table has the DLPack type (code 1, bits 2, lanes 0);"),
     ("float4-lanes-3", dict(dtype=(FLOAT4_E2M1FN, 4, 3)), BufferError,
      "from_dlpack(): no dtype of the table has the DLPack type (code 17, bits 4, lanes 3);"),
     ("padded-float4-lanes-2", dict(dtype=(FLOAT4_E2M1FN, 4, 2), flags=SUBBYTE_PADDED), BufferError,
@@ -956,3 +970,33 @@ def test_copy_that_is_not_a_bool_is_refused_before_the_producer_is_called():
     with fails(TypeError, "from_dlpack(): copy must be True, False or None, not 'no'"):
         hb.from_dlpack(producer, copy="no")
     assert producer.calls == []
+
+
+# ---------------------------------------------------------------------------------------------
+# Strides no step takes: never multiplied by an index, but still within range once in bytes
+# ---------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("shape, strides, expected", [
+    ([1, 3], [2**61, 1], (0, 4)),          # 2**61 elements of 4 bytes: 2**63 bytes, past int64
+    ([1, 3], [2**62, 1], (0, 4)),
+    ([1, 3], [-(2**63), 1], (0, 4)),
+    ([3, 1], [1, 2**61], (4, 0)),
+    ([1, 3], [5, 1], (20, 4)),             # a stride in range is kept as the producer gave it
+], ids=["2**61", "2**62", "int64-min", "inner-axis", "in-range"])
+def test_an_unused_huge_stride_becomes_zero(shape, strides, expected):
+    values = np.arange(3, dtype=np.int32).reshape(shape)
+    t = Tensor(values, shape=shape, strides=strides)
+    b = hb.from_dlpack(t.capsule())
+    assert b.strides == expected
+    assert np.asarray(b).tolist() == values.tolist()
+    copied = hb.from_dlpack(Tensor(values, shape=shape, strides=strides).capsule(), copy=True)
+    assert np.asarray(copied).tolist() == values.tolist()
+
+
+@pytest.mark.parametrize("copy", [None, True])
+def test_an_empty_tensor_with_huge_strides_imports_empty(copy):
+    t = Tensor(np.zeros(0, np.int32), shape=[0, 3], strides=[2**61, 2**61])
+    b = hb.from_dlpack(t.capsule(), copy=copy)
+    assert b.shape == (0, 3) and b.size == 0 and np.asarray(b).shape == (0, 3)
+    assert all(abs(s) < 2**62 for s in b.strides)
