@@ -57,10 +57,10 @@ py::object owner_object(const std::shared_ptr<void> &owner) {
     return *static_cast<py::object *>(owner.get());
 }
 
-/// A pyopencl memory object (its cl_mem is live while the object is).
+/// A pyopencl memory object or pool block (its cl_mem is live while the object is).
 bool is_pyopencl_memory(py::handle obj) {
     py::object module = py::module_::import("sys").attr("modules").attr("get")("pyopencl");
-    return !module.is_none() && py::isinstance(obj, module.attr("MemoryObject"));
+    return !module.is_none() && py::isinstance(obj, module.attr("MemoryObjectHolder"));
 }
 
 void wrap_native(py::handle self, py::handle handle, py::handle device, uint64_t offset, bool trust_handle) {

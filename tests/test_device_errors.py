@@ -129,3 +129,40 @@ def test_wrapping_twice_needs_a_device_free_first(ctx):
 def test_opencl_wrap_refuses_what_it_cannot_share(queue, make, kwargs, error, message):
     with pytest.raises(error, match=message):
         hb.opencl.wrap(make(queue), **kwargs)
+
+
+# --- ints never reach a driver as handles unless the caller vouches for them -------------------
+
+class FakeMemory:
+    """Looks like a pyopencl memory object to anyone who only reads int_ptr."""
+    int_ptr = 12345
+
+
+@pytest.mark.parametrize("handle", [12345, np.int64(12345), FakeMemory()], ids=["int", "numpy-int", "int_ptr"])
+def test_an_unvouched_int_never_reaches_opencl_as_a_cl_mem(dev, handle):
+    b = hb.Buffer((3,), "float32")
+    error = TypeError
+    message = (r"^device_wrap_native\(\): an int would reach the OpenCL driver as a cl_mem address, which "
+               r"nothing can check; pass the pyopencl.Buffer, or trust_handle=True")
+    if isinstance(handle, FakeMemory):
+        message = r"^device_wrap_native\(\): handle must be a pyopencl.Buffer"
+    with pytest.raises(error, match=message):
+        b.device_wrap_native(handle)
+    assert not b.has_device_allocation() and b.host_dirty()
+
+
+def test_a_vouched_int_is_wrapped(dev, ctx, queue):
+    mem = cl.Buffer(ctx, cl.mem_flags.READ_WRITE, 16)
+    cl.enqueue_fill_buffer(queue, mem, np.float32(4), 0, 16).wait()
+    b = hb.Buffer((4,), "float32")
+    b.device_wrap_native(mem.int_ptr, trust_handle=True)
+    assert b.device_dirty() and np.asarray(b).tolist() == [4, 4, 4, 4]
+    b.device_detach_native()
+    del mem
+
+
+@pytest.mark.parametrize("stream", [7, 2**40])
+def test_an_unvouched_int_never_reaches_cuda_as_a_stream(stream):
+    with pytest.raises(TypeError, match=rf"^cuda.device\(\): the int {stream} would reach the driver as a "
+                                        r"CUstream address, which nothing can check; .*trust_handle=True"):
+        hb.cuda.device(stream=stream)

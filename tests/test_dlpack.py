@@ -398,3 +398,25 @@ def test_round_trips_leak_nothing():
     gc.collect()
     assert hb._core._live_counts()["storages"] == storages
     assert rss() - before < 16 * 2**20, f"RSS grew by {(rss() - before) / 2**20:.1f} MiB"
+
+
+# --- the same tensor raises the same exception on every path -------------------------------------
+
+TORCH_REFUSED = {
+    "sparse-coo": lambda: torch.eye(3).to_sparse(),
+    "sparse-csr": lambda: torch.eye(3).to_sparse_csr(),
+    "quantized": lambda: torch.quantize_per_tensor(torch.rand(3), 0.1, 0, torch.quint8),
+}
+
+
+@pytest.mark.needs_torch
+@pytest.mark.filterwarnings("ignore:Sparse CSR tensor support is in beta state")
+@pytest.mark.filterwarnings("ignore:torch.quantize_per_tensor.*deprecated")
+@pytest.mark.parametrize("make", TORCH_REFUSED.values(), ids=TORCH_REFUSED.keys())
+def test_a_tensor_pytorch_refuses_to_export_raises_pytorchs_own_error(make):
+    t = make()
+    with pytest.raises(Exception) as theirs:
+        t.__dlpack__()
+    with pytest.raises(type(theirs.value)) as ours:
+        hb.from_dlpack(t)
+    assert str(ours.value) == str(theirs.value) and "\n" not in str(ours.value)  # no C++ frames

@@ -221,3 +221,36 @@ def test_writable_exports_of_read_only_memory_are_refused():
         hb.Buffer.from_host(ro).numpy(writable=True)
     np.testing.assert_array_equal(np.asarray(hb.Buffer.from_host(ro)), ro)
     assert hb.Buffer.from_host(ro, copy=True).numpy(writable=True).flags.writeable
+
+
+# --- NumPy's canonical dtype for every row --------------------------------------------------------
+
+def _canonical(name):
+    """The dtype NumPy's own arrays of this row have (int64 is numpy.int64, never numpy.longlong)."""
+    return np.dtype(hb.dtype(name).numpy)
+
+
+@pytest.mark.parametrize("name", ALL_DTYPES)
+def test_every_host_export_gives_numpys_own_dtype_type(name):
+    b = hb.Buffer((3,), name)
+    expected = _canonical(name)
+    for how, array in [("__array__", np.asarray(b)), ("numpy()", b.numpy()),
+                       ("numpy(writable=True)", b.numpy(writable=True))]:
+        assert array.dtype == expected and array.dtype.type is expected.type, how
+    if hb.dtype(name).format:
+        via_buffer = np.asarray(memoryview(b))
+        assert via_buffer.dtype.type is expected.type, "buffer protocol"
+
+
+@pytest.mark.parametrize("name", ["int64", "uint64"])
+def test_64_bit_integers_reach_torch_through_the_buffer_protocol(name):
+    torch = pytest.importorskip("torch")
+    b = hb.Buffer.from_host(np.arange(3, dtype=name))
+    t = torch.from_numpy(np.array(memoryview(b)))  # a copy keeps the type the exported format gave
+    assert t.dtype == getattr(torch, name) and t.tolist() == [0, 1, 2]
+
+
+@pytest.mark.parametrize("name", [n for n in ALL_DTYPES if hb.dtype(n).numpy.type.__module__ == "numpy"])
+def test_dlpack_to_numpy_gives_numpys_own_dtype_type(name):
+    b = hb.Buffer((3,), name)
+    assert np.from_dlpack(b).dtype.type is _canonical(name).type

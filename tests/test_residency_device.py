@@ -225,6 +225,66 @@ def test_a_promise_of_no_external_writes_ends_the_standing_lease(dev):
     assert moves() == up(16)
 
 
+def test_a_claim_that_the_device_is_newer_is_refused_over_a_standing_lease(dev):
+    a = np.zeros(4, dtype=np.float32)
+    b = hb.Buffer.from_host(a)
+    b.copy_to_device()
+    a[:] = 5  # the owner writes after the upload: the host copy is the newer one
+    moves = Moves(b)
+    with pytest.raises(ValueError, match=r"^set_device_dirty\(\): the buffer wraps memory its owner may "
+                                         r"write at any time, so the host copy counts as newer; .*"
+                                         r"external_writes=False"):
+        b.set_device_dirty(True)
+    assert b.host_dirty() and not b.device_dirty()
+    assert np.asarray(b).tolist() == [5, 5, 5, 5] and a.tolist() == [5, 5, 5, 5]
+    assert moves() == NONE
+    promised = hb.Buffer.from_host(np.zeros(4, np.float32), external_writes=False)
+    promised.copy_to_device()
+    promised.set_device_dirty(True)  # the promise makes the claim the caller's to make
+    assert promised.device_dirty()
+    device_fill(b, 7)  # a device lease is the way to write there: the device copy is newer
+    b.set_device_dirty(True)  # and saying so again is no mistake
+    assert np.asarray(b).tolist() == [7, 7, 7, 7]
+
+
+def test_a_refused_array_conversion_downloads_nothing(dev):
+    b = hb.Buffer((4,), "float32")
+    device_fill(b, 3)
+    moves = Moves(b)
+    with pytest.raises(ValueError, match=r"^__array__\(\): converting float32 to int8 needs a copy"):
+        b.__array__(dtype=np.int8, copy=False)
+    assert moves() == NONE and b.device_dirty() and not b.host_dirty()
+    assert b.__array__(dtype=np.int8).tolist() == [3, 3, 3, 3]
+
+
+def test_a_dlpack_export_no_consumer_took_leaves_no_mark(dev):
+    b = hb.Buffer((4,), "bfloat16")
+    b.copy_to_device()
+    assert not b.host_dirty() and not b.device_dirty()
+    with pytest.raises(RuntimeError, match="Unsupported dtype"):  # NumPy refuses bfloat16 after the export
+        np.from_dlpack(b)
+    assert not b.host_dirty() and not b.device_dirty()
+    moves = Moves(b)
+    b.copy_to_device()
+    assert moves() == NONE  # nothing to upload again
+    capsule = b.__dlpack__(max_version=(1, 1))  # a lease standing while its capsule lives
+    assert b.host_dirty()
+    b.copy_to_device()  # something happened since: the mark stays, whatever the capsule does
+    assert moves() == up(8)
+    b.numpy(writable=True)
+    del capsule
+    assert b.host_dirty()
+
+
+def test_a_consumed_dlpack_export_keeps_its_mark(dev):
+    b = hb.Buffer((4,), "float32")
+    b.copy_to_device()
+    a = np.from_dlpack(b)
+    assert b.host_dirty()
+    del a
+    assert b.host_dirty()  # the consumer may have written
+
+
 def test_a_download_into_wrapped_memory_lands_in_the_owners_array(dev):
     a = np.zeros(4, dtype=np.float32)
     b = hb.Buffer.from_host(a)
