@@ -409,6 +409,14 @@ void Buffer::device_wrap_native(const std::shared_ptr<Device> &on, uint64_t nati
         throw ValueError(std::string(entry) + "(): the buffer wraps read-only memory, which the "
                          "wrapped device data could never be written back into; wrap a writable "
                          "buffer");
+    // The wrapped data becomes the current copy: over memory its owner may write at any time
+    // (a standing lease), the next read would download it over the owner's newer writes.
+    if (s.external_writes)
+        throw ValueError(std::string(entry) + "(): the buffer wraps host memory its owner may write at any "
+                         "time, whose writes the device data would overwrite on the next read; wrap the "
+                         "device memory in a buffer of its own (halide_buffer.opencl.wrap, "
+                         "halide_buffer.cuda.wrap), or wrap the host memory with "
+                         "Buffer.from_host(obj, external_writes=False)");
     const halide_device_interface_t *interface = on->interface();
     TargetDevice target(on.get());
     last_failure() = DeviceFailure{};

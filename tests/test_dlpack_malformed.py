@@ -1000,3 +1000,44 @@ def test_an_empty_tensor_with_huge_strides_imports_empty(copy):
     b = hb.from_dlpack(t.capsule(), copy=copy)
     assert b.shape == (0, 3) and b.size == 0 and np.asarray(b).shape == (0, 3)
     assert all(abs(s) < 2**62 for s in b.strides)
+
+
+# ---------------------------------------------------------------------------------------------
+# A producer's __dlpack_device__: a pair of ints in DLPack's 32-bit fields, or its type is named
+# ---------------------------------------------------------------------------------------------
+
+
+class OddDevice:
+    """A producer whose __dlpack_device__ returns `where`; its __dlpack__ is never reached."""
+
+    def __init__(self, where):
+        self.where = where
+        self.exported = False
+
+    def __dlpack__(self, **kwargs):
+        self.exported = True
+        return np.zeros(3).__dlpack__(**kwargs)
+
+    def __dlpack_device__(self):
+        return self.where
+
+
+@pytest.mark.parametrize("where, exception, what", [
+    ((2, "x"), TypeError, "whose fields are not both ints"),
+    (("2", 0), TypeError, "whose fields are not both ints"),
+    ((2.0, 0), TypeError, "whose fields are not both ints"),
+    ((True, 0), TypeError, "whose fields are not both ints"),
+    ((2, 2**70), ValueError, "whose fields do not fit DLPack's 32-bit device type and id"),
+    ((2**31, 0), ValueError, "whose fields do not fit DLPack's 32-bit device type and id"),
+    ((1, -(2**31) - 1), ValueError, "whose fields do not fit DLPack's 32-bit device type and id"),
+    ((2,), TypeError, "not a (device type, device id) tuple"),
+    ([2, 0], TypeError, "not a (device type, device id) tuple"),
+    (None, TypeError, "not a (device type, device id) tuple"),
+], ids=["id-str", "type-str", "type-float", "type-bool", "id-2**70", "type-2**31", "id-below-int32", "one-field",
+        "list", "none"])
+def test_a_producer_device_that_is_no_pair_of_int32_names_the_producer(where, exception, what):
+    producer = OddDevice(where)
+    with fails(exception, f"from_dlpack(): OddDevice.__dlpack_device__() returned {where!r}, {what}; "
+                          "the producer is broken"):
+        hb.from_dlpack(producer)
+    assert not producer.exported

@@ -247,6 +247,20 @@ def test_a_claim_that_the_device_is_newer_is_refused_over_a_standing_lease(dev):
     assert np.asarray(b).tolist() == [7, 7, 7, 7]
 
 
+def test_wrapping_device_memory_over_a_standing_lease_is_refused(dev):
+    a = np.arange(4, dtype=np.float32)
+    b = hb.Buffer.from_host(a)
+    mem = cl.Buffer(cl.Context.from_int_ptr(dev.context), cl.mem_flags.READ_WRITE, 16)
+    with pytest.raises(ValueError, match=r"^device_wrap_native\(\): the buffer wraps host memory its owner "
+                                         r"may write at any time, .*external_writes=False"):
+        b.device_wrap_native(mem)
+    assert not b.has_device_allocation() and np.asarray(b).tolist() == [0, 1, 2, 3]
+    promised = hb.Buffer.from_host(a, external_writes=False)
+    promised.device_wrap_native(mem)  # promised: the device data supersedes the host's, as asked
+    assert promised.device_dirty()
+    promised.device_detach_native()
+
+
 def test_a_refused_array_conversion_downloads_nothing(dev):
     b = hb.Buffer((4,), "float32")
     device_fill(b, 3)
