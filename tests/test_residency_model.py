@@ -1,6 +1,15 @@
 """Random sequences of host and device operations against a pure-Python model of the rules
-(DESIGN section 4). After every step the data, the flags and the exact copies must match the
-model, which moves the storage only when a reader on the stale side needs it."""
+(DESIGN section 4). After every step the host memory, the flags and the exact copies must match
+the model, which moves the storage only when a reader on the stale side needs it.
+
+The machine starts from an owned buffer, a standing lease (wrapped writable memory its owner
+may write at any time), a promised wrap (`external_writes=False`) or wrapped read-only memory,
+of a classic dtype or bfloat16. Besides reads, writes and copies on both sides it sets the flags
+directly (a claim, which the model believes: it keeps what each side's memory holds, so a false
+claim shows up as old data, exactly) and makes calls that must be refused: a refused call moves
+no data and changes no flag."""
+
+import contextlib
 
 import numpy as np
 import pytest
@@ -12,37 +21,75 @@ import halide_buffer as hb
 
 from conftest import counts
 
-N = 24  # int32 elements: one storage of 96 bytes
-NBYTES = N * 4
+N = 24  # elements: one storage of N * itemsize bytes
+DTYPES = ["int32", "float32", "bfloat16"]  # pyopencl has no bfloat16 kernels: its device side uses bits()
+STARTS = ["owned", "lease", "promised", "read-only"]
 
 
 class Model:
-    """The rules, in Python: where the current data is, and what each step must move."""
+    """The rules, in Python: what each side's memory holds, the flags, and what each step must
+    move. Memory contents are float64 (exact for every value written here); NaN marks bytes
+    nobody wrote (a new device allocation), which are never compared."""
 
-    def __init__(self, data):
-        self.data = data.copy()
-        self.allocated = False
-        self.host_dirty = True  # constructed from host data
+    def __init__(self, data, *, lease, readonly):
+        self.host = np.asarray(data, np.float64)  # the host memory
+        self.dev = None  # the device memory, while there is an allocation
+        self.host_dirty = True  # the raw flag; constructed from host data
         self.device_dirty = False
+        self.lease = lease  # wrapped writable memory its owner may write at any time
+        self.readonly = readonly
         self.up = self.down = 0
+
+    @property
+    def allocated(self):
+        return self.dev is not None
+
+    def host_dirty_reads(self):  # host_dirty(): a standing lease is newer unless the device copy is
+        return self.host_dirty or (self.lease and not self.device_dirty)
 
     def host_current(self):  # copy_to_host()
         if self.device_dirty:
+            self.host = self.dev.copy()
             self.down += 1
             self.device_dirty = False
 
-    def device_current(self):  # copy_to_device()
+    def allocate(self):  # device_malloc(): a new device copy is empty, the host holds the data
         if not self.allocated:
-            self.allocated = True
-            self.host_dirty = True  # a new device copy is empty: the host holds the data
-        if self.host_dirty:
+            self.dev = np.full(N, np.nan)
+            self.host_dirty = True
+
+    def device_current(self):  # copy_to_device()
+        self.allocate()
+        if self.host_dirty_reads():
+            self.dev = self.host.copy()
             self.up += 1
             self.host_dirty = False
 
     def free(self):  # device_free(): a newer device copy comes home first
         if self.allocated:
             self.host_current()
-            self.allocated = False
+            self.dev = None
+
+    def device_dirty_refusals(self):
+        """Why set_device_dirty(True) must be refused now, as patterns of its message."""
+        reasons = []
+        if not self.allocated:
+            reasons.append(r"the buffer has no device allocation")
+        if self.host_dirty:
+            reasons.append(r"the host copy is newer")
+        elif self.host_dirty_reads():  # a standing lease: the owner may have written since
+            reasons.append(r"the host copy is newer|the buffer wraps memory its owner may write")
+        if self.readonly:
+            reasons.append(r"the buffer wraps read-only memory")
+        return reasons
+
+
+def assert_holds(got, expected):
+    """`got` has the model's values wherever the model knows them."""
+    known = ~np.isnan(expected)
+    got = np.asarray(got)[known].astype(np.float64)
+    if not np.array_equal(got, expected[known]):
+        np.testing.assert_array_equal(got, expected[known])
 
 
 ranges = st.tuples(st.integers(0, N - 1), st.integers(1, N)).map(sorted).filter(lambda r: r[0] < r[1])
@@ -50,34 +97,102 @@ values = st.integers(-2**31, 2**31 - 1)
 
 
 class Residency(RuleBasedStateMachine):
-    @initialize(seed=st.integers(0, 2**32 - 1))
-    def start(self, seed):
-        data = np.random.default_rng(seed).integers(-2**31, 2**31, N, dtype=np.int32)
-        self.b = hb.Buffer((N,), "int32")
-        self.b.numpy(writable=True)[...] = data
-        self.model = Model(data)
+    @initialize(seed=st.integers(0, 2**32 - 1), dtype=st.sampled_from(DTYPES), start=st.sampled_from(STARTS))
+    def start(self, seed, dtype, start):
+        self.dtype = np.dtype(hb.dtype(dtype).numpy)
+        self.bfloat16 = dtype == "bfloat16"
+        self.nbytes = N * self.dtype.itemsize
+        data = np.random.default_rng(seed).integers(-2**31, 2**31, N).astype(self.dtype)
+        if start == "owned":
+            self.b = hb.Buffer((N,), dtype)
+            self.b.numpy(writable=True)[...] = data
+        else:
+            self.a = data  # the owner's array
+            if start == "read-only":
+                data.flags.writeable = False
+            self.b = hb.Buffer.from_host(data, external_writes=start != "promised")
+        assert self.b.external_writes == (start == "lease")  # read-only memory is no lease
+        assert self.b.readonly == (start == "read-only")
+        # The host memory itself, read after every step without a lease (no copy, no flag).
+        self.host_memory = self.b.numpy()
+        self.model = Model(data, lease=start == "lease", readonly=start == "read-only")
 
     def view(self, lo, hi, reverse=False):
         v = self.b[lo:hi] if lo % 2 else self.b.cropped(0, lo, hi - lo)
         return v[::-1] if reverse else v
 
+    def value(self, value):
+        return np.asarray(value).astype(self.dtype)[()]
+
+    def device_array(self, v, writable=True):
+        if self.bfloat16:  # its bits, which pyopencl can fill
+            v = v.bits()
+        return hb.opencl.as_array(v, writable=writable)
+
+    def state(self):
+        b = self.b
+        return (b.host_dirty(), b.device_dirty(), b.has_device_allocation(), counts(b.transfers),
+                self.host_memory.tobytes())
+
+    @contextlib.contextmanager
+    def refused(self, exception, match):
+        """The call raises, and moved no data and changed no flag."""
+        before = self.state()
+        with pytest.raises(exception, match=match):
+            yield
+        assert self.state() == before, "a refused call changed the buffer"
+
     # --- host side ------------------------------------------------------------------------
 
     @rule(r=ranges, value=values)
     def host_write(self, r, value):
+        x = self.value(value)
+        v = self.view(*r)
+        if self.model.readonly:
+            with self.refused(BufferError, r"numpy\(\): the buffer wraps read-only memory"):
+                v.numpy(writable=True)
+            return
         self.model.host_current()
-        self.view(*r).numpy(writable=True)[...] = value
+        v.numpy(writable=True)[...] = x
         self.model.host_dirty = True
-        self.model.data[r[0]:r[1]] = value
+        self.model.host[r[0]:r[1]] = x
+
+    @precondition(lambda self: self.model.lease and not self.model.device_dirty)
+    @rule(r=ranges, value=values)
+    def owner_write(self, r, value):  # the owner writes the wrapped array itself, telling no one
+        x = self.value(value)
+        self.a[r[0]:r[1]] = x
+        self.model.host[r[0]:r[1]] = x
 
     @rule(r=ranges, reverse=st.booleans(), how=st.sampled_from(["asarray", "memoryview", "numpy"]))
     def host_read(self, r, reverse, how):
         v = self.view(*r, reverse=reverse)
-        got = {"asarray": np.asarray, "memoryview": lambda x: np.asarray(memoryview(x)),
-               "numpy": lambda x: x.numpy()}[how](v)
+        if how == "memoryview" and self.bfloat16:
+            with self.refused(BufferError, r"__buffer__\(\): dtype bfloat16 has no PEP 3118 format"):
+                memoryview(v)
+            got = np.asarray(memoryview(v.bits())).view(self.dtype)
+        else:
+            got = {"asarray": np.asarray, "memoryview": lambda x: np.asarray(memoryview(x)),
+                   "numpy": lambda x: x.numpy()}[how](v)
         self.model.host_current()
-        expected = self.model.data[r[0]:r[1]]
-        np.testing.assert_array_equal(got, expected[::-1] if reverse else expected)
+        expected = self.model.host[r[0]:r[1]]
+        assert_holds(got, expected[::-1] if reverse else expected)
+
+    @rule(r=ranges)
+    def from_dlpack(self, r):
+        v = self.view(*r)
+        if self.bfloat16:
+            # NumPy refuses the dtype after our export made the host copy current: a host read;
+            # the write lease no consumer took leaves no mark.
+            with pytest.raises(RuntimeError, match="Unsupported dtype"):
+                np.from_dlpack(v)
+            self.model.host_current()
+            return
+        got = np.from_dlpack(v)  # a writable lease (unless the memory is read-only)
+        assert got.flags.writeable != self.model.readonly
+        self.model.host_current()
+        self.model.host_dirty |= not self.model.readonly
+        assert_holds(got, self.model.host[r[0]:r[1]])
 
     @rule()
     def copy_to_host(self):
@@ -88,18 +203,25 @@ class Residency(RuleBasedStateMachine):
 
     @rule(r=ranges, value=values)
     def device_write(self, r, value):
-        a = hb.opencl.as_array(self.view(*r))  # a pyopencl kernel on the shared cl_mem
+        x = self.value(value)
+        v = self.view(*r)
+        if self.model.readonly:
+            with self.refused(BufferError, r"opencl\.as_array\(\): the buffer wraps read-only memory"):
+                self.device_array(v)
+            return
+        a = self.device_array(v)  # a pyopencl kernel on the shared cl_mem
         self.model.device_current()
-        a.fill(np.int32(value))
+        a.fill(np.array(x).view(a.dtype)[()])
         a.queue.finish()
         self.model.device_dirty = True
-        self.model.data[r[0]:r[1]] = value
+        self.model.host_dirty = False
+        self.model.dev[r[0]:r[1]] = x
 
     @rule(r=ranges)
     def device_read(self, r):
-        got = hb.opencl.as_array(self.view(*r), writable=False).get()
+        got = self.device_array(self.view(*r), writable=False).get().view(self.dtype)
         self.model.device_current()
-        np.testing.assert_array_equal(got, self.model.data[r[0]:r[1]])
+        assert_holds(got, self.model.dev[r[0]:r[1]])
 
     @rule()
     def copy_to_device(self):
@@ -109,30 +231,67 @@ class Residency(RuleBasedStateMachine):
     @rule()
     def device_malloc(self):
         self.b.device_malloc()
-        if not self.model.allocated:
-            self.model.allocated = True
-            self.model.host_dirty = True
+        self.model.allocate()
 
     @rule()
     def device_free(self):
         self.b.device_free()
         self.model.free()
 
-    @precondition(lambda self: self.model.allocated and not self.model.host_dirty)
+    @precondition(lambda self: self.model.allocated and not self.model.host_dirty_reads()
+                  and not self.model.readonly)
     @rule()
     def claim_device_write(self):  # a device writer that tells us afterwards (Halide's way)
         self.b.set_device_dirty(True)
         self.model.device_dirty = True
+
+    # --- the flags, set directly ----------------------------------------------------------
+
+    @rule(r=ranges, value=st.booleans())
+    def set_host_dirty(self, r, value):  # True: the host copy is the newer one
+        v = self.view(*r)
+        if value and self.model.device_dirty:
+            with self.refused(ValueError, r"set_host_dirty\(\): the device copy is newer"):
+                v.set_host_dirty(True)
+            return
+        v.set_host_dirty(value)
+        self.model.host_dirty = value
+
+    @rule(r=ranges, value=st.booleans())
+    def set_device_dirty(self, r, value):  # True: the device copy is the newer one
+        v = self.view(*r)
+        reasons = self.model.device_dirty_refusals() if value else []
+        if reasons:
+            with self.refused(ValueError, r"set_device_dirty\(\): (%s)" % "|".join(reasons)):
+                v.set_device_dirty(True)
+            return
+        v.set_device_dirty(value)
+        self.model.device_dirty = value
+
+    # --- calls that must be refused (besides those in the rules above) -------------------
+
+    @rule(r=ranges)
+    def array_without_a_copy_in_another_dtype(self, r):
+        with self.refused(ValueError, r"__array__\(\): converting \w+ to int8 needs a copy"):
+            self.view(*r).__array__(dtype=np.int8, copy=False)
+
+    @rule(r=ranges, value=values)
+    def write_through_asarray(self, r, value):
+        got = np.asarray(self.view(*r))  # a read: the host copy is made current
+        self.model.host_current()
+        with self.refused(ValueError, "read-only"):
+            got[...] = self.value(value)
 
     # --- after every step -----------------------------------------------------------------
 
     @invariant()
     def state_matches_the_model(self):
         m = self.model
-        assert (self.b.host_dirty(), self.b.device_dirty()) == (m.host_dirty, m.device_dirty)
+        assert (self.b.host_dirty(), self.b.device_dirty()) == (m.host_dirty_reads(), m.device_dirty)
         assert not (m.host_dirty and m.device_dirty)
         assert self.b.has_device_allocation() == m.allocated
-        assert counts(self.b.transfers) == (m.up, m.up * NBYTES, m.down, m.down * NBYTES)
+        assert counts(self.b.transfers) == (m.up, m.up * self.nbytes, m.down, m.down * self.nbytes)
+        assert_holds(self.host_memory, m.host)
 
 
 def run(examples):
