@@ -62,11 +62,27 @@ Buffer &buffer_of(PyObject *self);
 void bind_residency(py::class_<Buffer> &cls);
 /// The device a call names: a Device (required), or None: where the buffer is, else the default.
 DeviceChoice device_arg(py::handle device, const char *entry);
-/// Holds a Python object for a C++ owner (null for None); dropped with the GIL held, from any
-/// thread.
-std::shared_ptr<void> keep_object(py::handle obj);
 /// halide_buffer.transfers(): the process-wide counts.
 void bind_transfer_totals(py::module_ &m);
+
+// py_kept.cpp
+/// A Python object held from C++: a storage's owner (what from_host() or from_dlpack() wrapped),
+/// a wrapped device handle's owner, a device's stream object. Every such reference is one of
+/// these, in an owner made by keep(). Deleted with the GIL held, from any thread.
+struct Kept {
+    explicit Kept(py::object object) : object(std::move(object)) {}
+    Kept(const Kept &) = delete;
+    Kept &operator=(const Kept &) = delete;
+    virtual ~Kept() = default;
+    py::object object;  ///< the object kept (what device_detach_native() hands back); may be null
+};
+/// An owner holding `kept`, deleted (with the GIL) when the last copy goes.
+std::shared_ptr<void> keep(std::unique_ptr<Kept> kept);
+/// An owner holding `obj` (null for None).
+std::shared_ptr<void> keep_object(py::handle obj);
+/// The Kept in an owner made by keep(); nullptr for none, or for an owner of the core's own
+/// (another storage, memory lent out).
+Kept *kept_in(const std::shared_ptr<void> &owner);
 
 // py_dlpack.cpp
 void bind_dlpack(py::class_<Buffer> &cls, py::module_ &m);
