@@ -18,6 +18,10 @@ constexpr const char *kEntry = "Buffer.from_host";
 struct HeldExport final : Kept {
     HeldExport() : Kept(py::object()) {}
     ~HeldExport() override { PyBuffer_Release(&view); }  // nothing when the export failed (obj NULL)
+    int traverse(visitproc visit, void *arg) const override {
+        Py_VISIT(view.obj);
+        return 0;
+    }
     Py_buffer view{};
 };
 
