@@ -7,8 +7,9 @@ cycle through that C++ reference; the buffer shows it to the garbage collector, 
 collects, and counts live storages (`_live_counts()`): back to where they started.
 
 Not collected, by design: a cycle through a buffer whose storage someone else shares too (another
-view, an export), since that reference is not the buffer's alone; and a PyTorch tensor storing the
-buffer made from it without a copy, which PyTorch's own C++ keeps alive (proved below).
+view, an export), since that reference is not the buffer's alone; and a PyTorch tensor or NumPy
+array storing the buffer made from it through DLPack without a copy, which the producer's own C
+keeps alive through its export (proved below).
 """
 
 import gc
