@@ -177,6 +177,24 @@ public:
     bool shares_storage_with(const Buffer &other) const { return storage_ == other.storage_; }
     /// Keeps the memory (and whoever owns it) alive for a holder that needs no view of it.
     std::shared_ptr<const void> keep_alive() const { return storage_; }
+    /// For code that accounts for what keeps what alive (the bindings show Python's garbage
+    /// collector the objects a buffer keeps): calls visit(owner) on each owner the storage
+    /// holds (the host memory's owner, a wrapped device handle's owner, memory lent out),
+    /// stopping at the first nonzero result, which it returns. Visits nothing unless those
+    /// references are this view's alone: no other view, export or holder shares the storage.
+    /// Nor while someone holds the storage's lock (a residency operation may be changing them).
+    template <typename F>
+    int visit_sole_owners(F &&visit) const {
+        if (!storage_ || storage_.use_count() != 1) return 0;
+        std::unique_lock<std::mutex> lock(storage_->mutex, std::try_to_lock);
+        if (!lock.owns_lock()) return 0;
+        const Storage &s = *storage_;
+        if (int r = visit(s.owner)) return r;
+        if (int r = visit(s.device_owner)) return r;
+        for (const std::shared_ptr<void> &lent : s.lent_memory)
+            if (int r = visit(lent)) return r;
+        return 0;
+    }
 
     // --- views (share storage and residency) -----------------------------------------------
     Buffer view() const;  ///< same geometry, same storage; the starting point of every view

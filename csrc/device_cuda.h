@@ -26,6 +26,8 @@ public:
     cu::CUstream stream() const { return stream_; }
     /// The stream as the CUDA array interface and DLPack number it: 1 for the legacy default.
     uintptr_t stream_number() const { return reinterpret_cast<uintptr_t>(stream_); }
+    /// What keeps the stream valid (null for the default stream); set once, at open().
+    const std::shared_ptr<void> &stream_owner() const { return stream_owner_; }
     const std::string &name() const { return name_; }
     uint64_t global_memory() const { return global_memory_; }
     int compute_major() const { return major_; }

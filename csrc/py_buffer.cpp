@@ -154,6 +154,13 @@ auto method(F f) {
 
 PyTypeObject *buffer_type = nullptr;
 
+/// What the garbage collector sees of a buffer: the Python objects its storage keeps (the host
+/// memory's owner, a wrapped device handle's owner), when the buffer is their only holder (see
+/// py_kept.cpp).
+int traverse_buffer(const std::unique_ptr<Buffer> &b, visitproc visit, void *arg) {
+    return b->visit_sole_owners([&](const std::shared_ptr<void> &owner) { return traverse_owner(owner, visit, arg); });
+}
+
 }  // namespace
 
 Buffer &buffer_of(PyObject *self) {
@@ -168,7 +175,9 @@ Buffer &buffer_of(PyObject *self) {
 }
 
 void bind_buffer(py::module_ &m) {
-    py::class_<Buffer> cls(m, "Buffer", py::buffer_protocol(), R"doc(
+    py::class_<Buffer> cls(m, "Buffer", py::buffer_protocol(), py::custom_type_setup([](PyHeapTypeObject *type) {
+        take_part_in_gc(type, traverse_instance<std::unique_ptr<Buffer>, traverse_buffer>);
+    }), R"doc(
 A Halide runtime buffer: host memory (owned or borrowed), a halide_buffer_t describing it in
 Halide's terms, and the residency state of its data shared by every view.
 

@@ -51,11 +51,22 @@ Buffer wrap(uint64_t data, const std::vector<int64_t> &shape, const std::vector<
     return wrap_cuda(entry, device, data, shape, strides, t, std::move(keep), producer);
 }
 
+/// What the garbage collector sees of a CudaDevice: the stream object it keeps, when this Python
+/// object is the device's only holder (no buffer, allocation or pipeline uses it; see
+/// py_kept.cpp).
+int traverse_device(const std::shared_ptr<CudaDevice> &d, visitproc visit, void *arg) {
+    if (d.use_count() != 1) return 0;
+    return traverse_owner(d->stream_owner(), visit, arg);
+}
+
 }  // namespace
 
 void bind_cuda(py::module_ &m, py::class_<Buffer> &cls) {
     py::class_<CudaDevice, Device, std::shared_ptr<CudaDevice>>(
-        m, "CudaDevice", "A CUDA device through its primary context, with the stream copies run on.")
+        m, "CudaDevice", "A CUDA device through its primary context, with the stream copies run on.",
+        py::custom_type_setup([](PyHeapTypeObject *type) {
+            take_part_in_gc(type, traverse_instance<std::shared_ptr<CudaDevice>, traverse_device>);
+        }))
         .def_property_readonly("ordinal", &CudaDevice::ordinal)
         .def_property_readonly("name", &CudaDevice::name)
         .def_property_readonly("is_gpu", [](const CudaDevice &) { return true; })

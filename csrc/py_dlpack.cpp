@@ -244,22 +244,20 @@ PyMethodDef kDLPackMethods[] = {
 
 /// What keeps an imported tensor alive: the producer object and the managed tensor, whose
 /// deleter runs exactly once, when the last buffer or view over it dies (with the GIL held:
-/// producers' deleters may touch Python objects).
-struct ImportOwner {
-    DLManagedTensorVersioned *versioned = nullptr;
-    DLManagedTensor *legacy = nullptr;
-    py::object producer;
+/// producers' deleters may touch Python objects), before the producer is let go.
+struct ImportOwner final : Kept {
+    ImportOwner(DLManagedTensorVersioned *v, DLManagedTensor *l, py::object producer)
+        : Kept(std::move(producer)), versioned(v), legacy(l) {}
+    ~ImportOwner() override {
+        if (versioned && versioned->deleter) versioned->deleter(versioned);
+        if (legacy && legacy->deleter) legacy->deleter(legacy);
+    }
+    DLManagedTensorVersioned *versioned;
+    DLManagedTensor *legacy;
 };
 
 std::shared_ptr<void> import_owner(DLManagedTensorVersioned *v, DLManagedTensor *l, py::object producer) {
-    auto *o = new ImportOwner{v, l, std::move(producer)};
-    return std::shared_ptr<void>(o, [](void *p) {
-        py::gil_scoped_acquire gil;
-        auto *o = static_cast<ImportOwner *>(p);
-        if (o->versioned && o->versioned->deleter) o->versioned->deleter(o->versioned);
-        if (o->legacy && o->legacy->deleter) o->legacy->deleter(o->legacy);
-        delete o;
-    });
+    return keep(std::make_unique<ImportOwner>(v, l, std::move(producer)));
 }
 
 std::shared_ptr<CudaDevice> cuda_device(int ordinal) {
@@ -281,16 +279,11 @@ Buffer adopt_cuda(const DLImport &in, std::shared_ptr<void> owner, int copy, boo
     std::vector<int64_t> bytes(in.strides.size());
     for (size_t i = 0; i < bytes.size(); ++i) bytes[i] = in.strides[i] * in.dtype->itemsize;
     bool copy_now = copy == 1 && !in.copied && !producer_copied;
-    // The wrapped memory's owner, as device_detach_native() hands it back: the producer object
-    // (None for a raw capsule), holding the tensor until it is let go.
-    py::object producer = static_cast<ImportOwner *>(owner.get())->producer;
-    std::shared_ptr<void> holder(new py::object(std::move(producer)), [tensor = std::move(owner)](void *p) {
-        py::gil_scoped_acquire gil;
-        delete static_cast<py::object *>(p);
-    });
+    // The wrapped memory's owner is the tensor's: device_detach_native() hands back its producer
+    // object (None for a raw capsule), and the tensor is deleted when it is let go.
     py::gil_scoped_release nogil;
     Buffer out = wrap_cuda(kImport, device, reinterpret_cast<uint64_t>(in.data), in.shape, bytes, *in.dtype,
-                           std::move(holder), nullptr);
+                           std::move(owner), nullptr);
     if (!copy_now) return out;
     out.begin_host_read();
     return out.copy(kImport);  // the wrapped tensor is let go with `out`

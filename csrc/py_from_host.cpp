@@ -13,14 +13,17 @@ namespace {
 
 constexpr const char *kEntry = "Buffer.from_host";
 
-/// Keeps a Python object alive until the storage dies; released with the GIL held.
-std::shared_ptr<void> keep_alive(py::handle obj) {
-    return std::shared_ptr<void>(new py::object(py::reinterpret_borrow<py::object>(obj)),
-                                 [](void *p) {
-                                     py::gil_scoped_acquire gil;
-                                     delete static_cast<py::object *>(p);
-                                 });
-}
+/// A buffer-protocol export we hold: released once, when the last storage over it dies. The
+/// reference it holds is the view's `obj`.
+struct HeldExport final : Kept {
+    HeldExport() : Kept(py::object()) {}
+    ~HeldExport() override { PyBuffer_Release(&view); }  // nothing when the export failed (obj NULL)
+    int traverse(visitproc visit, void *arg) const override {
+        Py_VISIT(view.obj);
+        return 0;
+    }
+    Py_buffer view{};
+};
 
 /// Someone else's host memory as its exporter describes it (byte strides, any values).
 struct Exported {
@@ -47,21 +50,18 @@ Exported from_ndarray(py::array a) {
     return Exported{static_cast<uint8_t *>(const_cast<void *>(a.data())),
                     std::vector<int64_t>(a.shape(), a.shape() + a.ndim()),
                     std::vector<int64_t>(a.strides(), a.strides() + a.ndim()),
-                    &to_dtype(descr, kEntry), keep_alive(a), !a.writeable()};
+                    &to_dtype(descr, kEntry), keep_object(a), !a.writeable()};
 }
 
 Exported from_buffer_protocol(py::handle obj) {
-    auto *view = new Py_buffer;
+    auto held = std::make_unique<HeldExport>();
+    Py_buffer *view = &held->view;
     if (PyObject_GetBuffer(obj.ptr(), view, PyBUF_RECORDS_RO) != 0) {
-        delete view;
+        view->obj = nullptr;  // nothing to release
         throw py::error_already_set();
     }
     // From here the view is released exactly once: by the storage, or right here on failure.
-    std::shared_ptr<void> owner(view, [](void *p) {
-        py::gil_scoped_acquire gil;
-        PyBuffer_Release(static_cast<Py_buffer *>(p));
-        delete static_cast<Py_buffer *>(p);
-    });
+    std::shared_ptr<void> owner = keep(std::move(held));
     if (view->suboffsets)
         throw BufferError(std::string(kEntry) + "(): indirect (PIL-style) buffers are not "
                           "supported; convert with numpy.array(obj) first");

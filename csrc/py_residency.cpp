@@ -32,14 +32,6 @@ std::shared_ptr<Device> default_device() {
 
 }  // namespace
 
-std::shared_ptr<void> keep_object(py::handle obj) {
-    if (obj.is_none()) return nullptr;
-    return std::shared_ptr<void>(new py::object(py::reinterpret_borrow<py::object>(obj)), [](void *p) {
-        py::gil_scoped_acquire gil;
-        delete static_cast<py::object *>(p);
-    });
-}
-
 DeviceChoice device_arg(py::handle device, const char *entry) {
     if (device.is_none()) return DeviceChoice{default_device(), false};
     if (!py::isinstance<Device>(device))
@@ -53,8 +45,9 @@ namespace {
 
 /// The object a detach hands back (None when nothing was wrapped).
 py::object owner_object(const std::shared_ptr<void> &owner) {
-    if (!owner) return py::none();
-    return *static_cast<py::object *>(owner.get());
+    Kept *kept = kept_in(owner);
+    if (!kept || !kept->object) return py::none();
+    return kept->object;
 }
 
 /// A pyopencl memory object or pool block (its cl_mem is live while the object is).

@@ -25,6 +25,7 @@ import subprocess
 import sys
 import textwrap
 import warnings
+import weakref
 from pathlib import Path
 
 import numpy as np
@@ -966,6 +967,57 @@ def test_detaching_a_dlpack_import_hands_back_the_producer(gpu, cupy):
     np.testing.assert_array_equal(np.asarray(b), np.arange(8, dtype=np.float32))
     assert b.device_detach_native() is c
     assert not b.has_device_allocation()
+
+
+class Wrapped:
+    """Hands out a CUDA array's interfaces (not its own memory), and can carry attributes."""
+
+    def __init__(self, values):
+        self.values = values
+
+    @property
+    def __cuda_array_interface__(self):
+        return self.values.__cuda_array_interface__
+
+    def __dlpack__(self, **kwargs):
+        return self.values.__dlpack__(**kwargs)
+
+    def __dlpack_device__(self):
+        return self.values.__dlpack_device__()
+
+
+@needs_gpu
+@pytest.mark.parametrize("route", ["cuda.wrap", "from_dlpack"])
+def test_an_object_storing_the_buffer_over_its_cuda_memory_is_collected(gpu, cupy, route):
+    """The buffer keeps the wrapped object alive from C++ and shows it to the garbage collector,
+    so a cycle through it is collected (tests/test_gc.py has the host's)."""
+    make = hb.cuda.wrap if route == "cuda.wrap" else hb.from_dlpack
+    gc.collect()
+    before = hb._core._live_counts()["storages"]
+    objects = []
+    for i in range(50):
+        w = Wrapped(cupy.full(16, i, cupy.float32))
+        w.hb = make(w)
+        objects.append(weakref.ref(w))
+    np.testing.assert_array_equal(np.asarray(w.hb), np.full(16, 49, np.float32))
+    del w
+    gc.collect()
+    assert all(r() is None for r in objects)
+    assert hb._core._live_counts()["storages"] == before
+
+
+@needs_gpu
+def test_a_stream_storing_the_device_made_with_it_is_collected(torch):
+    """A device keeps its stream object alive and shows it to the garbage collector while nothing
+    else uses the device."""
+    streams = []
+    for _ in range(20):
+        s = torch.cuda.Stream()
+        s.device_of_ours = hb.cuda.device(stream=s)
+        streams.append(weakref.ref(s))
+    del s
+    gc.collect()
+    assert all(r() is None for r in streams)
 
 
 @needs_gpu
