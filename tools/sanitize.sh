@@ -13,9 +13,9 @@
 # staging folder, build/sanitize/pkg/halide_buffer/ (links to the tree's files, and the sanitized
 # extension), first on PYTHONPATH.
 #
-# Exit status: pytest's when it fails; 1 when any process reported a sanitizer finding (reports
-# are written to build/sanitize/reports/ and printed at the end), even when pytest passed;
-# 2 when the build or the environment is not usable.
+# Exit status: pytest's when it fails; 1 when any process reported a sanitizer finding (an
+# ASan error, a UBSan runtime error; reports are written to build/sanitize/reports/ and printed
+# at the end), even when pytest passed; 2 when the build or the environment is not usable.
 #
 # Facts this relies on:
 #   - libasan must be the first library of the process (LD_PRELOAD), and libstdc++ with it:
@@ -23,6 +23,11 @@
 #   - under ASan the OpenCL ICD loader finds PoCL only with pyopencl's bundled libraries
 #     (site-packages/pyopencl/.libs) on LD_LIBRARY_PATH;
 #   - CPython leaks on purpose at exit: leak detection is off (detect_leaks=0);
+#   - tests ask for allocations no machine has and expect MemoryError: ASan returns NULL for
+#     them (allocator_may_return_null=1) instead of aborting;
+#   - a thread that made an OpenCL context and queue makes ASan fail to unmap that thread's
+#     memory when it ends ("AddressSanitizer failed to deallocate ... unable to unmap"; PoCL's,
+#     seen with pyopencl alone): such a report is shown and is no finding;
 #   - RSS under ASan measures its quarantine and shadow memory: the RSS-based leak tests skip
 #     when HALIDE_BUFFER_SANITIZER is set.
 set -uo pipefail
@@ -36,6 +41,9 @@ FLAGS="-fsanitize=address,undefined -fno-sanitize-recover=undefined -fno-omit-fr
 die() { echo "sanitize.sh: $*" >&2; exit 2; }
 
 command -v gcc >/dev/null || die "gcc is required"
+# PYTHONSAFEPATH (3.11+) keeps the working directory off sys.path, in pytest and in every
+# Python the tests start: from the repository root, halide_buffer/ would be the in-place build.
+"$PY" -c "import sys; sys.exit(sys.version_info < (3, 11))" || die "needs Python 3.11 or newer (PYTHONSAFEPATH)"
 "$PY" -c "import pybind11, setuptools" 2>/dev/null ||
     die "$PY lacks pybind11 or setuptools; install the test extra: python -m pip install -e '.[test]'"
 
@@ -59,7 +67,7 @@ if ! CC=gcc CXX=g++ CFLAGS="$FLAGS" CXXFLAGS="$FLAGS" LDFLAGS="-fsanitize=addres
 fi
 so=$(ls "$OUTDIR"/lib/halide_buffer/_core*.so 2>/dev/null | head -1)
 [ -n "$so" ] || die "the build made no halide_buffer/_core*.so under build/sanitize/lib"
-ldd "$so" | grep -q libasan || die "$so is not linked with libasan"
+case $(ldd "$so") in *libasan*) ;; *) die "$so is not linked with libasan" ;; esac
 # Every object of ours was compiled with the sanitizers (gcc records its options in DWARF).
 if command -v readelf >/dev/null; then
     producers=$(readelf --debug-dump=info "$so" 2>/dev/null | grep DW_AT_producer | grep -c 'C++17')
@@ -90,18 +98,25 @@ rm -rf "$reports"
 mkdir -p "$reports"
 cl_libs=$("$PY" -c "import os, pyopencl; print(os.path.join(os.path.dirname(pyopencl.__file__), '.libs'))" 2>/dev/null)
 
+# abort_on_error: a finding raises SIGABRT, which a fuzzer catches to save the input.
+asan_options=detect_leaks=0:allocator_may_return_null=1:abort_on_error=1${ASAN_OPTIONS_EXTRA:+:$ASAN_OPTIONS_EXTRA}
+ubsan_options=print_stacktrace=1:halt_on_error=1:abort_on_error=1
 run_env=(
     "LD_PRELOAD=$asan $stdcxx"
     "LD_LIBRARY_PATH=$cl_libs${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
-    "ASAN_OPTIONS=detect_leaks=0:log_path=$reports/asan:${ASAN_OPTIONS_EXTRA:-}"
-    "UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1:log_path=$reports/ubsan"
     "PYTHONPATH=$OUTDIR/pkg${PYTHONPATH:+:$PYTHONPATH}"
+    "PYTHONSAFEPATH=1"
     "HALIDE_BUFFER_SANITIZER=address,undefined"
 )
-if [ "$ENV_ONLY" = 1 ]; then
-    for kv in "${run_env[@]}"; do printf 'export %q\n' "$kv"; done
+if [ "$ENV_ONLY" = 1 ]; then  # reports on stderr
+    for kv in "${run_env[@]}" "ASAN_OPTIONS=$asan_options" "UBSAN_OPTIONS=$ubsan_options"; do
+        printf 'export %q\n' "$kv"
+    done
     exit 0
 fi
+# In the suite, each process's reports go to a file: a child process's too, whatever its
+# parent does with its output.
+run_env+=("ASAN_OPTIONS=$asan_options:log_path=$reports/asan" "UBSAN_OPTIONS=$ubsan_options:log_path=$reports/ubsan")
 
 # The import must find the sanitized extension, not the in-place one.
 found=$(env "${run_env[@]}" "$PY" -c "import halide_buffer._core as c; print(c.__file__)") ||
@@ -116,14 +131,23 @@ status=$?
 echo "== pytest exited $status after $((SECONDS - start)) s" >&2
 
 shopt -s nullglob
-found=("$reports"/*)
-if [ ${#found[@]} -gt 0 ]; then
-    echo "== ${#found[@]} sanitizer report(s):" >&2
-    for r in "${found[@]}"; do
-        echo "--- ${r#"$ROOT"/}" >&2
-        cat "$r" >&2
-    done
+findings=0
+for r in "$reports"/*; do
+    # ASan's warnings (a NULL returned for an impossible allocation, makecontext) are no
+    # findings; nor is ASan failing to unmap a thread's memory when the thread that made an
+    # OpenCL context and queue ends (PoCL's, with pyopencl alone: not this library's code).
+    if grep -v -e 'AddressSanitizer failed to deallocate' -e 'unable to unmap' "$r" |
+        grep -q -e 'ERROR: ' -e 'runtime error: ' -e 'CHECK failed'; then
+        findings=$((findings + 1))
+        echo "--- finding: ${r#"$ROOT"/}" >&2
+    else
+        echo "--- no finding (warnings, or PoCL's thread teardown): ${r#"$ROOT"/}" >&2
+    fi
+    cat "$r" >&2
+done
+if [ "$findings" -gt 0 ]; then
+    echo "== $findings process(es) with sanitizer findings (reports above)" >&2
     exit 1
 fi
-echo "== no sanitizer reports" >&2
+echo "== no sanitizer findings" >&2
 exit $status
