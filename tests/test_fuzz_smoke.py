@@ -1,0 +1,39 @@
+"""The fuzz harnesses of tests/fuzz/, a few seconds each: their seed corpus, then new inputs
+from a fixed seed. A crash, a sanitizer report (under tools/sanitize.sh, which this inherits),
+an internal error or a check that fails makes the test fail with the harness's report.
+
+HALIDE_BUFFER_FUZZ_KNOWN, when set, passes through: bugs of the kinds it names are stepped
+over (see each harness's docstring). Longer runs: see docs/contributing.md.
+"""
+
+import importlib.util
+import os
+import subprocess
+import sys
+
+import pytest
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(HERE)
+SECONDS = 6  # per harness: three harnesses stay within 30 s with their start-up
+
+pytestmark = pytest.mark.skipif(
+    importlib.util.find_spec("atheris") is None,
+    reason="atheris is not installed (python -m pip install atheris, or the test extra): the fuzz harnesses need it")
+
+
+@pytest.mark.parametrize("name", ["dlpack", "from_host", "aot"])
+def test_harness_runs_clean(name, tmp_path):
+    harness = os.path.join(HERE, "fuzz", f"fuzz_{name}.py")
+    corpus = os.path.join(HERE, "fuzz", "corpus", name)
+    assert os.listdir(corpus), f"{corpus} has no seed inputs"
+    new = tmp_path / "new"  # new inputs go here, not into the committed corpus
+    new.mkdir()
+    command = [sys.executable, harness, f"-max_total_time={SECONDS}", "-seed=1", "-print_final_stats=1",
+               f"-artifact_prefix={tmp_path}/", str(new), corpus]
+    run = subprocess.run(command, capture_output=True, text=True, cwd=ROOT, timeout=300)
+    output = run.stdout + run.stderr
+    crashes = sorted(p.name for p in tmp_path.iterdir() if p.name != "new")
+    assert run.returncode == 0 and not crashes, (
+        f"{' '.join(command)} exited {run.returncode}, inputs saved: {crashes}\n{output[-6000:]}")
+    assert "Done" in output and "stat::number_of_executed_units" in output, output[-3000:]
