@@ -29,8 +29,11 @@ def test_harness_runs_clean(name, tmp_path):
     assert os.listdir(corpus), f"{corpus} has no seed inputs"
     new = tmp_path / "new"  # new inputs go here, not into the committed corpus
     new.mkdir()
-    command = [sys.executable, harness, f"-max_total_time={SECONDS}", "-seed=1", "-print_final_stats=1",
-               f"-artifact_prefix={tmp_path}/", str(new), corpus]
+    # -rss_limit_mb=0: a child's peak RSS starts at its parent's (pytest's, with PyTorch and JAX
+    # loaded), which libFuzzer would take for its own. -keep_seed=1: under tools/sanitize.sh
+    # atheris has no coverage feedback, and mutates the seeds only if it keeps them.
+    command = [sys.executable, harness, f"-max_total_time={SECONDS}", "-seed=1", "-rss_limit_mb=0",
+               "-keep_seed=1", "-print_final_stats=1", f"-artifact_prefix={tmp_path}/", str(new), corpus]
     run = subprocess.run(command, capture_output=True, text=True, cwd=ROOT, timeout=300)
     output = run.stdout + run.stderr
     crashes = sorted(p.name for p in tmp_path.iterdir() if p.name != "new")

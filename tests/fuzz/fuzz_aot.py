@@ -22,6 +22,8 @@ Known bugs a run can step over (HALIDE_BUFFER_FUZZ_KNOWN, comma-separated):
   kind-range        an argument kind outside 0..2 (a table read past its end)
   handle-buffer     a buffer argument of a type no dtype has (a NULL dtype dereferenced)
   negative-dims     negative dimensions of a buffer argument
+  huge-dims         a buffer argument of more than 64 dimensions (a bounds query allocates 16
+                    bytes per dimension, up to 32 GiB, before the count is checked)
   null-name         a NULL argument name
   null-target       a NULL target string
   handle-scalar     a handle scalar given an int outside 0..2**64-1 or an ndarray (internal error)
@@ -146,6 +148,8 @@ class Case:
             if not 0 <= kind <= 2 and fc.known("kind-range"):
                 return True
             if kind != 0 and dims < 0 and fc.known("negative-dims"):
+                return True
+            if kind != 0 and dims > 64 and fc.known("huge-dims"):
                 return True
             if kind != 0 and dtype_of(*t) is None and fc.known("handle-buffer"):
                 return True

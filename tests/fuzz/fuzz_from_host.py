@@ -29,6 +29,8 @@ Known bugs a run can step over (HALIDE_BUFFER_FUZZ_KNOWN, comma-separated):
   negative-ndim     a negative ndim not refused (crash or internal error)
   message           a refusal whose message is not the library's (e.g. a C++ exception's)
   null-shape        a NULL shape with ndim >= 2 dereferenced
+  c-strides-overflow  C-contiguous strides (no strides given) overflowing int64 before the
+                    shape is checked (UBSan)
   itemsize-truncation  a format-less export's itemsize beyond int32 truncated in its
                     C-contiguous strides (no strides given)
   len-division      len / itemsize trapping (itemsize 0, or len -2**63 and itemsize -1; no format,
@@ -251,6 +253,17 @@ def run(case):
              f"{exporter.gets} getbuffer, {exporter.releases} releasebuffer once the buffer is gone")
 
 
+def c_strides_overflow(dims, itemsize):
+    """Whether C-contiguous strides over `dims` overflow int64 in the library's loop (the
+    itemsize as a C int, then times each extent, 0 counting as 1)."""
+    s = (itemsize + 2**31) % 2**32 - 2**31
+    for n in reversed(dims):
+        s *= max(n, 1)
+        if not -2**63 <= s < 2**63:
+            return True
+    return False
+
+
 def skip(case):
     """Inputs not run: memory this harness cannot back, and known bugs."""
     if case.fail or case.suboffsets is not None:
@@ -264,10 +277,12 @@ def skip(case):
         return fc.known("itemsize-truncation")
     if case.ndim < 0:
         return fc.known("negative-ndim")
-    if case.ndim > MAX_DIMS:
-        return False
     dims = case.dims()
     if dims is None:
+        return False
+    if case.strides is None and fc.known("c-strides-overflow") and c_strides_overflow(dims, case.itemsize):
+        return True  # computed before ndim and the extents are checked
+    if case.ndim > MAX_DIMS:
         return False
     if any(e < 0 or e > INT32_MAX for e in dims):
         return False
