@@ -79,7 +79,9 @@ std::vector<int64_t> c_strides(const std::vector<int64_t> &shape, int itemsize) 
     int64_t s = itemsize;
     for (size_t i = shape.size(); i-- > 0;) {
         strides[i] = s;
-        s *= shape[i] > 0 ? shape[i] : 1;
+        // A shape too large for int64 strides is refused by whoever checks its count (an empty
+        // one has no element to step to): past the overflow, strides are 0, never undefined.
+        if (__builtin_mul_overflow(s, shape[i] > 0 ? shape[i] : 1, &s)) s = 0;
     }
     return strides;
 }

@@ -91,7 +91,7 @@ const DType *dtype_by_dlpack(uint8_t code, uint8_t bits) {
 }
 
 const DType *dtype_by_format(const char *format, size_t itemsize) {
-    if (format == nullptr) return dtype_by_name("uint8");  // PEP 3118: no format means bytes
+    if (format == nullptr) return itemsize == 1 ? dtype_by_name("uint8") : nullptr;  // PEP 3118: no format means bytes
     // Byte order: native ('@'), standard ('='), little-endian ('<'); this library is
     // little-endian only, so big-endian data needs a conversion the caller must ask for.
     if (*format == '@' || *format == '=' || *format == '<') ++format;
