@@ -54,7 +54,8 @@ if [ "${1:-}" = "--env" ]; then ENV_ONLY=1; shift; fi
 mkdir -p "$OUTDIR"
 start=$SECONDS
 echo "== building the sanitized extension into build/sanitize (jobs: $JOBS)" >&2
-# distutils rebuilds only sources newer than their objects: flags that changed force a rebuild.
+# build_ext rebuilds the extension (every source) when a source or header is newer than it;
+# flags that changed force a rebuild.
 force=()
 [ "$(cat "$OUTDIR/flags" 2>/dev/null)" = "$FLAGS" ] || force=(--force)
 # CFLAGS for C and older setuptools, CXXFLAGS for C++ in newer ones (each replaces or follows
@@ -85,9 +86,9 @@ rm -rf "$OUTDIR/pkg"
 mkdir -p "$stage"
 for f in "$ROOT"/halide_buffer/*; do
     case $(basename "$f") in _core*.so | __pycache__) continue ;; esac
-    ln -s "$f" "$stage/"
+    ln -s "$f" "$stage/" || die "cannot stage $f"
 done
-ln -s "$so" "$stage/"
+ln -s "$so" "$stage/" || die "cannot stage $so"
 
 # --- environment ------------------------------------------------------------------------------
 asan=$(gcc -print-file-name=libasan.so)
