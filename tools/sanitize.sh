@@ -14,8 +14,9 @@
 # extension), first on PYTHONPATH.
 #
 # Exit status: pytest's when it fails; 1 when any process reported a sanitizer finding (an
-# ASan error, a UBSan runtime error; reports are written to build/sanitize/reports/ and printed
-# at the end), even when pytest passed; 2 when the build or the environment is not usable.
+# ASan error: reports are written to build/sanitize/reports/ and printed at the end; a UBSan
+# runtime error: printed where it happens, and the process aborts), even when pytest passed;
+# 2 when the build or the environment is not usable.
 #
 # Facts this relies on:
 #   - libasan must be the first library of the process (LD_PRELOAD), and libstdc++ with it:
@@ -54,7 +55,8 @@ if [ "${1:-}" = "--env" ]; then ENV_ONLY=1; shift; fi
 mkdir -p "$OUTDIR"
 start=$SECONDS
 echo "== building the sanitized extension into build/sanitize (jobs: $JOBS)" >&2
-# distutils rebuilds only sources newer than their objects: flags that changed force a rebuild.
+# build_ext rebuilds the extension (every source) when a source or header is newer than it;
+# flags that changed force a rebuild.
 force=()
 [ "$(cat "$OUTDIR/flags" 2>/dev/null)" = "$FLAGS" ] || force=(--force)
 # CFLAGS for C and older setuptools, CXXFLAGS for C++ in newer ones (each replaces or follows
@@ -85,9 +87,9 @@ rm -rf "$OUTDIR/pkg"
 mkdir -p "$stage"
 for f in "$ROOT"/halide_buffer/*; do
     case $(basename "$f") in _core*.so | __pycache__) continue ;; esac
-    ln -s "$f" "$stage/"
+    ln -s "$f" "$stage/" || die "cannot stage $f"
 done
-ln -s "$so" "$stage/"
+ln -s "$so" "$stage/" || die "cannot stage $so"
 
 # --- environment ------------------------------------------------------------------------------
 asan=$(gcc -print-file-name=libasan.so)
@@ -114,9 +116,12 @@ if [ "$ENV_ONLY" = 1 ]; then  # reports on stderr
     done
     exit 0
 fi
-# In the suite, each process's reports go to a file: a child process's too, whatever its
-# parent does with its output.
-run_env+=("ASAN_OPTIONS=$asan_options:log_path=$reports/asan" "UBSAN_OPTIONS=$ubsan_options:log_path=$reports/ubsan")
+# In the suite, each process's ASan reports go to a file: a child process's too, whatever its
+# parent does with its output. UBSan writes to stderr whatever log_path says (with ASan in the
+# same runtime): pytest captures only Python's sys.stderr (--capture=sys), so a report of the
+# pytest process reaches this script's stderr; a child's reaches its parent test, whose run
+# then fails.
+run_env+=("ASAN_OPTIONS=$asan_options:log_path=$reports/asan" "UBSAN_OPTIONS=$ubsan_options")
 
 # The import must find the sanitized extension, not the in-place one.
 found=$(env "${run_env[@]}" "$PY" -c "import halide_buffer._core as c; print(c.__file__)") ||
@@ -126,9 +131,14 @@ found=$(env "${run_env[@]}" "$PY" -c "import halide_buffer._core as c; print(c._
 # --- the tests --------------------------------------------------------------------------------
 echo "== pytest ${*:-(the whole suite)} under ASan+UBSan" >&2
 start=$SECONDS
-env "${run_env[@]}" "$PY" -m pytest "$@"
+env "${run_env[@]}" "$PY" -m pytest --capture=sys "$@"
 status=$?
 echo "== pytest exited $status after $((SECONDS - start)) s" >&2
+died=0
+if [ "$status" -gt 128 ]; then  # abort_on_error: a finding in the pytest process itself
+    died=1
+    echo "== pytest died of signal $((status - 128)): a sanitizer finding (its report is above)" >&2
+fi
 
 shopt -s nullglob
 findings=0
@@ -149,5 +159,6 @@ if [ "$findings" -gt 0 ]; then
     echo "== $findings process(es) with sanitizer findings (reports above)" >&2
     exit 1
 fi
+[ "$died" = 1 ] && exit 1
 echo "== no sanitizer findings" >&2
 exit $status
