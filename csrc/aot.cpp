@@ -75,6 +75,26 @@ std::string quoted(const std::string &text) {
     return out + "'";
 }
 
+/// True when `text` is well-formed UTF-8 (what Python can name an argument with).
+bool is_utf8(const char *text) {
+    auto *p = reinterpret_cast<const unsigned char *>(text);
+    while (*p) {
+        int more = *p < 0x80 ? 0 : (*p >> 5) == 0x6 ? 1 : (*p >> 4) == 0xe ? 2 : (*p >> 3) == 0x1e ? 3 : -1;
+        if (more < 0 || (more == 1 && *p < 0xc2)) return false;
+        uint32_t code = more ? *p & (0x3f >> more) : *p;
+        ++p;
+        for (int k = 0; k < more; ++k, ++p) {
+            if ((*p >> 6) != 0x2) return false;  // a continuation byte (a NUL ends the loop here)
+            code = code << 6 | (*p & 0x3f);
+        }
+        // Overlong forms, surrogates and values past U+10FFFF are not UTF-8.
+        if ((more == 2 && code < 0x800) || (more == 3 && (code < 0x10000 || code > 0x10ffff)) ||
+            (code >= 0xd800 && code <= 0xdfff))
+            return false;
+    }
+    return true;
+}
+
 /// Checks what a damaged or hand-written library could carry and Halide never generates, so
 /// that no later use of the table reads past it: every argument named, of a known kind, a
 /// dimension count in range, and a buffer argument of an element type we have.
@@ -86,11 +106,12 @@ void check_metadata(const std::string &path, const std::string &name, const hali
     if (m.num_arguments < 0 || (m.num_arguments > 0 && !m.arguments))
         throw bad("lists " + std::to_string(m.num_arguments) + " arguments" +
                   (m.arguments ? "" : " and no argument table"));
-    if (!m.target) throw bad("has no target string");
+    if (!m.target || !is_utf8(m.target)) throw bad(m.target ? "has a target string that is not UTF-8" : "has no target string");
     for (int i = 0; i < m.num_arguments; ++i) {
         const halide_filter_argument_t &a = m.arguments[i];
         std::string which = "argument " + std::to_string(i);
         if (!a.name || !*a.name) throw bad("has no name for " + which);
+        if (!is_utf8(a.name)) throw bad("names " + which + " " + quoted(a.name) + ", which is not UTF-8");
         which = "argument '" + std::string(a.name) + "'";
         if (a.kind < halide_argument_kind_input_scalar || a.kind > halide_argument_kind_output_buffer)
             throw bad("gives " + which + " the unknown kind " + std::to_string(a.kind) +

@@ -50,6 +50,29 @@ int64_t checked_count(const char *entry, const std::vector<int64_t> &shape, int 
     return count;
 }
 
+/// Memory someone else describes (data, byte strides) must exist and stay inside the address
+/// space: no NULL data for elements, and the lowest and highest byte any index reaches
+/// computed without overflow. What lies there is the describer's word: it cannot be checked.
+void check_memory(const char *entry, const uint8_t *data, const std::vector<int64_t> &shape,
+                  const std::vector<int64_t> &strides, int64_t count, int itemsize) {
+    if (count == 0) return;
+    auto refuse = [&](const std::string &what) {
+        return BufferError(std::string(entry) + "(): " + what + "; the memory's description is broken "
+                           "(its exporter or producer is at fault)");
+    };
+    if (!data) throw refuse("NULL data for " + str(count) + " elements");
+    int64_t lo = 0, hi = itemsize;  // bytes from data: [lo, hi)
+    for (size_t i = 0; i < shape.size(); ++i) {
+        int64_t reach;
+        if (shape[i] > 1 && (__builtin_mul_overflow(shape[i] - 1, strides[i], &reach) ||
+                             __builtin_add_overflow(reach < 0 ? lo : hi, reach, reach < 0 ? &lo : &hi)))
+            throw refuse("the strides reach beyond the address space");
+    }
+    uintptr_t base = reinterpret_cast<uintptr_t>(data);
+    if (base < uintptr_t(0) - uintptr_t(lo) || uintptr_t(hi) > std::numeric_limits<uintptr_t>::max() - base)
+        throw refuse("data and strides reach beyond the address space");
+}
+
 /// Byte strides must be whole elements that Halide's int32 element strides can hold. The stride
 /// of an axis with at most one element never addresses memory: whatever it is, it becomes the
 /// itemsize (NumPy calls such arrays contiguous too).
@@ -153,6 +176,7 @@ Buffer Buffer::allocate(const char *entry, const std::vector<int64_t> &shape, co
 Buffer Buffer::copy_of(const char *entry, const uint8_t *data, const std::vector<int64_t> &shape,
                        const std::vector<int64_t> &strides, const DType &dtype) {
     // Any byte strides will do: the copy reads them as they are and stores C-contiguous.
+    check_memory(entry, data, shape, strides, checked_count(entry, shape, dtype.itemsize), dtype.itemsize);
     Buffer out = allocate(entry, shape, dtype);
     if (out.size() > 0)
         copy_elements(out.data_, out.strides_.data(), data, strides.data(), shape.data(),
@@ -163,7 +187,7 @@ Buffer Buffer::copy_of(const char *entry, const uint8_t *data, const std::vector
 Buffer Buffer::wrap(const char *entry, uint8_t *data, const std::vector<int64_t> &shape,
                     const std::vector<int64_t> &strides, const DType &dtype,
                     std::shared_ptr<void> owner, bool readonly, bool external_writes) {
-    checked_count(entry, shape, dtype.itemsize);
+    check_memory(entry, data, shape, strides, checked_count(entry, shape, dtype.itemsize), dtype.itemsize);
     std::vector<int64_t> element_strides = strides;
     normalize_strides(entry, shape, element_strides, dtype.itemsize, "pass copy=True for a contiguous copy");
     auto storage = std::make_shared<Storage>();

@@ -72,8 +72,18 @@ halide_scalar_value_t to_scalar(const AotPipeline &p, py::handle v, const halide
     }
     if (t.code == halide_type_handle) {
         if (v.is_none()) return s;
-        if (!PyIndex_Check(v.ptr())) throw TypeError(where() + ": expected an address (int) or None");
-        s.handle = reinterpret_cast<void *>(v.cast<uintptr_t>());
+        py::object i = py::reinterpret_steal<py::object>(
+            PyIndex_Check(v.ptr()) && !PyBool_Check(v.ptr()) ? PyNumber_Index(v.ptr()) : nullptr);
+        if (!i) {
+            PyErr_Clear();
+            throw TypeError(where() + ": expected an address (int) or None, not " + Py_TYPE(v.ptr())->tp_name);
+        }
+        unsigned long long address = PyLong_AsUnsignedLongLong(i.ptr());
+        if (PyErr_Occurred()) {
+            PyErr_Clear();
+            throw out_of_range();
+        }
+        s.handle = reinterpret_cast<void *>(uintptr_t(address));
         return s;
     }
     if (t.code == halide_type_uint && t.bits == 1) {  // bool
@@ -216,9 +226,9 @@ py::object call_with(const AotPipeline &p, PyObject *const *pos, size_t npos, Py
         while (i < n && (is_user_context(m.arguments[i]) ||
                          PyUnicode_CompareWithASCIIString(key, m.arguments[i].name) != 0))
             ++i;
-        std::string name = py::str(key);
-        if (i == n) throw TypeError(p.name() + "() got an unexpected keyword argument '" + name + "'");
-        if (given[i]) throw TypeError(p.name() + "() got multiple values for argument '" + name + "'");
+        std::string name = py::repr(key);  // quoted, with what is not printable escaped (a NUL)
+        if (i == n) throw TypeError(p.name() + "() got an unexpected keyword argument " + name);
+        if (given[i]) throw TypeError(p.name() + "() got multiple values for argument " + name);
         given[i] = py::reinterpret_borrow<py::object>(value);
     }
 

@@ -1,5 +1,6 @@
 // py_module.cpp: the private extension module halide_buffer._core.
 #include <cstddef>
+#include <cstring>
 
 #include "errors.h"
 #include "py_glue.h"
@@ -11,27 +12,42 @@ PyObject *device_error_type = nullptr;    // halide_buffer.DeviceError, created 
 PyObject *pipeline_error_type = nullptr;  // halide_buffer.PipelineError
 }  // namespace
 
+namespace {
+
+/// An exception's message as Python text. A driver's, a library's or a pipeline's message may
+/// carry any bytes: what is not UTF-8 shows as \xNN instead of failing the conversion.
+py::object message_of(const std::exception &e) {
+    const char *text = e.what();
+    PyObject *message = PyUnicode_DecodeUTF8(text, Py_ssize_t(std::strlen(text)), "backslashreplace");
+    if (!message) throw py::error_already_set();
+    return py::reinterpret_steal<py::object>(message);
+}
+
+void set_error(PyObject *type, const std::exception &e) { PyErr_SetObject(type, message_of(e).ptr()); }
+
+}  // namespace
+
 bool set_python_error(std::exception_ptr error) {
     try {
         std::rethrow_exception(error);
     } catch (const DeviceError &e) {
         // The driver's code and name travel as attributes: exc.code, exc.name.
-        py::object exc = py::reinterpret_borrow<py::object>(device_error_type)(e.what());
+        py::object exc = py::reinterpret_borrow<py::object>(device_error_type)(message_of(e));
         exc.attr("code") = e.code;
         exc.attr("name") = e.name;
         PyErr_SetObject(device_error_type, exc.ptr());
     } catch (const PipelineError &e) {
-        py::object exc = py::reinterpret_borrow<py::object>(pipeline_error_type)(e.what());
+        py::object exc = py::reinterpret_borrow<py::object>(pipeline_error_type)(message_of(e));
         exc.attr("code") = e.code;
         PyErr_SetObject(pipeline_error_type, exc.ptr());
     } catch (const ValueError &e) {
-        PyErr_SetString(PyExc_ValueError, e.what());
+        set_error(PyExc_ValueError, e);
     } catch (const TypeError &e) {
-        PyErr_SetString(PyExc_TypeError, e.what());
+        set_error(PyExc_TypeError, e);
     } catch (const IndexError &e) {
-        PyErr_SetString(PyExc_IndexError, e.what());
+        set_error(PyExc_IndexError, e);
     } catch (const BufferError &e) {
-        PyErr_SetString(PyExc_BufferError, e.what());
+        set_error(PyExc_BufferError, e);
     } catch (const std::bad_alloc &) {
         PyErr_SetString(PyExc_MemoryError, "out of host memory");
     } catch (...) {

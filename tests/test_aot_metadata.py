@@ -38,10 +38,22 @@ typedef struct {
 argument_t fake_arguments[2];
 metadata_t fake_table = {1, 2, fake_arguments, "x86-64-linux", "fake"};
 
-const metadata_t *fake_metadata(void) { return &fake_table; }
-int fake_argv(void **args) { (void)args; return 0; }
 typedef void (*handler_t)(void *, const char *);
-handler_t halide_set_error_handler(handler_t h) { return h; }
+handler_t fake_handler;
+int fake_result;             /* what a call returns */
+const char *fake_message;    /* what it reports first, when it fails */
+
+const metadata_t *fake_metadata(void) { return &fake_table; }
+int fake_argv(void **args) {
+    (void)args;
+    if (fake_result && fake_handler && fake_message) fake_handler(NULL, fake_message);
+    return fake_result;
+}
+handler_t halide_set_error_handler(handler_t h) {
+    handler_t old = fake_handler;
+    fake_handler = h;
+    return old;
+}
 """
 
 
@@ -62,6 +74,7 @@ class Metadata(ctypes.Structure):
 
 
 NAMES = {name: ctypes.c_char_p(name.encode()) for name in ("input", "output")}  # alive for the process
+BAD_NAMES = [ctypes.c_char_p(b"caf\xe9"), ctypes.c_char_p(b"\xed\xa0\x80")]  # Latin-1; a UTF-16 surrogate
 
 
 @pytest.fixture(scope="module")
@@ -78,7 +91,11 @@ def fake(tmp_path_factory):
     arguments = (Argument * 2).in_dll(handle, "fake_arguments")
     target = ctypes.c_char_p(b"x86-64-linux")
 
+    result = ctypes.c_int.in_dll(handle, "fake_result")
+    message = ctypes.c_void_p.in_dll(handle, "fake_message")
+
     def reset():
+        result.value, message.value = 0, None
         table.version, table.num_arguments = 1, 2
         table.arguments = ctypes.addressof(arguments)
         table.target = ctypes.cast(target, ctypes.c_void_p).value
@@ -88,6 +105,8 @@ def fake(tmp_path_factory):
             a.type.code, a.type.bits, a.type.lanes = 1, 8, 1  # uint8
         return table, arguments
 
+    reset.fail = lambda code, text: (setattr(result, "value", code),
+                                     setattr(message, "value", ctypes.cast(text, ctypes.c_void_p).value))
     yield lib, reset
     reset()
 
@@ -149,6 +168,10 @@ DAMAGED = [
     ("float-24-buffer", _set("type", (2, 24, 1)), TypeError, r"a buffer of Halide type \(code 2, bits 24, lanes 1\)"),
     ("lanes-0-buffer", _set("type", (1, 8, 0)), TypeError, r"a buffer of Halide type \(code 1, bits 8, lanes 0\)"),
     ("null-name", _set("name", None), ValueError, r"has no name for argument 1"),
+    ("latin-1-name", _set("name", ctypes.cast(BAD_NAMES[0], ctypes.c_void_p).value), ValueError,
+     r"names argument 1 'caf\\xe9', which is not UTF-8"),
+    ("surrogate-name", _set("name", ctypes.cast(BAD_NAMES[1], ctypes.c_void_p).value),
+     ValueError, r"names argument 1 '\\xed\\xa0\\x80', which is not UTF-8"),
     ("negative-count", _set("num_arguments", -1), ValueError, r"lists -1 arguments"),
     ("no-table", _set("arguments", None), ValueError, r"lists 2 arguments and no argument table"),
     ("no-target", _set("target", None), ValueError, r"has no target string"),
@@ -163,3 +186,54 @@ def test_damaged_metadata_is_a_clear_error_naming_library_and_argument(fake, cha
         hb.aot.load(lib, "fake")
     reset()
     hb.aot.load(lib, "fake")  # nothing was left behind: the repaired table loads
+
+
+KEPT = []  # C strings the library points to, alive for the process
+
+
+def _c_text(raw):
+    KEPT.append(ctypes.c_char_p(raw))
+    return KEPT[-1]
+
+
+def test_a_pipeline_message_that_is_not_utf8_is_shown_escaped(fake):
+    lib, reset = fake
+    reset()
+    reset.fail(-1, _c_text(b"bad \xff byte"))
+    p = hb.aot.load(lib, "fake")
+    with pytest.raises(hb.PipelineError, match=r"^fake\(\): bad \\xff byte \(Halide error -1\)$") as info:
+        p(np.zeros(4, np.uint8), hb.Buffer((4,), "uint8"))
+    assert info.value.code == -1
+
+
+def test_a_utf8_name_is_kept(fake):
+    lib, reset = fake
+    _, arguments = reset()
+    arguments[1].name = ctypes.cast(_c_text("ausgabe_\u00e4".encode()), ctypes.c_void_p).value
+    assert hb.aot.load(lib, "fake").arguments[1]["name"] == "ausgabe_\u00e4"
+
+
+@pytest.mark.parametrize("value, error, message", [
+    (-1, ValueError, r"-1 is out of range"),
+    (2**64, ValueError, r"18446744073709551616 is out of range"),
+    (np.zeros(3), TypeError, r"expected an address \(int\) or None, not numpy.ndarray"),
+    (True, TypeError, r"expected an address \(int\) or None, not bool"),
+    ("0x10", TypeError, r"expected an address \(int\) or None, not str"),
+])
+def test_a_handle_scalar_takes_an_address(fake, value, error, message):
+    lib, reset = fake
+    table, arguments = reset()
+    arguments[0].kind, arguments[0].dimensions = 0, 0
+    arguments[0].type.code, arguments[0].type.bits, arguments[0].type.lanes = 3, 64, 1  # void *
+    p = hb.aot.load(lib, "fake")
+    with pytest.raises(error, match=r"^fake\(\): argument 'input': " + message):
+        p(value, hb.Buffer((4,), "uint8"))
+    assert p(2**64 - 1, hb.Buffer((4,), "uint8")).shape == (4,)
+
+
+def test_a_keyword_with_a_nul_is_shown_whole(fake):
+    lib, reset = fake
+    reset()
+    p = hb.aot.load(lib, "fake")
+    with pytest.raises(TypeError, match=r"^fake\(\) got an unexpected keyword argument 'out\\x00put'$"):
+        p(np.zeros(4, np.uint8), **{"out\0put": hb.Buffer((4,), "uint8")})

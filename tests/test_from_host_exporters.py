@@ -36,9 +36,9 @@ def exporter(tmp_path_factory):
         sys.path.remove(str(directory))
     memory = (ctypes.c_uint8 * 64)(*range(64))
 
-    def make(*, ndim, shape, strides=None, itemsize=1, fmt=b"B", length=64):
-        return fuzz_exporter.Exporter(ctypes.addressof(memory), length, False, itemsize, fmt, ndim, shape,
-                                      strides, None, False)
+    def make(*, ndim, shape, strides=None, itemsize=1, fmt=b"B", length=64, address=None):
+        address = ctypes.addressof(memory) if address is None else address
+        return fuzz_exporter.Exporter(address, length, False, itemsize, fmt, ndim, shape, strides, None, False)
 
     make.memory = memory
     return make
@@ -73,3 +73,22 @@ def test_a_huge_shape_without_strides_is_refused_not_overflowed(exporter):
     e = exporter(ndim=3, shape=(2**31 - 1, 2**31 - 1, 2**31 - 1), strides=None)
     with pytest.raises(ValueError, match=r"^Buffer.from_host\(\): the shape has more than 2\*\*63 elements"):
         hb.Buffer.from_host(e)
+
+
+@pytest.mark.parametrize("copy", [False, True])
+@pytest.mark.parametrize("address, shape, strides, what", [
+    (0, (6,), (4,), "NULL data for 6 elements"),
+    (2**64 - 8, (6,), (4,), "data and strides reach beyond the address space"),
+    (8, (6,), (-4,), "data and strides reach beyond the address space"),
+    (4096, (3, 2), (2**62, 4), "the strides reach beyond the address space"),
+], ids=["null", "past-2**64", "below-0", "stride-overflow"])
+def test_memory_no_address_can_hold_is_refused(exporter, copy, address, shape, strides, what):
+    e = exporter(ndim=len(shape), shape=shape, strides=strides, itemsize=4, fmt=b"i", length=24, address=address)
+    with pytest.raises(BufferError, match=rf"^Buffer.from_host\(\): {what}; the memory's description is broken"):
+        hb.Buffer.from_host(e, copy=copy)
+    assert e.gets == e.releases == 1
+
+
+def test_no_elements_need_no_memory(exporter):
+    e = exporter(ndim=2, shape=(0, 3), strides=(12, 4), itemsize=4, fmt=b"i", length=0, address=0)
+    assert hb.Buffer.from_host(e).shape == (0, 3)

@@ -23,7 +23,8 @@ Checks on top of "no crash, no sanitizer report, no internal error":
     halide_buffer_t that describes the same elements;
   - the deleter runs exactly once for a tensor that was taken, never for one that was not.
 
-Known bugs a run can step over (HALIDE_BUFFER_FUZZ_KNOWN, comma-separated):
+Kinds of bug these inputs found, all fixed since; while one is being fixed again, a run can step
+over it (HALIDE_BUFFER_FUZZ_KNOWN, comma-separated):
   stride-overflow   strides[i] * itemsize overflowing int64 on an axis of extent <= 1
   subbyte-lanes     lanes other than 1 accepted for a sub-byte dtype (lanes 0)
   message           a refusal whose message is not the library's (e.g. a C++ exception's)

@@ -24,7 +24,8 @@ Checks on top of "no crash, no sanitizer report, no internal error":
     memoryview, a DLPack round trip);
   - every getbuffer is matched by exactly one releasebuffer once the buffer is gone.
 
-Known bugs a run can step over (HALIDE_BUFFER_FUZZ_KNOWN, comma-separated):
+Kinds of bug these inputs found, all fixed since; while one is being fixed again, a run can step
+over it (HALIDE_BUFFER_FUZZ_KNOWN, comma-separated):
   address-space     a geometry whose elements leave the address space accepted
   negative-ndim     a negative ndim not refused (crash or internal error)
   message           a refusal whose message is not the library's (e.g. a C++ exception's)
