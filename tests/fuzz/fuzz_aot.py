@@ -332,22 +332,6 @@ def run(case):
     del keep
 
 
-def test_one_input(data):
-    case = Case(fc.Fields(data, atheris))
-    if case.step_over():
-        return
-    try:
-        run(case)
-    except fc.Finding as e:
-        raise fc.Finding(f"{e}\n  the metadata: {describe(case)}") from None
-
-
-def main():
-    fc.instrument(globals(), atheris)
-    fc.instrument(vars(fc), atheris)
-    atheris.Setup(sys.argv, test_one_input)
-    atheris.Fuzz()
-
 
 if __name__ == "__main__":
-    main()
+    fc.fuzz(globals(), atheris, Case, Case.step_over, run, describe, "the metadata")

@@ -15,6 +15,8 @@ goes on past bugs already reported. Each harness names its own kinds in its docs
 import os
 import sys
 
+import numpy as np
+
 import halide_buffer as hb
 
 KNOWN = frozenset(k.strip() for k in os.environ.get("HALIDE_BUFFER_FUZZ_KNOWN", "").split(",") if k.strip())
@@ -166,3 +168,41 @@ def build_library(source, name, python_extension=False):
         sys.exit(f"building {source} failed:\n{' '.join(command)}\n{made.stderr}")
     os.replace(out + ".tmp", out)
     return out
+
+
+def fuzz(namespace, atheris, make_case, skip, run, describe, what):
+    """A harness's main: each input becomes make_case(Fields(...)); a case skip() names a known
+    bug of is stepped over; a Finding is reported with describe(case), labelled `what`."""
+    def test_one_input(data):
+        case = make_case(Fields(data, atheris))
+        if skip(case):
+            return
+        try:
+            run(case)
+        except Finding as e:
+            raise Finding(f"{e}\n  {what}: {describe(case)}") from None
+
+    instrument(namespace, atheris)
+    instrument(globals(), atheris)
+    atheris.Setup(sys.argv, test_one_input)
+    atheris.Fuzz()
+
+
+def check_values(b, expected):
+    """Every way of reading an accepted buffer gives the bytes the producer described: its copy,
+    its buffer-protocol view, a DLPack round trip; and a writable view can be taken and written."""
+    check("values", np.asarray(b.copy()).tobytes() == expected, "b.copy() holds other values")
+    try:
+        m = memoryview(b)
+    except (BufferError, TypeError, ValueError, NotImplementedError):
+        pass
+    else:
+        check("values", m.tobytes() == expected, "memoryview(b) holds other values")
+        m.release()
+    again = hb.from_dlpack(b.__dlpack__(max_version=(1, 3)))
+    check("values", np.asarray(again).tobytes() == expected, "a DLPack round trip changed the values")
+    del again
+    if not b.readonly:
+        w = b.numpy(writable=True)
+        w[(0,) * w.ndim] = w[(0,) * w.ndim]
+        del w
