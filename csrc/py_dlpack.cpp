@@ -350,26 +350,25 @@ Buffer from_capsule(py::handle capsule, py::object producer, int copy, bool prod
 /// What a producer's __dlpack_device__() returned, checked: a (device type, device id) pair of
 /// ints in the range of DLPack's fields.
 DLDevice producer_device(py::handle obj, py::handle where) {
-    auto refuse = [&](PyObject *type, const std::string &what) {
-        PyErr_Clear();
-        std::string text = std::string(kImport) + "(): " + Py_TYPE(obj.ptr())->tp_name + ".__dlpack_device__() returned " +
-                           py::repr(where).cast<std::string>() + ", " + what + "; the producer is broken";
-        PyErr_SetString(type, text.c_str());
-        throw py::error_already_set();
+    auto text = [&](const char *what) {
+        return std::string(kImport) + "(): " + Py_TYPE(obj.ptr())->tp_name + ".__dlpack_device__() returned " +
+               py::repr(where).cast<std::string>() + ", " + what + "; the producer is broken";
     };
     PyObject *w = where.ptr();
-    if (!PyTuple_Check(w) || PyTuple_GET_SIZE(w) != 2)
-        refuse(PyExc_TypeError, "not a (device type, device id) tuple");
+    if (!PyTuple_Check(w) || PyTuple_GET_SIZE(w) != 2) throw TypeError(text("not a (device type, device id) tuple"));
     int32_t fields[2];
     for (Py_ssize_t i = 0; i < 2; ++i) {
         PyObject *item = PyTuple_GET_ITEM(w, i);
-        if (!PyIndex_Check(item) || PyBool_Check(item)) refuse(PyExc_TypeError, "whose fields are not both ints");
-        py::object index = py::reinterpret_steal<py::object>(PyNumber_Index(item));
-        if (!index) refuse(PyExc_TypeError, "whose fields are not both ints");
+        py::object index = py::reinterpret_steal<py::object>(
+            PyIndex_Check(item) && !PyBool_Check(item) ? PyNumber_Index(item) : nullptr);
+        if (!index) {
+            PyErr_Clear();
+            throw TypeError(text("whose fields are not both ints"));
+        }
         int overflow = 0;
         long long v = PyLong_AsLongLongAndOverflow(index.ptr(), &overflow);
         if (overflow || v < INT32_MIN || v > INT32_MAX)
-            refuse(PyExc_ValueError, "whose fields do not fit DLPack's 32-bit device type and id");
+            throw ValueError(text("whose fields do not fit DLPack's 32-bit device type and id"));
         fields[i] = int32_t(v);
     }
     return DLDevice{static_cast<DLDeviceType>(fields[0]), fields[1]};

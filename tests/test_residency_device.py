@@ -1,5 +1,5 @@
-"""DESIGN section 4 on a real OpenCL device (PoCL on a CPU-only machine): one test per row of
-the residency table, each asserting the data and the exact copies made."""
+"""The residency rules of docs/devices.md on a real OpenCL device (PoCL on a CPU-only machine):
+one test per row of the residency table, each asserting the data and the exact copies made."""
 
 import ctypes
 import gc
