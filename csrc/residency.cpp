@@ -1,4 +1,4 @@
-// residency.cpp: where the current data is, and every copy that moves it (the rules: docs/devices.md).
+// residency.cpp: where the current data is, and every copy that moves it (the state machine: docs/architecture.md).
 //
 // The state is the storage's root halide_buffer_t: its flags (host_dirty, device_dirty, never
 // both) and its device fields. Every rule below is one function, and every device operation

@@ -1,4 +1,4 @@
-"""The host side of the residency rules (docs/devices.md): flags, leases, raw halide_buffer_t."""
+"""The host side of the residency rules (docs/architecture.md): flags, leases, raw halide_buffer_t."""
 
 import ctypes
 

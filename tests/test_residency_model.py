@@ -1,5 +1,5 @@
 """Random sequences of host and device operations against a pure-Python model of the rules
-(docs/devices.md). After every step the host memory, the flags and the exact copies must match
+(the state machine of docs/architecture.md). After every step the host memory, the flags and the exact copies must match
 the model, which moves the storage only when a reader on the stale side needs it.
 
 The machine starts from an owned buffer, a standing lease (wrapped writable memory its owner
