@@ -1,4 +1,4 @@
-// buffer.cpp: geometry checks, views, copies and the host side of the residency rules.
+// buffer.cpp: geometry checks, views and copies (the residency rules are residency.cpp's).
 #include "buffer.h"
 
 #include <algorithm>

@@ -1,6 +1,6 @@
 // dlpack.h: DLPack exchange without Python: managed tensors of our buffers (export), and the
 // checked description of someone else's tensor (import). The Python side (capsules, the
-// __dlpack__ protocol, the C exchange API) is py_dlpack.cpp.
+// __dlpack__ protocol, is py_dlpack.cpp; the C exchange API, py_dlpack_exchange.cpp.
 #pragma once
 
 #include <cstdint>

@@ -1,8 +1,8 @@
 // dlpack_abi.h: our declarations of the DLPack 1.x C ABI (dlpack.h, up to v1.3).
 //
 // Values and layouts are DLPack's, so tensors described with them are understood by every
-// producer and consumer (checked field by field against the dlpack.h PyTorch ships, in
-// tests/test_abi_layout.py).
+// producer and consumer (their sizes checked by the static_asserts below and by a ctypes
+// mirror in the tests).
 #pragma once
 
 #include <cstdint>

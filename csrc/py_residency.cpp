@@ -1,6 +1,8 @@
 // py_residency.cpp: the residency methods of Buffer, transfer counts, and the device views the
-// pyopencl interop (halide_buffer.opencl) builds on. Every operation that may copy runs without
-// the GIL; the storage's own lock keeps it consistent.
+// pyopencl interop (halide_buffer.opencl) builds on. The explicit copies (copy_to_host,
+// copy_to_device, device_sync, ...) run without the GIL; queries, set_*_dirty and raw() keep it
+// (their step under the storage's lock may still bring a pipeline's allocation home). The
+// storage's own lock keeps it consistent (docs/architecture.md, locks and the GIL).
 #include <string>
 
 #include "device.h"

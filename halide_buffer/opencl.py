@@ -102,9 +102,9 @@ def as_array(buffer: Buffer, *, device: Device | None = None, writable: bool = T
     """The buffer's device data as a ``pyopencl.array.Array`` sharing its ``cl_mem``.
 
     A device lease (the residency rules of docs/devices.md): the device copy is made current
-    first (allocated on ``device``, default: where it is, else :func:`device`), and, unless ``writable=False``
-    or the buffer wraps read-only memory, the buffer is marked ``device_dirty`` since the array
-    may be written. The array uses the device's in-order queue, so kernels enqueued on it run
+    first (allocated on ``device``, default: where it is, else :func:`device`), and, unless
+    ``writable=False``, the buffer is marked ``device_dirty`` since the array may be written. A
+    buffer over read-only memory is refused (``BufferError``) unless ``writable=False``. The array uses the device's in-order queue, so kernels enqueued on it run
     before the buffer's next copy; work on another queue needs ``queue.finish()`` first.
     """
     import pyopencl as cl
