@@ -16,7 +16,8 @@ from ._version import __version__
 
 def get_include() -> str:
     """The folder of the C sources shipped for pipeline libraries: ``halide_buffer_cuda.c``, which
-    a Halide CUDA pipeline links so that its runtime uses the primary context (see docs/aot.md)."""
+    a Halide CUDA pipeline called without ``hb.aot`` links so that its runtime uses the primary
+    context (see docs/cuda.md, section "Halide CUDA pipelines")."""
     return _os.path.join(_os.path.dirname(__file__), "include")
 
 
