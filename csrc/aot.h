@@ -12,8 +12,10 @@ namespace hb {
 class AotPipeline {
 public:
     /// Opens `library_path` (kept loaded for the process: buffers may hold device memory its
-    /// runtime allocated) and finds <name>_argv and <name>_metadata. Throws ValueError naming
-    /// what is missing.
+    /// runtime allocated) and finds <name>_argv and <name>_metadata. A path naming a file is
+    /// opened as that file (a bare name too: dlopen alone would search only the system's
+    /// directories for it); any other bare name goes to the system's search. Throws ValueError
+    /// naming what is missing and what was tried.
     static std::shared_ptr<AotPipeline> load(const std::string &library_path, const std::string &name);
 
     const std::string &name() const { return name_; }
