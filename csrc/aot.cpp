@@ -12,6 +12,7 @@
 #include "device_cuda.h"
 #include "dtype.h"
 #include "errors.h"
+#include "opencl_api.h"
 
 namespace hb {
 namespace {
@@ -195,6 +196,7 @@ std::shared_ptr<AotPipeline> AotPipeline::load(const std::string &path, const st
                                                                               "_device_interface");
         if (get) p->device_interface_ = get();
     }
+    p->uses_opencl_ = target.find("-opencl") != std::string::npos;
     if (p->device_interface_ && target.find("-cuda") != std::string::npos) {
         p->uses_cuda_ = true;
         install_cuda_handlers(library);
@@ -203,6 +205,10 @@ std::shared_ptr<AotPipeline> AotPipeline::load(const std::string &path, const st
 }
 
 void AotPipeline::call(void **argv) const {
+    // Halide's OpenCL runtime finds the API by name in the process (else it tries to open
+    // libOpenCL.so itself): our loader, opened with RTLD_GLOBAL, is the one it must find. A
+    // CUDA pipeline's call has opened the driver the same way (its device, in py_aot.cpp).
+    if (uses_opencl_) ocl::api(name_.c_str());
     t_messages.clear();
     int rc = argv_(argv);
     if (rc == 0) return;

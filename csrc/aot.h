@@ -25,9 +25,13 @@ public:
     /// A CUDA target: its runtime takes the primary context and stream of the device the call
     /// names (TargetDevice), through our handlers installed at load.
     bool uses_cuda() const { return uses_cuda_; }
+    /// An OpenCL target: its runtime looks the OpenCL API up by name in the process, where
+    /// each call first makes our loader visible (ocl::api()).
+    bool uses_opencl() const { return uses_opencl_; }
 
     /// Runs the pipeline (the caller has released the GIL). A failure throws PipelineError with
-    /// the messages Halide's runtime reported and its error code.
+    /// the messages Halide's runtime reported and its error code; an OpenCL pipeline without
+    /// any OpenCL loader throws DeviceError saying what to install, before it runs.
     void call(void **argv) const;
 
 private:
@@ -36,6 +40,7 @@ private:
     const halide_filter_metadata_t *metadata_ = nullptr;
     const halide_device_interface_t *device_interface_ = nullptr;
     bool uses_cuda_ = false;
+    bool uses_opencl_ = false;
 };
 
 }  // namespace hb

@@ -347,7 +347,12 @@ void bind_aot(py::module_ &m) {
         });
     // Calls skip pybind11's dispatch: the slot is ours (__call__ above stays for introspection).
     reinterpret_cast<PyTypeObject *>(m.attr("Pipeline").ptr())->tp_call = pipeline_call;
-    m.def("_aot_load", &AotPipeline::load, py::arg("library_path"), py::arg("function_name"));
+    m.def("_aot_load", [](const std::string &path, const std::string &name) {
+        std::shared_ptr<AotPipeline> p = AotPipeline::load(path, name);
+        // Its first call opens the OpenCL loader our devices use: the candidates come from Python.
+        if (p->uses_opencl()) py::module_::import("halide_buffer.opencl").attr("_choose_loader")();
+        return p;
+    }, py::arg("library_path"), py::arg("function_name"));
 }
 
 }  // namespace hb

@@ -141,7 +141,6 @@ def host(tmp_path_factory):
 @pytest.fixture(scope="module")
 def device(tmp_path_factory):
     """The OpenCL pipeline twice, in two libraries (two Halide runtimes, two device interfaces)."""
-    hb.opencl.device()  # opens the OpenCL loader process-wide, where the pipelines' runtimes look
     directory = tmp_path_factory.mktemp("aot_opencl")
     cc = c_compiler()
     return {
