@@ -142,20 +142,47 @@ struct Query {
     std::vector<halide_dimension_t> dims;
 };
 
-/// The output a bounds query asked for: allocated, with the queried coordinates.
-py::object allocate_queried(const std::string &where, const Query &q) {
-    const DType *dtype = dtype_by_halide(q.buf.type);
+/// The region a bounds query answered, as NumPy sees it: Halide's dimension 0 is the last axis.
+struct Region {
     std::vector<int64_t> shape, mins;
-    for (int i = q.buf.dimensions; i-- > 0;) {  // Halide's dimension 0 is the last NumPy axis
-        shape.push_back(q.dims[size_t(i)].extent);
-        mins.push_back(q.dims[size_t(i)].min);
+};
+Region region_of(const Query &q) {
+    Region r;
+    for (int i = q.buf.dimensions; i-- > 0;) {
+        r.shape.push_back(q.dims[size_t(i)].extent);
+        r.mins.push_back(q.dims[size_t(i)].min);
     }
-    for (int64_t n : shape) {
+    return r;
+}
+
+std::string tuple_text(const std::vector<int64_t> &v) {
+    std::string out = "(";
+    for (size_t i = 0; i < v.size(); ++i) out += (i ? ", " : "") + std::to_string(v[i]);
+    return out + (v.size() == 1 ? ",)" : ")");
+}
+
+/// Where every bounds query starts from: each dimension of an output not given asked for
+/// empty, at one min, then at another. A pipeline that fixes the output's region (from its
+/// inputs or constants) answers both alike; one that does not answers with a region grown from
+/// the request (a vector or a tile of its schedule around it), which differs.
+constexpr int32_t kRequestMins[] = {0, 1021};
+
+/// The output the bounds queries found, allocated with their coordinates, when the pipeline
+/// fixes it: both answers the same, and no extent empty.
+py::object allocate_queried(const std::string &where, const Query &first, const Query &second) {
+    Region r = region_of(first), again = region_of(second);
+    for (int64_t n : r.shape) {
         if (n <= 0)
             throw ValueError(where + ": the pipeline does not fix this output's size (its bounds query "
                              "gave an extent of " + std::to_string(n) + "); pass an output buffer");
     }
-    return py::cast(Buffer::allocate("aot", shape, *dtype).with_mins(mins));
+    if (r.shape != again.shape || r.mins != again.mins)
+        throw ValueError(where + ": the pipeline does not fix this output's size (its bounds queries answer "
+                         "with the region asked for, grown to its schedule's vectors or tiles: shape " +
+                         tuple_text(r.shape) + " at mins " + tuple_text(r.mins) + " for one request, " +
+                         tuple_text(again.shape) + " at mins " + tuple_text(again.mins) + " for another); "
+                         "pass an output buffer");
+    return py::cast(Buffer::allocate("aot", r.shape, *dtype_by_halide(first.buf.type)).with_mins(r.mins));
 }
 
 /// Per-thread scratch space of a call, reused so a call allocates nothing once warm; emptied
@@ -164,7 +191,7 @@ struct CallScratch {
     std::vector<py::object> given;
     std::vector<halide_scalar_value_t> scalars;
     std::vector<void *> argv;
-    std::vector<Query> queries;
+    std::vector<Query> queries[2];  // one per request (kRequestMins)
     std::vector<size_t> outputs, missing;
 
     void start(size_t n) {
@@ -176,6 +203,29 @@ struct CallScratch {
     }
     void finish() { given.clear(); }
 };
+
+/// Halide's bounds query (host == NULL: the pipeline fills in the region it needs) for each
+/// output not given, every dimension asked for empty at `min`; the answers land in `queries`.
+void ask_bounds(const AotPipeline &p, CallScratch &s, std::vector<Query> &queries, int32_t min) {
+    const halide_filter_metadata_t &m = p.metadata();
+    queries.resize(size_t(m.num_arguments));
+    for (size_t i : s.missing) {
+        Query &q = queries[i];
+        q.dims.assign(size_t(m.arguments[i].dimensions), halide_dimension_t{min, 0, 0, 0});
+        q.buf = halide_buffer_t{};
+        q.buf.type = m.arguments[i].type;
+        q.buf.dimensions = m.arguments[i].dimensions;
+        q.buf.dim = q.dims.data();
+        s.argv[i] = &q.buf;
+    }
+    try {
+        py::gil_scoped_release nogil;
+        p.call(s.argv.data());
+    } catch (const PipelineError &e) {
+        throw PipelineError(std::string(e.what()) + "; this was the bounds query for the outputs not "
+                            "given: pass output buffers", e.code);
+    }
+}
 
 /// The CUDA device of a call: that of the first buffer argument on one, else the default
 /// device (DeviceError without a driver). Remembered for the runtime's calls outside ours.
@@ -274,26 +324,11 @@ py::object call_with(const AotPipeline &p, PyObject *const *pos, size_t npos, Py
     for (size_t i = 0; i < n; ++i) {
         if (given[i] && is_buffer(m.arguments[i])) enter(i);
     }
-    if (!scratch.missing.empty()) {  // Halide's bounds query: host == NULL asks for the required shape
-        scratch.queries.resize(n);
+    if (!scratch.missing.empty()) {
+        for (int r = 0; r < 2; ++r) ask_bounds(p, scratch, scratch.queries[r], kRequestMins[r]);
         for (size_t i : scratch.missing) {
-            Query &q = scratch.queries[i];
-            q.dims.assign(size_t(m.arguments[i].dimensions), halide_dimension_t{0, 0, 0, 0});
-            q.buf = halide_buffer_t{};
-            q.buf.type = m.arguments[i].type;
-            q.buf.dimensions = m.arguments[i].dimensions;
-            q.buf.dim = q.dims.data();
-            argv[i] = &q.buf;
-        }
-        try {
-            py::gil_scoped_release nogil;
-            p.call(argv.data());
-        } catch (const PipelineError &e) {
-            throw PipelineError(std::string(e.what()) + "; this was the bounds query for the outputs not "
-                                "given: pass output buffers", e.code);
-        }
-        for (size_t i : scratch.missing) {
-            given[i] = allocate_queried(p.name() + "(): output '" + m.arguments[i].name + "'", scratch.queries[i]);
+            given[i] = allocate_queried(p.name() + "(): output '" + m.arguments[i].name + "'",
+                                        scratch.queries[0][i], scratch.queries[1][i]);
             enter(i);
         }
     }
@@ -341,7 +376,8 @@ void bind_aot(py::module_ &m) {
         .def("__call__", [](py::handle self, py::args args, py::kwargs kwargs) {
             const AotPipeline &p = self.cast<const AotPipeline &>();
             return call_with(p, &PyTuple_GET_ITEM(args.ptr(), 0), args.size(), kwargs.ptr());
-        }, "Runs the pipeline; returns its output buffer(s), allocated when not given.")
+        }, "Runs the pipeline; returns its output buffer(s), allocated when not given (when the pipeline "
+           "fixes their size).")
         .def("__repr__", [](const AotPipeline &p) {
             return "Pipeline(" + p.name() + ", target=" + p.metadata().target + ")";
         });
