@@ -23,6 +23,17 @@ std::string type_text(halide_type_t t) {
                              std::to_string(t.lanes) + ")";
 }
 
+/// "'inp', 'offset', 'out'": the arguments a caller passes, in order, for a message.
+std::string names_of(const AotPipeline &p) {
+    const halide_filter_metadata_t &m = p.metadata();
+    std::string names;
+    for (int i = 0; i < m.num_arguments; ++i) {
+        if (is_user_context(m.arguments[i])) continue;
+        names += (names.empty() ? "'" : ", '") + std::string(m.arguments[i].name) + "'";
+    }
+    return names;
+}
+
 py::list arguments_of(const AotPipeline &p) {
     py::list out;
     const halide_filter_metadata_t &m = p.metadata();
@@ -49,21 +60,33 @@ std::string where_of(const AotPipeline &p, const halide_filter_argument_t &a) {
     return p.name() + "(): argument '" + a.name + "'";
 }
 
+/// "from <lowest> to <highest>": the values of an integer (or address) type, for a message.
+std::string range_of(halide_type_t t) {
+    if (t.code == halide_type_int) {
+        long long hi = t.bits == 64 ? LLONG_MAX : (1LL << (t.bits - 1)) - 1;
+        return "from " + std::to_string(-hi - 1) + " to " + std::to_string(hi);
+    }
+    unsigned long long hi = t.bits == 64 ? ULLONG_MAX : (1ULL << t.bits) - 1;
+    return "from 0 to " + std::to_string(hi);
+}
+
 halide_scalar_value_t to_scalar(const AotPipeline &p, py::handle v, const halide_filter_argument_t &a) {
     auto where = [&] { return where_of(p, a); };
     halide_scalar_value_t s{};
     s.u64 = 0;
     halide_type_t t = a.type;
-    auto name = type_text(t);
+    auto name = t.code == halide_type_handle ? std::string("an address") : type_text(t);
     auto out_of_range = [&] {
-        return ValueError(where() + ": " + py::repr(v).cast<std::string>() + " is out of range for " + name);
+        return ValueError(where() + ": " + py::repr(v).cast<std::string>() + " is out of range for " + name +
+                          "; pass a value " + range_of(t));
     };
     if (t.code == halide_type_float) {
         // Anything with __float__ or __index__ (NumPy scalars too), but not text or bools.
         double x = PyBool_Check(v.ptr()) ? -1.0 : PyFloat_AsDouble(v.ptr());
         if (PyBool_Check(v.ptr()) || (x == -1.0 && PyErr_Occurred())) {
             PyErr_Clear();
-            throw TypeError(where() + ": expected a number for " + name + ", not " + Py_TYPE(v.ptr())->tp_name);
+            throw TypeError(where() + ": expected a number for " + name + ", not " + Py_TYPE(v.ptr())->tp_name +
+                            "; pass an int or a float");
         }
         if (t.bits == 32) s.f32 = float(x);
         else if (t.bits == 64) s.f64 = x;
@@ -76,7 +99,8 @@ halide_scalar_value_t to_scalar(const AotPipeline &p, py::handle v, const halide
             PyIndex_Check(v.ptr()) && !PyBool_Check(v.ptr()) ? PyNumber_Index(v.ptr()) : nullptr);
         if (!i) {
             PyErr_Clear();
-            throw TypeError(where() + ": expected an address (int) or None, not " + Py_TYPE(v.ptr())->tp_name);
+            throw TypeError(where() + ": expected an address (int) or None, not " + Py_TYPE(v.ptr())->tp_name +
+                            "; pass the address as an int, or None for a null pointer");
         }
         unsigned long long address = PyLong_AsUnsignedLongLong(i.ptr());
         if (PyErr_Occurred()) {
@@ -88,12 +112,13 @@ halide_scalar_value_t to_scalar(const AotPipeline &p, py::handle v, const halide
     }
     if (t.code == halide_type_uint && t.bits == 1) {  // bool
         if (!PyBool_Check(v.ptr()) && !PyIndex_Check(v.ptr()))
-            throw TypeError(where() + ": expected a bool, not " + Py_TYPE(v.ptr())->tp_name);
+            throw TypeError(where() + ": expected a bool, not " + Py_TYPE(v.ptr())->tp_name + "; pass True or False");
         s.b = PyObject_IsTrue(v.ptr()) == 1;
         return s;
     }
     if (!PyIndex_Check(v.ptr()) || PyBool_Check(v.ptr()))
-        throw TypeError(where() + ": expected an int for " + name + ", not " + Py_TYPE(v.ptr())->tp_name);
+        throw TypeError(where() + ": expected an int for " + name + ", not " + Py_TYPE(v.ptr())->tp_name +
+                        "; pass an int (int(x) converts a number, rounding toward zero)");
     py::object i = py::reinterpret_steal<py::object>(PyNumber_Index(v.ptr()));
     if (!i) throw py::error_already_set();
     if (t.code == halide_type_int) {
@@ -132,7 +157,8 @@ py::object to_buffer(const AotPipeline &p, py::handle v, const halide_filter_arg
                         type_text(a.type) + "; pass a buffer of that type (b.bits() reinterprets same-size ones)");
     if (b.ndim() != a.dimensions)
         throw ValueError(where_of(p, a) + ": " + std::to_string(b.ndim()) + " axes where the pipeline takes " +
-                         std::to_string(a.dimensions));
+                         std::to_string(a.dimensions) + "; pass a buffer of " + std::to_string(a.dimensions) +
+                         " axes");
     return obj;
 }
 
@@ -268,7 +294,7 @@ py::object call_with(const AotPipeline &p, PyObject *const *pos, size_t npos, Py
     }
     if (k < npos)
         throw TypeError(p.name() + "() takes " + std::to_string(k) + " arguments, " + std::to_string(npos) +
-                        " given");
+                        " given; pass at most " + std::to_string(k) + " (" + names_of(p) + ")");
     Py_ssize_t at = 0;
     PyObject *key, *value;
     while (kwargs && PyDict_Next(kwargs, &at, &key, &value)) {
@@ -277,8 +303,12 @@ py::object call_with(const AotPipeline &p, PyObject *const *pos, size_t npos, Py
                          PyUnicode_CompareWithASCIIString(key, m.arguments[i].name) != 0))
             ++i;
         std::string name = py::repr(key);  // quoted, with what is not printable escaped (a NUL)
-        if (i == n) throw TypeError(p.name() + "() got an unexpected keyword argument " + name);
-        if (given[i]) throw TypeError(p.name() + "() got multiple values for argument " + name);
+        if (i == n)
+            throw TypeError(p.name() + "() got an unexpected keyword argument " + name + "; its arguments are " +
+                            names_of(p));
+        if (given[i])
+            throw TypeError(p.name() + "() got multiple values for argument " + name +
+                            "; pass it by position or by name, not both");
         given[i] = py::reinterpret_borrow<py::object>(value);
     }
 
