@@ -2,6 +2,8 @@
 #include "aot.h"
 
 #include <dlfcn.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include <cctype>
 #include <cstdio>
@@ -10,6 +12,7 @@
 #include "device_cuda.h"
 #include "dtype.h"
 #include "errors.h"
+#include "opencl_api.h"
 
 namespace hb {
 namespace {
@@ -131,6 +134,34 @@ void check_metadata(const std::string &path, const std::string &name, const hali
     }
 }
 
+/// True when `path` names something that exists and is no directory.
+bool is_file(const std::string &path) {
+    struct stat st;
+    return stat(path.c_str(), &st) == 0 && !S_ISDIR(st.st_mode);
+}
+
+/// The library at `path`, opened. A bare name (no '/') names a file of the current directory
+/// when there is one: dlopen alone would look for it only in the system's directories.
+void *open_library(const std::string &path) {
+    bool bare = path.find('/') == std::string::npos;
+    bool local = bare && is_file(path);
+    // RTLD_LOCAL: each pipeline library has its own Halide runtime; never closed (see aot.h).
+    void *library = dlopen((local ? "./" + path : path).c_str(), RTLD_NOW | RTLD_LOCAL);
+    if (library) return library;
+    const char *error = dlerror();
+    std::string why = error ? error : "unknown error";
+    if (why.rfind(path + ": ", 0) == 0) why.erase(0, path.size() + 2);  // dlerror repeats the path
+    std::string what = "aot.load(): cannot load " + path + ": ";
+    if (!bare || local)
+        throw ValueError(what + why + "; pass the path of a shared library built from Halide's "
+                         "compile_to_object output");
+    char cwd[4096];
+    std::string here = getcwd(cwd, sizeof cwd) ? std::string(" (") + cwd + ")" : "";
+    throw ValueError(what + "no such file in the current directory" + here + ", and the system's library "
+                     "search (LD_LIBRARY_PATH, the ldconfig cache, /lib, /usr/lib) gave: " + why +
+                     "; pass the path of the library file, relative to the current directory or absolute");
+}
+
 }  // namespace
 
 std::shared_ptr<AotPipeline> AotPipeline::load(const std::string &path, const std::string &name) {
@@ -139,13 +170,7 @@ std::shared_ptr<AotPipeline> AotPipeline::load(const std::string &path, const st
         throw ValueError(std::string(entry) + "(): the function name " + quoted(name) +
                          " is not a C identifier; pass the name the pipeline was compiled with "
                          "(letters, digits and '_')");
-    // RTLD_LOCAL: each pipeline library has its own Halide runtime; never closed (see aot.h).
-    void *library = dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
-    if (!library) {
-        const char *why = dlerror();
-        throw ValueError(std::string(entry) + "(): cannot load " + path + ": " + (why ? why : "unknown error") +
-                         "; pass the path of a shared library built from Halide's compile_to_object output");
-    }
+    void *library = open_library(path);
     auto p = std::shared_ptr<AotPipeline>(new AotPipeline());
     p->name_ = name;
     p->argv_ = symbol<int (*)(void **)>(library, name + "_argv");
@@ -171,6 +196,7 @@ std::shared_ptr<AotPipeline> AotPipeline::load(const std::string &path, const st
                                                                               "_device_interface");
         if (get) p->device_interface_ = get();
     }
+    p->uses_opencl_ = target.find("-opencl") != std::string::npos;
     if (p->device_interface_ && target.find("-cuda") != std::string::npos) {
         p->uses_cuda_ = true;
         install_cuda_handlers(library);
@@ -179,6 +205,10 @@ std::shared_ptr<AotPipeline> AotPipeline::load(const std::string &path, const st
 }
 
 void AotPipeline::call(void **argv) const {
+    // Halide's OpenCL runtime finds the API by name in the process (else it tries to open
+    // libOpenCL.so itself): our loader, opened with RTLD_GLOBAL, is the one it must find. A
+    // CUDA pipeline's call has opened the driver the same way (its device, in py_aot.cpp).
+    if (uses_opencl_) ocl::api(name_.c_str());
     t_messages.clear();
     int rc = argv_(argv);
     if (rc == 0) return;

@@ -78,7 +78,7 @@ void set_library_candidates(std::vector<std::string> paths) {
     candidates() = std::move(paths);
 }
 
-const Api &api() {
+const Api &api(const char *entry) {
     std::lock_guard<std::mutex> guard(lock());
     if (loaded()) return *loaded();
     std::string tried;
@@ -87,9 +87,10 @@ const Api &api() {
         if ((loaded() = open(path, why))) return *loaded();
         tried += "\n  " + why;
     }
-    throw DeviceError("opencl.device(): no OpenCL loader found; pip install "
-                      "'halide_buffer[opencl]' for pyopencl and PoCL, or set "
-                      "HALIDE_BUFFER_OPENCL_LIBRARY to a libOpenCL. Tried:" + tried,
+    throw DeviceError(std::string(entry) + "(): no OpenCL loader found; pip install "
+                      "'halide_buffer[opencl]' for pyopencl and PoCL, install a system OpenCL "
+                      "ICD loader (libOpenCL.so.1), or set HALIDE_BUFFER_OPENCL_LIBRARY to a "
+                      "libOpenCL. Tried:" + tried,
                       CL_PLATFORM_NOT_FOUND_KHR, "CL_PLATFORM_NOT_FOUND_KHR");
 }
 

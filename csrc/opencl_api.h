@@ -86,8 +86,9 @@ struct Api {
 /// Libraries to try, in order, before the first use (set by halide_buffer.opencl).
 void set_library_candidates(std::vector<std::string> paths);
 /// The loaded API; opens the first candidate that loads on first call. Throws DeviceError
-/// (code CL_PLATFORM_NOT_FOUND_KHR) naming the fix when none does.
-const Api &api();
+/// "<entry>(): no OpenCL loader found; ..." (code CL_PLATFORM_NOT_FOUND_KHR) naming the fix
+/// when none does.
+const Api &api(const char *entry = "opencl.device");
 /// The loader in use, or "" before the first successful load.
 std::string loaded_library();
 

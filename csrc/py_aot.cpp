@@ -23,6 +23,17 @@ std::string type_text(halide_type_t t) {
                              std::to_string(t.lanes) + ")";
 }
 
+/// "'inp', 'offset', 'out'": the arguments a caller passes, in order, for a message.
+std::string names_of(const AotPipeline &p) {
+    const halide_filter_metadata_t &m = p.metadata();
+    std::string names;
+    for (int i = 0; i < m.num_arguments; ++i) {
+        if (is_user_context(m.arguments[i])) continue;
+        names += (names.empty() ? "'" : ", '") + std::string(m.arguments[i].name) + "'";
+    }
+    return names;
+}
+
 py::list arguments_of(const AotPipeline &p) {
     py::list out;
     const halide_filter_metadata_t &m = p.metadata();
@@ -49,21 +60,33 @@ std::string where_of(const AotPipeline &p, const halide_filter_argument_t &a) {
     return p.name() + "(): argument '" + a.name + "'";
 }
 
+/// "from <lowest> to <highest>": the values of an integer (or address) type, for a message.
+std::string range_of(halide_type_t t) {
+    if (t.code == halide_type_int) {
+        long long hi = t.bits == 64 ? LLONG_MAX : (1LL << (t.bits - 1)) - 1;
+        return "from " + std::to_string(-hi - 1) + " to " + std::to_string(hi);
+    }
+    unsigned long long hi = t.bits == 64 ? ULLONG_MAX : (1ULL << t.bits) - 1;
+    return "from 0 to " + std::to_string(hi);
+}
+
 halide_scalar_value_t to_scalar(const AotPipeline &p, py::handle v, const halide_filter_argument_t &a) {
     auto where = [&] { return where_of(p, a); };
     halide_scalar_value_t s{};
     s.u64 = 0;
     halide_type_t t = a.type;
-    auto name = type_text(t);
+    auto name = t.code == halide_type_handle ? std::string("an address") : type_text(t);
     auto out_of_range = [&] {
-        return ValueError(where() + ": " + py::repr(v).cast<std::string>() + " is out of range for " + name);
+        return ValueError(where() + ": " + py::repr(v).cast<std::string>() + " is out of range for " + name +
+                          "; pass a value " + range_of(t));
     };
     if (t.code == halide_type_float) {
         // Anything with __float__ or __index__ (NumPy scalars too), but not text or bools.
         double x = PyBool_Check(v.ptr()) ? -1.0 : PyFloat_AsDouble(v.ptr());
         if (PyBool_Check(v.ptr()) || (x == -1.0 && PyErr_Occurred())) {
             PyErr_Clear();
-            throw TypeError(where() + ": expected a number for " + name + ", not " + Py_TYPE(v.ptr())->tp_name);
+            throw TypeError(where() + ": expected a number for " + name + ", not " + Py_TYPE(v.ptr())->tp_name +
+                            "; pass an int or a float");
         }
         if (t.bits == 32) s.f32 = float(x);
         else if (t.bits == 64) s.f64 = x;
@@ -76,7 +99,8 @@ halide_scalar_value_t to_scalar(const AotPipeline &p, py::handle v, const halide
             PyIndex_Check(v.ptr()) && !PyBool_Check(v.ptr()) ? PyNumber_Index(v.ptr()) : nullptr);
         if (!i) {
             PyErr_Clear();
-            throw TypeError(where() + ": expected an address (int) or None, not " + Py_TYPE(v.ptr())->tp_name);
+            throw TypeError(where() + ": expected an address (int) or None, not " + Py_TYPE(v.ptr())->tp_name +
+                            "; pass the address as an int, or None for a null pointer");
         }
         unsigned long long address = PyLong_AsUnsignedLongLong(i.ptr());
         if (PyErr_Occurred()) {
@@ -88,12 +112,13 @@ halide_scalar_value_t to_scalar(const AotPipeline &p, py::handle v, const halide
     }
     if (t.code == halide_type_uint && t.bits == 1) {  // bool
         if (!PyBool_Check(v.ptr()) && !PyIndex_Check(v.ptr()))
-            throw TypeError(where() + ": expected a bool, not " + Py_TYPE(v.ptr())->tp_name);
+            throw TypeError(where() + ": expected a bool, not " + Py_TYPE(v.ptr())->tp_name + "; pass True or False");
         s.b = PyObject_IsTrue(v.ptr()) == 1;
         return s;
     }
     if (!PyIndex_Check(v.ptr()) || PyBool_Check(v.ptr()))
-        throw TypeError(where() + ": expected an int for " + name + ", not " + Py_TYPE(v.ptr())->tp_name);
+        throw TypeError(where() + ": expected an int for " + name + ", not " + Py_TYPE(v.ptr())->tp_name +
+                        "; pass an int (int(x) converts a number, rounding toward zero)");
     py::object i = py::reinterpret_steal<py::object>(PyNumber_Index(v.ptr()));
     if (!i) throw py::error_already_set();
     if (t.code == halide_type_int) {
@@ -132,7 +157,8 @@ py::object to_buffer(const AotPipeline &p, py::handle v, const halide_filter_arg
                         type_text(a.type) + "; pass a buffer of that type (b.bits() reinterprets same-size ones)");
     if (b.ndim() != a.dimensions)
         throw ValueError(where_of(p, a) + ": " + std::to_string(b.ndim()) + " axes where the pipeline takes " +
-                         std::to_string(a.dimensions));
+                         std::to_string(a.dimensions) + "; pass a buffer of " + std::to_string(a.dimensions) +
+                         " axes");
     return obj;
 }
 
@@ -142,20 +168,47 @@ struct Query {
     std::vector<halide_dimension_t> dims;
 };
 
-/// The output a bounds query asked for: allocated, with the queried coordinates.
-py::object allocate_queried(const std::string &where, const Query &q) {
-    const DType *dtype = dtype_by_halide(q.buf.type);
+/// The region a bounds query answered, as NumPy sees it: Halide's dimension 0 is the last axis.
+struct Region {
     std::vector<int64_t> shape, mins;
-    for (int i = q.buf.dimensions; i-- > 0;) {  // Halide's dimension 0 is the last NumPy axis
-        shape.push_back(q.dims[size_t(i)].extent);
-        mins.push_back(q.dims[size_t(i)].min);
+};
+Region region_of(const Query &q) {
+    Region r;
+    for (int i = q.buf.dimensions; i-- > 0;) {
+        r.shape.push_back(q.dims[size_t(i)].extent);
+        r.mins.push_back(q.dims[size_t(i)].min);
     }
-    for (int64_t n : shape) {
+    return r;
+}
+
+std::string tuple_text(const std::vector<int64_t> &v) {
+    std::string out = "(";
+    for (size_t i = 0; i < v.size(); ++i) out += (i ? ", " : "") + std::to_string(v[i]);
+    return out + (v.size() == 1 ? ",)" : ")");
+}
+
+/// Where every bounds query starts from: each dimension of an output not given asked for
+/// empty, at one min, then at another. A pipeline that fixes the output's region (from its
+/// inputs or constants) answers both alike; one that does not answers with a region grown from
+/// the request (a vector or a tile of its schedule around it), which differs.
+constexpr int32_t kRequestMins[] = {0, 1021};
+
+/// The output the bounds queries found, allocated with their coordinates, when the pipeline
+/// fixes it: both answers the same, and no extent empty.
+py::object allocate_queried(const std::string &where, const Query &first, const Query &second) {
+    Region r = region_of(first), again = region_of(second);
+    for (int64_t n : r.shape) {
         if (n <= 0)
             throw ValueError(where + ": the pipeline does not fix this output's size (its bounds query "
                              "gave an extent of " + std::to_string(n) + "); pass an output buffer");
     }
-    return py::cast(Buffer::allocate("aot", shape, *dtype).with_mins(mins));
+    if (r.shape != again.shape || r.mins != again.mins)
+        throw ValueError(where + ": the pipeline does not fix this output's size (its bounds queries answer "
+                         "with the region asked for, grown to its schedule's vectors or tiles: shape " +
+                         tuple_text(r.shape) + " at mins " + tuple_text(r.mins) + " for one request, " +
+                         tuple_text(again.shape) + " at mins " + tuple_text(again.mins) + " for another); "
+                         "pass an output buffer");
+    return py::cast(Buffer::allocate("aot", r.shape, *dtype_by_halide(first.buf.type)).with_mins(r.mins));
 }
 
 /// Per-thread scratch space of a call, reused so a call allocates nothing once warm; emptied
@@ -164,7 +217,7 @@ struct CallScratch {
     std::vector<py::object> given;
     std::vector<halide_scalar_value_t> scalars;
     std::vector<void *> argv;
-    std::vector<Query> queries;
+    std::vector<Query> queries[2];  // one per request (kRequestMins)
     std::vector<size_t> outputs, missing;
 
     void start(size_t n) {
@@ -176,6 +229,29 @@ struct CallScratch {
     }
     void finish() { given.clear(); }
 };
+
+/// Halide's bounds query (host == NULL: the pipeline fills in the region it needs) for each
+/// output not given, every dimension asked for empty at `min`; the answers land in `queries`.
+void ask_bounds(const AotPipeline &p, CallScratch &s, std::vector<Query> &queries, int32_t min) {
+    const halide_filter_metadata_t &m = p.metadata();
+    queries.resize(size_t(m.num_arguments));
+    for (size_t i : s.missing) {
+        Query &q = queries[i];
+        q.dims.assign(size_t(m.arguments[i].dimensions), halide_dimension_t{min, 0, 0, 0});
+        q.buf = halide_buffer_t{};
+        q.buf.type = m.arguments[i].type;
+        q.buf.dimensions = m.arguments[i].dimensions;
+        q.buf.dim = q.dims.data();
+        s.argv[i] = &q.buf;
+    }
+    try {
+        py::gil_scoped_release nogil;
+        p.call(s.argv.data());
+    } catch (const PipelineError &e) {
+        throw PipelineError(std::string(e.what()) + "; this was the bounds query for the outputs not "
+                            "given: pass output buffers", e.code);
+    }
+}
 
 /// The CUDA device of a call: that of the first buffer argument on one, else the default
 /// device (DeviceError without a driver). Remembered for the runtime's calls outside ours.
@@ -218,7 +294,7 @@ py::object call_with(const AotPipeline &p, PyObject *const *pos, size_t npos, Py
     }
     if (k < npos)
         throw TypeError(p.name() + "() takes " + std::to_string(k) + " arguments, " + std::to_string(npos) +
-                        " given");
+                        " given; pass at most " + std::to_string(k) + " (" + names_of(p) + ")");
     Py_ssize_t at = 0;
     PyObject *key, *value;
     while (kwargs && PyDict_Next(kwargs, &at, &key, &value)) {
@@ -227,8 +303,12 @@ py::object call_with(const AotPipeline &p, PyObject *const *pos, size_t npos, Py
                          PyUnicode_CompareWithASCIIString(key, m.arguments[i].name) != 0))
             ++i;
         std::string name = py::repr(key);  // quoted, with what is not printable escaped (a NUL)
-        if (i == n) throw TypeError(p.name() + "() got an unexpected keyword argument " + name);
-        if (given[i]) throw TypeError(p.name() + "() got multiple values for argument " + name);
+        if (i == n)
+            throw TypeError(p.name() + "() got an unexpected keyword argument " + name + "; its arguments are " +
+                            names_of(p));
+        if (given[i])
+            throw TypeError(p.name() + "() got multiple values for argument " + name +
+                            "; pass it by position or by name, not both");
         given[i] = py::reinterpret_borrow<py::object>(value);
     }
 
@@ -274,26 +354,11 @@ py::object call_with(const AotPipeline &p, PyObject *const *pos, size_t npos, Py
     for (size_t i = 0; i < n; ++i) {
         if (given[i] && is_buffer(m.arguments[i])) enter(i);
     }
-    if (!scratch.missing.empty()) {  // Halide's bounds query: host == NULL asks for the required shape
-        scratch.queries.resize(n);
+    if (!scratch.missing.empty()) {
+        for (int r = 0; r < 2; ++r) ask_bounds(p, scratch, scratch.queries[r], kRequestMins[r]);
         for (size_t i : scratch.missing) {
-            Query &q = scratch.queries[i];
-            q.dims.assign(size_t(m.arguments[i].dimensions), halide_dimension_t{0, 0, 0, 0});
-            q.buf = halide_buffer_t{};
-            q.buf.type = m.arguments[i].type;
-            q.buf.dimensions = m.arguments[i].dimensions;
-            q.buf.dim = q.dims.data();
-            argv[i] = &q.buf;
-        }
-        try {
-            py::gil_scoped_release nogil;
-            p.call(argv.data());
-        } catch (const PipelineError &e) {
-            throw PipelineError(std::string(e.what()) + "; this was the bounds query for the outputs not "
-                                "given: pass output buffers", e.code);
-        }
-        for (size_t i : scratch.missing) {
-            given[i] = allocate_queried(p.name() + "(): output '" + m.arguments[i].name + "'", scratch.queries[i]);
+            given[i] = allocate_queried(p.name() + "(): output '" + m.arguments[i].name + "'",
+                                        scratch.queries[0][i], scratch.queries[1][i]);
             enter(i);
         }
     }
@@ -341,13 +406,19 @@ void bind_aot(py::module_ &m) {
         .def("__call__", [](py::handle self, py::args args, py::kwargs kwargs) {
             const AotPipeline &p = self.cast<const AotPipeline &>();
             return call_with(p, &PyTuple_GET_ITEM(args.ptr(), 0), args.size(), kwargs.ptr());
-        }, "Runs the pipeline; returns its output buffer(s), allocated when not given.")
+        }, "Runs the pipeline; returns its output buffer(s), allocated when not given (when the pipeline "
+           "fixes their size).")
         .def("__repr__", [](const AotPipeline &p) {
             return "Pipeline(" + p.name() + ", target=" + p.metadata().target + ")";
         });
     // Calls skip pybind11's dispatch: the slot is ours (__call__ above stays for introspection).
     reinterpret_cast<PyTypeObject *>(m.attr("Pipeline").ptr())->tp_call = pipeline_call;
-    m.def("_aot_load", &AotPipeline::load, py::arg("library_path"), py::arg("function_name"));
+    m.def("_aot_load", [](const std::string &path, const std::string &name) {
+        std::shared_ptr<AotPipeline> p = AotPipeline::load(path, name);
+        // Its first call opens the OpenCL loader our devices use: the candidates come from Python.
+        if (p->uses_opencl()) py::module_::import("halide_buffer.opencl").attr("_choose_loader")();
+        return p;
+    }, py::arg("library_path"), py::arg("function_name"));
 }
 
 }  // namespace hb

@@ -3,10 +3,11 @@
 ``load(library_path, function_name)`` opens a shared library built from a Halide pipeline
 (``Func.compile_to_object`` and a link step) and returns a :class:`Pipeline` built from the
 pipeline's own metadata. Call it with Buffers (or anything ``Buffer.from_host`` wraps) and
-scalars, by position or by name; outputs that are not given are allocated after a bounds query.
-Outputs of a device pipeline stay on the device, in the pipeline runtime's memory, until a
-reader needs them on the host. Halide's runtime errors raise :class:`PipelineError` with
-Halide's message and code; the process is never aborted.
+scalars, by position or by name; an output that is not given is allocated when the pipeline
+fixes its size (bounds queries tell), else the call asks for it. Outputs of a device pipeline
+stay on the device, in the pipeline runtime's memory, until a reader needs them on the host.
+Halide's runtime errors raise :class:`PipelineError` with Halide's message and code; the
+process is never aborted.
 """
 
 from __future__ import annotations
@@ -19,5 +20,13 @@ __all__ = ["Pipeline", "PipelineError", "load"]
 
 
 def load(library_path: str | os.PathLike[str], function_name: str) -> Pipeline:
-    """The pipeline ``function_name`` of the shared library at ``library_path``."""
+    """The pipeline ``function_name`` of the shared library at ``library_path``.
+
+    A path naming a file opens that file, relative or absolute (``"libbrighter.so"`` in the
+    current directory too); a bare name that names no file goes to the system's library
+    search (``LD_LIBRARY_PATH``, the ldconfig cache). An OpenCL pipeline needs nothing else:
+    its first call opens the OpenCL loader ``halide_buffer.opencl`` uses (``DeviceError``
+    saying what to install when there is none); a CUDA pipeline's call opens the CUDA driver.
+    Raises ``ValueError`` naming what was tried when the library or function is not found.
+    """
     return _aot_load(os.fspath(library_path), function_name)

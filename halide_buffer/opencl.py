@@ -12,7 +12,7 @@ first use. It is looked for in this order:
 3. the system's ``libOpenCL.so.1``.
 
 The loader is opened with ``RTLD_GLOBAL`` so that Halide's OpenCL runtime, inside an AOT
-pipeline loaded later, finds the same API.
+pipeline, finds the same API; ``hb.aot`` opens it before an OpenCL pipeline's first call.
 """
 
 from __future__ import annotations
@@ -31,6 +31,7 @@ __all__ = ["as_array", "device", "library_candidates", "loaded_library", "wrap"]
 ENV_LIBRARY = "HALIDE_BUFFER_OPENCL_LIBRARY"
 _default: Device | None = None
 _default_lock = threading.Lock()  # one default device even when threads race to the first call
+_loader_lock = threading.Lock()  # the candidates are chosen once, whoever comes first
 
 
 def library_candidates() -> list[str]:
@@ -50,6 +51,16 @@ def _prepare_pyopencl_loader(candidates: list[str]) -> None:
     """Lets pyopencl load its bundled loader first (see the module's docstring)."""
     if candidates and ".libs" in candidates[0]:
         import pyopencl  # noqa: F401
+
+
+def _choose_loader() -> None:
+    """Gives the core the loaders to try, until one is open: a device's creation and an OpenCL
+    AOT pipeline's first call (see halide_buffer.aot) open the first that loads."""
+    with _loader_lock:
+        if loaded_library() == "":
+            candidates = library_candidates()
+            _prepare_pyopencl_loader(candidates)
+            _core._opencl_set_library_candidates(candidates)
 
 
 def loaded_library() -> str:
@@ -82,10 +93,7 @@ def device(context: Any = None, queue: Any = None) -> Device:
     """
     global _default
     with _default_lock:
-        if loaded_library() == "":
-            candidates = library_candidates()
-            _prepare_pyopencl_loader(candidates)
-            _core._opencl_set_library_candidates(candidates)
+        _choose_loader()
         if context is None and queue is None:
             if _default is None:
                 _default = _core._opencl_default_device()

@@ -213,12 +213,16 @@ def test_a_utf8_name_is_kept(fake):
     assert hb.aot.load(lib, "fake").arguments[1]["name"] == "ausgabe_\u00e4"
 
 
+NOT_AN_ADDRESS = r"; pass the address as an int, or None for a null pointer$"
+
+
 @pytest.mark.parametrize("value, error, message", [
-    (-1, ValueError, r"-1 is out of range"),
-    (2**64, ValueError, r"18446744073709551616 is out of range"),
-    (np.zeros(3), TypeError, r"expected an address \(int\) or None, not numpy.ndarray"),
-    (True, TypeError, r"expected an address \(int\) or None, not bool"),
-    ("0x10", TypeError, r"expected an address \(int\) or None, not str"),
+    (-1, ValueError, r"-1 is out of range for an address; pass a value from 0 to 18446744073709551615$"),
+    (2**64, ValueError, r"18446744073709551616 is out of range for an address; pass a value from 0 to "
+                        r"18446744073709551615$"),
+    (np.zeros(3), TypeError, r"expected an address \(int\) or None, not numpy.ndarray" + NOT_AN_ADDRESS),
+    (True, TypeError, r"expected an address \(int\) or None, not bool" + NOT_AN_ADDRESS),
+    ("0x10", TypeError, r"expected an address \(int\) or None, not str" + NOT_AN_ADDRESS),
 ])
 def test_a_handle_scalar_takes_an_address(fake, value, error, message):
     lib, reset = fake
@@ -231,9 +235,22 @@ def test_a_handle_scalar_takes_an_address(fake, value, error, message):
     assert p(2**64 - 1, hb.Buffer((4,), "uint8")).shape == (4,)
 
 
+def test_a_bool_scalar_takes_a_bool(fake):
+    lib, reset = fake
+    table, arguments = reset()
+    arguments[0].kind, arguments[0].dimensions = 0, 0
+    arguments[0].type.code, arguments[0].type.bits, arguments[0].type.lanes = 1, 1, 1  # bool
+    p = hb.aot.load(lib, "fake")
+    with pytest.raises(TypeError, match=r"^fake\(\): argument 'input': expected a bool, not str; pass True or "
+                                        r"False$"):
+        p("yes", hb.Buffer((4,), "uint8"))
+    assert p(True, hb.Buffer((4,), "uint8")).shape == (4,)
+
+
 def test_a_keyword_with_a_nul_is_shown_whole(fake):
     lib, reset = fake
     reset()
     p = hb.aot.load(lib, "fake")
-    with pytest.raises(TypeError, match=r"^fake\(\) got an unexpected keyword argument 'out\\x00put'$"):
+    with pytest.raises(TypeError, match=r"^fake\(\) got an unexpected keyword argument 'out\\x00put'; its "
+                                        r"arguments are 'input', 'output'$"):
         p(np.zeros(4, np.uint8), **{"out\0put": hb.Buffer((4,), "uint8")})
