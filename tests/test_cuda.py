@@ -136,7 +136,7 @@ def test_without_a_driver_device_raises_a_device_error_naming_the_missing_driver
         with pytest.raises(hb.DeviceError, match="no CUDA driver found") as info:
             call()
         assert info.value.name == "CUDA_ERROR_NO_DRIVER"
-    assert hb.cuda.is_available() is False and hb.cuda.loaded_library() == ""
+    assert hb.cuda.is_available() is False and hb.cuda.loaded_library() is None
 
 
 @pytest.mark.skipif(hb.cuda.is_available(), reason="a CUDA driver is installed: a CUDA producer would be served")
