@@ -193,8 +193,9 @@ Buffer(shape, dtype="float64") allocates owned, zero-filled, 128-byte aligned ho
         .def_static("from_host", &buffer_from_host, py::arg("obj"), py::arg("copy") = false,
                     py::kw_only(), py::arg("external_writes") = true,
                     "Wrap (copy=False) or copy anything with the buffer protocol or an ndarray of "
-                    "any dtype, ml_dtypes included. external_writes=False promises that wrapped "
-                    "writable memory changes only through this buffer.")
+                    "any dtype, ml_dtypes included. copy=True also copies what numpy.asarray() reads "
+                    "(lists, nested sequences, numbers), in the dtype NumPy picks. external_writes=False "
+                    "promises that wrapped writable memory changes only through this buffer.")
         // --- geometry
         .def_property_readonly("shape", method([](Buffer &b) { return to_tuple(b.shape()); }))
         .def_property_readonly("strides", method([](Buffer &b) { return to_tuple(b.strides()); }))

@@ -108,10 +108,18 @@ def test_extents_past_halides_int32_limit():
 
 
 @pytest.mark.parametrize("obj", [object(), 3, "text", None, [1, 2]])
-def test_objects_that_export_nothing(obj):
-    with pytest.raises(TypeError, match=r"Buffer.from_host\(\): \w+ exports neither the buffer protocol nor "
-                                        r"__array__; pass a NumPy array"):
+def test_objects_that_export_nothing_are_not_wrapped(obj):
+    with pytest.raises(TypeError, match=r"Buffer.from_host\(\): \w+ holds no memory to wrap \(it exports neither "
+                                        r"the buffer protocol nor __array__\); pass copy=True to copy its values"):
         hb.Buffer.from_host(obj)
+
+
+@pytest.mark.parametrize("obj, kind", [(object(), "object"), ("text", "<U4"), (None, "object"),
+                                       ([1, None], "object"), ({"a": 1}, "object")])
+def test_copies_of_values_no_buffer_holds_are_refused(obj, kind):
+    with pytest.raises(TypeError, match=rf"Buffer.from_host\(\): numpy.asarray\(\) reads \w+ as dtype {kind}, "
+                                        r"which no buffer holds; pass numbers"):
+        hb.Buffer.from_host(obj, copy=True)
 
 
 def test_unsupported_element_types():

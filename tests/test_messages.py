@@ -31,6 +31,25 @@ def python(code, **env):
                           env={**os.environ, **env})
 
 
+# --- Buffer.from_host() of values ---------------------------------------------------------------
+
+@pytest.mark.parametrize("values", [[1, 2, 3], (1.5, 2.5), [[1, 2], [3, 4]], 7], ids=repr)
+def test_from_host_copies_values_numpy_reads(values):
+    check(message(lambda: hb.Buffer.from_host(values), TypeError), "Buffer.from_host",
+          f"{type(values).__name__} holds no memory to wrap", "pass copy=True to copy its values")
+    b = hb.Buffer.from_host(values, copy=True)
+    expected = np.asarray(values)
+    assert b.dtype == hb.dtype(expected.dtype) and b.shape == expected.shape and not b.readonly
+    np.testing.assert_array_equal(np.asarray(b), expected)
+    b.numpy(writable=True)[...] = 0  # the buffer owns its copy
+    assert np.asarray(b).sum() == 0
+
+
+def test_from_host_refuses_ragged_values():
+    check(message(lambda: hb.Buffer.from_host([[1, 2], [3]], copy=True), ValueError), "Buffer.from_host",
+          "numpy.asarray() cannot read the list (", "pass numbers in nested sequences of equal lengths")
+
+
 # --- halide_buffer.opencl, halide_buffer.cuda and the command line --------------------------------
 
 class CudaArray:
