@@ -50,6 +50,16 @@ int64_t checked_count(const char *entry, const std::vector<int64_t> &shape, int 
     return count;
 }
 
+/// MemoryError for an allocation the system refused, with what was asked for.
+MemoryError out_of_memory(const char *entry, const std::vector<int64_t> &shape, const DType &dtype, size_t bytes) {
+    std::string text = "(";
+    for (size_t i = 0; i < shape.size(); ++i) text += (i ? ", " : "") + str(shape[i]);
+    text += shape.size() == 1 ? ",)" : ")";
+    return MemoryError(std::string(entry) + "(): out of host memory for " + std::to_string(bytes) + " bytes (" +
+                       size_text(bytes) + ": shape " + text + ", " + dtype.name +
+                       "); free host memory or ask for fewer elements");
+}
+
 /// Memory someone else describes (data, byte strides) must exist and stay inside the address
 /// space: no NULL data for elements, and the lowest and highest byte any index reaches
 /// computed without overflow. What lies there is the describer's word: it cannot be checked.
@@ -161,7 +171,7 @@ Buffer Buffer::allocate(const char *entry, const std::vector<int64_t> &shape, co
     // a few cache lines (measured: 256 MiB uploads about 20% slower at page offset 0x80).
     size_t alignment = bytes >= kLargeBlock ? kLargeAlignment : kAlignment;
     void *allocation = std::calloc(bytes + alignment, 1);
-    if (!allocation) throw std::bad_alloc();
+    if (!allocation) throw out_of_memory(entry, shape, dtype, bytes);
     advise_huge_pages(allocation, bytes + alignment);
     auto storage = std::make_shared<Storage>();
     ++live_counts().storages;

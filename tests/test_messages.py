@@ -8,6 +8,7 @@ import sys
 
 import numpy as np
 import pytest
+from numpy.lib.stride_tricks import as_strided
 
 import halide_buffer as hb
 
@@ -48,6 +49,24 @@ def test_from_host_copies_values_numpy_reads(values):
 def test_from_host_refuses_ragged_values():
     check(message(lambda: hb.Buffer.from_host([[1, 2], [3]], copy=True), ValueError), "Buffer.from_host",
           "numpy.asarray() cannot read the list (", "pass numbers in nested sequences of equal lengths")
+
+
+# --- host memory exhausted ----------------------------------------------------------------------
+
+HUGE = as_strided(np.zeros(1, np.uint8), shape=(2**30, 2**30), strides=(0, 0))  # 1 EiB, no memory
+
+
+@pytest.mark.parametrize("call, entry, asked", [
+    (lambda: hb.Buffer((2**20, 2**20, 2**10)), "Buffer",
+     "9007199254740992 bytes (8192 TiB: shape (1048576, 1048576, 1024), float64)"),
+    (lambda: hb.Buffer.from_host(HUGE, copy=True), "Buffer.from_host",
+     "1152921504606846976 bytes (1024 PiB: shape (1073741824, 1073741824), uint8)"),
+    (lambda: hb.Buffer.from_host(HUGE).copy(), "copy", "1152921504606846976 bytes (1024 PiB"),
+    (lambda: hb.from_dlpack(hb.Buffer.from_host(HUGE), copy=True), "from_dlpack", "1152921504606846976 bytes"),
+], ids=["Buffer", "from_host copy", "copy", "from_dlpack copy"])
+def test_out_of_memory_says_how_much_was_asked_for(call, entry, asked):
+    check(message(call, MemoryError), entry, "out of host memory for " + asked,
+          "free host memory or ask for fewer elements")
 
 
 # --- halide_buffer.opencl, halide_buffer.cuda and the command line --------------------------------
