@@ -267,12 +267,15 @@ bool Buffer::is_f_contiguous() const {
     return true;
 }
 
-int Buffer::check_axis(const char *entry, int axis) const {
+int Buffer::check_axis(const char *entry, const char *verb, int64_t axis) const {
     int n = ndim();
+    if (n == 0)
+        throw IndexError(std::string(entry) + "(): a 0-d buffer has no axes to " + verb +
+                         "; read its one element with b.numpy()[()]");
     if (axis < -n || axis >= n)
         throw IndexError(std::string(entry) + "(): axis " + str(axis) + " is out of range for " +
                          str(n) + " axes; use -" + str(n) + " <= axis < " + str(n));
-    return axis < 0 ? axis + n : axis;
+    return int(axis < 0 ? axis + n : axis);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -290,8 +293,8 @@ Buffer Buffer::view() const {
     return b;
 }
 
-Buffer Buffer::cropped(int axis, int64_t min, int64_t extent) const {
-    axis = check_axis("cropped", axis);
+Buffer Buffer::cropped(int64_t axis_arg, int64_t min, int64_t extent) const {
+    int axis = check_axis("cropped", "crop", axis_arg);
     int64_t lo = mins_[axis], hi = mins_[axis] + shape_[axis];
     if (extent < 0)
         throw ValueError("cropped(): negative extent " + str(extent) + "; extent must be >= 0");
@@ -306,8 +309,8 @@ Buffer Buffer::cropped(int axis, int64_t min, int64_t extent) const {
     return b;
 }
 
-Buffer Buffer::sliced(int axis, int64_t pos) const {
-    axis = check_axis("sliced", axis);
+Buffer Buffer::sliced(int64_t axis_arg, int64_t pos) const {
+    int axis = check_axis("sliced", "slice", axis_arg);
     int64_t lo = mins_[axis], hi = mins_[axis] + shape_[axis];
     if (pos < lo || pos >= hi)
         throw IndexError("sliced(): coordinate " + str(pos) + " is outside axis " + str(axis) +
@@ -323,6 +326,9 @@ Buffer Buffer::sliced(int axis, int64_t pos) const {
 
 Buffer Buffer::transposed(const std::vector<int> &axes) const {
     int n = ndim();
+    if (n == 0 && !axes.empty())
+        throw ValueError("transposed(): a 0-d buffer has no axes to transpose; call b.transposed() "
+                         "without axes, which returns the buffer as it is");
     std::vector<bool> seen(size_t(n), false);
     bool ok = int(axes.size()) == n;
     for (size_t i = 0; ok && i < axes.size(); ++i) {

@@ -354,7 +354,8 @@ def test_the_default_device_is_the_primary_context_on_the_legacy_stream(gpu):
     assert gpu.context == primary_context(0)
     assert gpu.synchronize() is None
     assert hb.cuda.is_available() is True and hb.cuda.loaded_library()
-    with pytest.raises(ValueError, match=r"cuda.device\(\): there is no CUDA device 4096; this machine has \d+"):
+    with pytest.raises(ValueError, match=r"cuda.device\(\): there is no CUDA device 4096; pass an ordinal from 0 to "
+                                         r"\d+ \(this machine has \d+\)"):
         hb.cuda.device(4096)
 
 

@@ -178,10 +178,11 @@ class BadIndex:
     (lambda b: b[0, 0, 0], IndexError, r"__getitem__\(\): too many indices: 3 for 2 axes"),
     (lambda b: b[..., 0, ...], IndexError, r"__getitem__\(\): an index can only have a single ellipsis"),
     (lambda b: b[1.5], TypeError, r"__getitem__\(\): only ints, slices and '...' index a Buffer, not float; "
-                                  r"use b.numpy\(\)\[...\] for NumPy's fancy indexing"),
+                                  r"for NumPy's other indexes \(None, boolean masks, integer arrays\) index the "
+                                  r"ndarray b.numpy\(\) instead"),
     (lambda b: b[[0, 1]], TypeError, r"__getitem__\(\): only ints, slices and '...' index a Buffer, not list"),
     (lambda b: b[None], TypeError, r"__getitem__\(\): only ints, slices and '...' index a Buffer, not NoneType"),
-    (lambda b: b[::0], ValueError, r"slice step cannot be zero"),
+    (lambda b: b[::0], ValueError, r"__getitem__\(\): slice step cannot be zero; use a nonzero step"),
     (lambda b: b[2**70], IndexError, r"__getitem__\(\): index 1180591620717411303424 is out of range for axis 0"),
     (lambda b: b[BadIndex()], ZeroDivisionError, r"no index here"),
     (lambda b: b.transposed(1.5, 0), TypeError, r"transposed\(\): axes must be ints, not float"),
