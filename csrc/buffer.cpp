@@ -50,6 +50,16 @@ int64_t checked_count(const char *entry, const std::vector<int64_t> &shape, int 
     return count;
 }
 
+/// MemoryError for an allocation the system refused, with what was asked for.
+MemoryError out_of_memory(const char *entry, const std::vector<int64_t> &shape, const DType &dtype, size_t bytes) {
+    std::string text = "(";
+    for (size_t i = 0; i < shape.size(); ++i) text += (i ? ", " : "") + str(shape[i]);
+    text += shape.size() == 1 ? ",)" : ")";
+    return MemoryError(std::string(entry) + "(): out of host memory for " + std::to_string(bytes) + " bytes (" +
+                       size_text(bytes) + ": shape " + text + ", " + dtype.name +
+                       "); free host memory or ask for fewer elements");
+}
+
 /// Memory someone else describes (data, byte strides) must exist and stay inside the address
 /// space: no NULL data for elements, and the lowest and highest byte any index reaches
 /// computed without overflow. What lies there is the describer's word: it cannot be checked.
@@ -161,7 +171,7 @@ Buffer Buffer::allocate(const char *entry, const std::vector<int64_t> &shape, co
     // a few cache lines (measured: 256 MiB uploads about 20% slower at page offset 0x80).
     size_t alignment = bytes >= kLargeBlock ? kLargeAlignment : kAlignment;
     void *allocation = std::calloc(bytes + alignment, 1);
-    if (!allocation) throw std::bad_alloc();
+    if (!allocation) throw out_of_memory(entry, shape, dtype, bytes);
     advise_huge_pages(allocation, bytes + alignment);
     auto storage = std::make_shared<Storage>();
     ++live_counts().storages;
@@ -257,12 +267,15 @@ bool Buffer::is_f_contiguous() const {
     return true;
 }
 
-int Buffer::check_axis(const char *entry, int axis) const {
+int Buffer::check_axis(const char *entry, const char *verb, int64_t axis) const {
     int n = ndim();
+    if (n == 0)
+        throw IndexError(std::string(entry) + "(): a 0-d buffer has no axes to " + verb +
+                         "; read its one element with b.numpy()[()]");
     if (axis < -n || axis >= n)
         throw IndexError(std::string(entry) + "(): axis " + str(axis) + " is out of range for " +
                          str(n) + " axes; use -" + str(n) + " <= axis < " + str(n));
-    return axis < 0 ? axis + n : axis;
+    return int(axis < 0 ? axis + n : axis);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -280,8 +293,8 @@ Buffer Buffer::view() const {
     return b;
 }
 
-Buffer Buffer::cropped(int axis, int64_t min, int64_t extent) const {
-    axis = check_axis("cropped", axis);
+Buffer Buffer::cropped(int64_t axis_arg, int64_t min, int64_t extent) const {
+    int axis = check_axis("cropped", "crop", axis_arg);
     int64_t lo = mins_[axis], hi = mins_[axis] + shape_[axis];
     if (extent < 0)
         throw ValueError("cropped(): negative extent " + str(extent) + "; extent must be >= 0");
@@ -296,8 +309,8 @@ Buffer Buffer::cropped(int axis, int64_t min, int64_t extent) const {
     return b;
 }
 
-Buffer Buffer::sliced(int axis, int64_t pos) const {
-    axis = check_axis("sliced", axis);
+Buffer Buffer::sliced(int64_t axis_arg, int64_t pos) const {
+    int axis = check_axis("sliced", "slice", axis_arg);
     int64_t lo = mins_[axis], hi = mins_[axis] + shape_[axis];
     if (pos < lo || pos >= hi)
         throw IndexError("sliced(): coordinate " + str(pos) + " is outside axis " + str(axis) +
@@ -313,6 +326,9 @@ Buffer Buffer::sliced(int axis, int64_t pos) const {
 
 Buffer Buffer::transposed(const std::vector<int> &axes) const {
     int n = ndim();
+    if (n == 0 && !axes.empty())
+        throw ValueError("transposed(): a 0-d buffer has no axes to transpose; call b.transposed() "
+                         "without axes, which returns the buffer as it is");
     std::vector<bool> seen(size_t(n), false);
     bool ok = int(axes.size()) == n;
     for (size_t i = 0; ok && i < axes.size(); ++i) {

@@ -198,8 +198,8 @@ public:
 
     // --- views (share storage and residency) -----------------------------------------------
     Buffer view() const;  ///< same geometry, same storage; the starting point of every view
-    Buffer cropped(int axis, int64_t min, int64_t extent) const;
-    Buffer sliced(int axis, int64_t pos) const;
+    Buffer cropped(int64_t axis, int64_t min, int64_t extent) const;
+    Buffer sliced(int64_t axis, int64_t pos) const;
     Buffer transposed(const std::vector<int> &axes) const;
     Buffer with_mins(const std::vector<int64_t> &mins) const;  ///< same elements, other coordinates
     Buffer indexed(const std::vector<AxisIndex> &index) const;
@@ -291,7 +291,9 @@ private:
     bool covers_whole_storage() const;
     static Buffer adopt_storage(std::shared_ptr<Storage> storage, const DType &dtype, uint8_t *data,
                                 std::vector<int64_t> shape, std::vector<int64_t> strides);
-    int check_axis(const char *entry, int axis) const;
+    /// `axis` as 0..ndim-1 (negative counts from the end), or IndexError naming `entry`; `verb`
+    /// says what the call does to an axis ("crop").
+    int check_axis(const char *entry, const char *verb, int64_t axis) const;
 
     std::shared_ptr<Storage> storage_;
     const DType *dtype_ = nullptr;

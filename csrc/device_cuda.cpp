@@ -35,8 +35,9 @@ std::shared_ptr<CudaDevice> CudaDevice::open(int ordinal, uintptr_t stream, std:
     check(cuda.DeviceGetCount(&count), kEntry, "cuDeviceGetCount", kFix);
     if (ordinal < 0 || ordinal >= count)
         throw ValueError(std::string(kEntry) + "(): there is no CUDA device " + std::to_string(ordinal) +
-                         "; this machine has " + std::to_string(count) + " (ordinals 0 to " +
-                         std::to_string(count - 1) + ")");
+                         (count == 0 ? std::string("; the driver sees no device: check the GPU with nvidia-smi")
+                                     : "; pass an ordinal from 0 to " + std::to_string(count - 1) + " (this machine has " +
+                                           std::to_string(count) + ")"));
     CUdevice device = 0;
     check(cuda.DeviceGet(&device, ordinal), kEntry, "cuDeviceGet", kFix);
     CUcontext context = nullptr;

@@ -106,9 +106,9 @@ int copy_through_host(void *, halide_buffer_t *, const halide_device_interface_t
 }
 
 std::string size_text(uint64_t bytes) {
-    const char *units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+    const char *units[] = {"B", "KiB", "MiB", "GiB", "TiB", "PiB", "EiB"};
     int unit = 0;
-    while (bytes >= 1024 * 16 && unit < 4) {
+    while (bytes >= 1024 * 16 && unit < 6) {
         bytes /= 1024;
         ++unit;
     }

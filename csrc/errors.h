@@ -12,6 +12,8 @@ struct TypeError : std::runtime_error { using std::runtime_error::runtime_error;
 struct IndexError : std::runtime_error { using std::runtime_error::runtime_error; };
 /// A protocol cannot be satisfied (Python's BufferError).
 struct BufferError : std::runtime_error { using std::runtime_error::runtime_error; };
+/// The system refused host memory (Python's MemoryError): the message says how much, for what.
+struct MemoryError : std::runtime_error { using std::runtime_error::runtime_error; };
 
 /// A device driver refused (Python's halide_buffer.DeviceError): carries the driver's code
 /// and its name, e.g. -4 and "CL_MEM_OBJECT_ALLOCATION_FAILURE".

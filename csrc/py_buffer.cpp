@@ -26,18 +26,32 @@ int64_t to_int64(py::handle n, const char *entry, const char *what, const char *
     return v;
 }
 
+/// An int argument `name` of a method, or TypeError naming the entry and the argument; `fix`
+/// says what to pass when the int does not fit in 64 bits.
+int64_t int_arg(py::handle value, const char *entry, const char *name, const char *fix) {
+    if (!is_integer(value))
+        throw TypeError(std::string(entry) + "(): " + name + " must be an int, not " + type_name(value) +
+                        "; pass an int, e.g. int(x)");
+    return to_int64(value, entry, name, fix);
+}
+
 std::vector<int64_t> to_shape(py::handle shape, const char *entry) {
     constexpr const char *fix = "use a smaller shape";
-    if (PyIndex_Check(shape.ptr())) return {to_int64(shape, entry, "extent", fix)};
-    if (!py::isinstance<py::sequence>(shape) || py::isinstance<py::str>(shape) ||
-        py::isinstance<py::bytes>(shape))
+    if (is_integer(shape)) return {to_int64(shape, entry, "extent", fix)};
+    if (is_array(shape))
         throw TypeError(std::string(entry) + "(): shape must be an int or a sequence of ints, not " +
-                        std::string(Py_TYPE(shape.ptr())->tp_name) + "; pass e.g. (480, 640)");
+                        type_name(shape) + "; Buffer(shape, dtype) allocates a new buffer: use "
+                        "Buffer.from_host(obj) for a buffer of an array's data (copy=True to copy "
+                        "it), or pass tuple(obj) if it holds a shape");
+    if (!py::isinstance<py::sequence>(shape) || py::isinstance<py::str>(shape))
+        throw TypeError(std::string(entry) + "(): shape must be an int or a sequence of ints, not " +
+                        type_name(shape) + "; pass e.g. (480, 640)");
     std::vector<int64_t> out;
     for (py::handle n : shape) {
-        if (!PyIndex_Check(n.ptr()))
-            throw TypeError(std::string(entry) + "(): shape entries must be ints, not " +
-                            std::string(Py_TYPE(n.ptr())->tp_name) + "; pass e.g. (480, 640)");
+        if (!is_integer(n))
+            throw TypeError(std::string(entry) + "(): shape entries must be ints, not " + type_name(n) +
+                            "; pass a shape such as (480, 640), or Buffer.from_host(values, "
+                            "copy=True) for a buffer holding these values");
         out.push_back(to_int64(n, entry, "extent", fix));
     }
     return out;
@@ -66,20 +80,52 @@ std::string repr_of(Buffer &b) {
     return out + ")";
 }
 
+/// IndexError for an index outside an axis, with the range that is inside.
+IndexError index_out_of_range(const std::string &index, size_t axis, int64_t extent) {
+    std::string where = "__getitem__(): index " + index + " is out of range for axis " + std::to_string(axis) +
+                        " with extent " + std::to_string(extent);
+    if (extent == 0) return IndexError(where + "; the axis is empty: only a slice such as 0:0 indexes it");
+    return IndexError(where + "; use -" + std::to_string(extent) + " <= index < " + std::to_string(extent));
+}
+
+/// The items of an index a Buffer takes: ints, slices of ints, '...'. Anything else (None,
+/// masks, integer arrays, floats) is NumPy's, refused naming where to find it.
+void check_index_items(const py::tuple &items) {
+    for (py::handle item : items) {
+        if (item.ptr() == Py_Ellipsis || (is_integer(item) && !PyBool_Check(item.ptr()))) continue;
+        if (!PySlice_Check(item.ptr()))
+            throw TypeError("__getitem__(): only ints, slices and '...' index a Buffer, not " + type_name(item) +
+                            "; for NumPy's other indexes (None, boolean masks, integer arrays) index the "
+                            "ndarray b.numpy() instead");
+        py::object start = item.attr("start"), stop = item.attr("stop"), step = item.attr("step");
+        for (const py::object *part : {&start, &stop, &step}) {
+            if (!part->is_none() && !is_integer(*part))
+                throw TypeError("__getitem__(): slice bounds and steps must be ints or None, not " +
+                                type_name(*part) + "; pass e.g. b[1:3] or b[::2]");
+        }
+        if (!step.is_none() && !py::bool_(step))
+            throw ValueError("__getitem__(): slice step cannot be zero; use a nonzero step such as 1 or -1");
+    }
+}
+
 /// Python index expression -> one AxisIndex per axis (positions, NumPy rules).
 std::vector<AxisIndex> to_index(const Buffer &b, py::handle key) {
     py::tuple items = py::isinstance<py::tuple>(key) ? py::reinterpret_borrow<py::tuple>(key)
                                                      : py::make_tuple(key);
+    check_index_items(items);
     size_t n_ellipsis = 0, n_axes = 0;
     for (py::handle item : items) {
         if (item.ptr() == Py_Ellipsis) ++n_ellipsis;
         else ++n_axes;
     }
     if (n_ellipsis > 1)
-        throw IndexError("__getitem__(): an index can only have a single ellipsis ('...')");
+        throw IndexError("__getitem__(): an index can only have a single ellipsis ('...'); remove the others");
+    if (n_axes > 0 && b.ndim() == 0)
+        throw IndexError("__getitem__(): a 0-d buffer has no axes to index; b[()] is the buffer itself, "
+                         "b.numpy()[()] its value");
     if (n_axes > size_t(b.ndim()))
         throw IndexError("__getitem__(): too many indices: " + std::to_string(n_axes) + " for " +
-                         std::to_string(b.ndim()) + " axes");
+                         std::to_string(b.ndim()) + " axes; use at most one int or slice per axis");
     std::vector<AxisIndex> out;
     size_t axis = 0;
     auto full = [&](size_t a) { return AxisIndex{true, 0, 1, b.shape()[a]}; };
@@ -92,24 +138,14 @@ std::vector<AxisIndex> to_index(const Buffer &b, py::handle key) {
             Py_ssize_t len = PySlice_AdjustIndices(Py_ssize_t(b.shape()[axis]), &start, &stop, step);
             out.push_back(AxisIndex{true, start, step, len});
             ++axis;
-        } else if (PyIndex_Check(item.ptr()) && !PyBool_Check(item.ptr())) {
+        } else {  // an int (check_index_items)
             int64_t i;
             bool fits = as_int64(item, i);
             int64_t extent = b.shape()[axis];
-            if (!fits)
-                throw IndexError("__getitem__(): index " + py::str(item).cast<std::string>() +
-                                 " is out of range for axis " + std::to_string(axis) +
-                                 " with extent " + std::to_string(extent));
-            if (i < -extent || i >= extent)
-                throw IndexError("__getitem__(): index " + std::to_string(i) +
-                                 " is out of range for axis " + std::to_string(axis) +
-                                 " with extent " + std::to_string(extent));
+            if (!fits) throw index_out_of_range(py::str(item).cast<std::string>(), axis, extent);
+            if (i < -extent || i >= extent) throw index_out_of_range(std::to_string(i), axis, extent);
             out.push_back(AxisIndex{false, i < 0 ? i + extent : i, 0, 0});
             ++axis;
-        } else {
-            throw TypeError("__getitem__(): only ints, slices and '...' index a Buffer, not " +
-                            std::string(Py_TYPE(item.ptr())->tp_name) +
-                            "; use b.numpy()[...] for NumPy's fancy indexing");
         }
     }
     while (axis < size_t(b.ndim())) out.push_back(full(axis++));
@@ -127,9 +163,9 @@ std::vector<int> to_axes(const Buffer &b, py::args args) {
         given = py::reinterpret_borrow<py::sequence>(args[0]);
     std::vector<int> axes;
     for (py::handle a : given) {
-        if (!PyIndex_Check(a.ptr()))
-            throw TypeError("transposed(): axes must be ints, not " +
-                            std::string(Py_TYPE(a.ptr())->tp_name) + "; pass e.g. b.transposed(1, 0)");
+        if (!is_integer(a))
+            throw TypeError("transposed(): axes must be ints, not " + type_name(a) +
+                            "; pass e.g. b.transposed(1, 0)");
         int64_t axis = to_int64(a, "transposed", "axis", "pass each axis exactly once");
         // Out of int range is as wrong as any other non-axis: transposed() says which are valid.
         axes.push_back(axis < -b.ndim() - 1 || axis > b.ndim() ? b.ndim() : int(axis));
@@ -163,6 +199,26 @@ int traverse_buffer(const std::unique_ptr<Buffer> &b, visitproc visit, void *arg
 
 }  // namespace
 
+bool is_array(py::handle obj) {
+    return !PyLong_Check(obj.ptr()) && (PyObject_CheckBuffer(obj.ptr()) || py::hasattr(obj, "__array__") ||
+                                        py::hasattr(obj, "__dlpack__"));
+}
+
+bool is_integer(py::handle obj) {
+    if (!PyIndex_Check(obj.ptr())) return false;
+    if (!is_array(obj)) return true;
+    PyObject *i = PyNumber_Index(obj.ptr());
+    if (i) {
+        Py_DECREF(i);
+        return true;
+    }
+    if (!PyErr_ExceptionMatches(PyExc_TypeError)) throw py::error_already_set();
+    PyErr_Clear();
+    return false;
+}
+
+std::string type_name(py::handle obj) { return Py_TYPE(obj.ptr())->tp_name; }
+
 Buffer &buffer_of(PyObject *self) {
     if (!PyObject_TypeCheck(self, buffer_type))
         throw TypeError(std::string("Buffer: expected a halide_buffer.Buffer, not ") +
@@ -193,8 +249,9 @@ Buffer(shape, dtype="float64") allocates owned, zero-filled, 128-byte aligned ho
         .def_static("from_host", &buffer_from_host, py::arg("obj"), py::arg("copy") = false,
                     py::kw_only(), py::arg("external_writes") = true,
                     "Wrap (copy=False) or copy anything with the buffer protocol or an ndarray of "
-                    "any dtype, ml_dtypes included. external_writes=False promises that wrapped "
-                    "writable memory changes only through this buffer.")
+                    "any dtype, ml_dtypes included. copy=True also copies what numpy.asarray() reads "
+                    "(lists, nested sequences, numbers), in the dtype NumPy picks. external_writes=False "
+                    "promises that wrapped writable memory changes only through this buffer.")
         // --- geometry
         .def_property_readonly("shape", method([](Buffer &b) { return to_tuple(b.shape()); }))
         .def_property_readonly("strides", method([](Buffer &b) { return to_tuple(b.strides()); }))
@@ -215,11 +272,24 @@ Buffer(shape, dtype="float64") allocates owned, zero-filled, 128-byte aligned ho
             return b.shape()[0];
         }))
         .def("shares_storage_with", [](py::handle self, py::handle other) {
-            return buffer_of(self.ptr()).shares_storage_with(buffer_of(other.ptr()));
+            Buffer &b = buffer_of(self.ptr());
+            if (!PyObject_TypeCheck(other.ptr(), buffer_type))
+                throw TypeError("shares_storage_with(): other must be a halide_buffer.Buffer, not " + type_name(other) +
+                                "; for an array use numpy.shares_memory(b.numpy(), other)");
+            return b.shares_storage_with(buffer_of(other.ptr()));
         }, py::arg("other"))
         // --- views
-        .def("cropped", method(&Buffer::cropped), py::arg("axis"), py::arg("min"), py::arg("extent"))
-        .def("sliced", method(&Buffer::sliced), py::arg("axis"), py::arg("pos"))
+        .def("cropped", [](py::handle self, py::handle axis, py::handle min, py::handle extent) {
+            constexpr const char *fix = "crop within the mins and extents shown by b.mins and b.shape";
+            Buffer &b = buffer_of(self.ptr());
+            return b.cropped(int_arg(axis, "cropped", "axis", "pass an axis of b"), int_arg(min, "cropped", "min", fix),
+                             int_arg(extent, "cropped", "extent", fix));
+        }, py::arg("axis"), py::arg("min"), py::arg("extent"))
+        .def("sliced", [](py::handle self, py::handle axis, py::handle pos) {
+            Buffer &b = buffer_of(self.ptr());
+            return b.sliced(int_arg(axis, "sliced", "axis", "pass an axis of b"),
+                            int_arg(pos, "sliced", "pos", "slice at a coordinate shown by b.mins and b.shape"));
+        }, py::arg("axis"), py::arg("pos"))
         .def("transposed", [](py::handle self, py::args axes) {
             Buffer &b = buffer_of(self.ptr());
             return b.transposed(to_axes(b, axes));

@@ -103,7 +103,8 @@ int tri_state(py::handle value, const char *entry) {
     if (value.is_none()) return -1;
     if (PyBool_Check(value.ptr())) return value.ptr() == Py_True;
     throw TypeError(std::string(entry) + "(): copy must be True, False or None, not " +
-                    py::repr(value).cast<std::string>());
+                    py::repr(value).cast<std::string>() + "; pass True to always copy, False never to, "
+                    "None to copy only when needed");
 }
 
 namespace {
@@ -120,7 +121,7 @@ std::optional<uintptr_t> consumer_stream(py::handle stream) {
     if (stream.is_none()) return uintptr_t(1);
     if (!PyLong_Check(stream.ptr()) || PyBool_Check(stream.ptr()))
         throw TypeError(std::string(kExport) + "(): stream must be an int or None, not " +
-                        py::repr(stream).cast<std::string>());
+                        py::repr(stream).cast<std::string>() + "; pass the consumer's stream handle, or None");
     int overflow = 0;
     long long value = PyLong_AsLongLongAndOverflow(stream.ptr(), &overflow);
     if (overflow > 0) return uintptr_t(PyLong_AsUnsignedLongLong(stream.ptr()));
@@ -189,7 +190,7 @@ py::capsule dlpack_export(py::handle self, const DLPackArgs &a) {
     // Streams order work on a GPU; host data has none to order.
     if (!stream.is_none())
         throw BufferError(std::string(kExport) + "(): stream must be None for data on the CPU, not " +
-                          py::repr(stream).cast<std::string>());
+                          py::repr(stream).cast<std::string>() + "; pass stream=None (host data has no stream to order)");
     if (copy == 1) {
         run_lease(b, [&] { b.begin_host_read(); });
         return capsule_for(b.copy(kExport), versioned, true, Placement{});
@@ -417,7 +418,8 @@ Buffer from_dlpack(py::handle obj, py::handle device, py::handle copy_arg) {
         if (PyCapsule_CheckExact(obj.ptr())) return from_capsule(obj, py::none(), copy);
         if (!py::hasattr(obj, "__dlpack__"))
             throw TypeError(std::string(kImport) + "(): " + Py_TYPE(obj.ptr())->tp_name + " has no __dlpack__ "
-                            "and is no DLPack capsule; pass a tensor of a DLPack library");
+                            "and is no DLPack capsule; pass a tensor of a DLPack library (NumPy, PyTorch, JAX, "
+                            "CuPy), or use Buffer.from_host(obj, copy=True) for other data");
         if (std::optional<Buffer> fast = exchange_import(obj, copy)) return std::move(*fast);
         bool copied = false;
         py::object capsule = capsule_from(obj, copy, copied);

@@ -39,8 +39,10 @@ int allocator(DLTensor *prototype, DLManagedTensorVersioned **out, void *error_c
         std::vector<int64_t> shape(prototype->shape, prototype->shape + prototype->ndim);
         *out = export_versioned(Buffer::allocate(entry, shape, *t), false);  // keeps the new memory
         return 0;
+    } catch (const MemoryError &e) {
+        set_error(error_ctx, "MemoryError", e.what());
     } catch (const std::bad_alloc &) {
-        set_error(error_ctx, "MemoryError", "DLPackManagedTensorAllocator(): out of host memory");
+        set_error(error_ctx, "MemoryError", "DLPackManagedTensorAllocator(): out of host memory; free memory and try again");
     } catch (const ValueError &e) {
         set_error(error_ctx, "ValueError", e.what());
     } catch (const std::exception &e) {

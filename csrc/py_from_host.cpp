@@ -1,7 +1,8 @@
 // py_from_host.cpp: Buffer.from_host(): wrap or copy host memory exported by someone else.
 //
 // Order of attempts: our own Buffer (a view of it), an ndarray (any dtype, ml_dtypes included:
-// NumPy cannot export those through the buffer protocol), the buffer protocol, __array__.
+// NumPy cannot export those through the buffer protocol), the buffer protocol, __array__; for a
+// copy, last, whatever numpy.asarray() reads (lists, nested sequences, numbers).
 #include <string>
 #include <vector>
 
@@ -112,6 +113,28 @@ py::array array_of(py::handle obj, bool copy) {
     return py::reinterpret_borrow<py::array>(a);
 }
 
+/// Values with no memory of their own (a list, nested sequences, a Python number), as NumPy
+/// reads them: numpy.asarray(obj) decides the dtype (int64 for ints, float64 for floats).
+py::array values_of(py::handle obj) {
+    py::object a;
+    try {
+        a = py::module_::import("numpy").attr("asarray")(obj);
+    } catch (py::error_already_set &e) {
+        if (!e.matches(PyExc_ValueError) && !e.matches(PyExc_OverflowError)) throw;
+        std::string why = py::str(e.value()).cast<std::string>();
+        if (!why.empty() && why.back() == '.') why.pop_back();
+        throw ValueError(std::string(kEntry) + "(): numpy.asarray() cannot read the " + Py_TYPE(obj.ptr())->tp_name +
+                         " (" + why + "); pass numbers in nested sequences of equal lengths");
+    }
+    char kind = a.attr("dtype").attr("kind").cast<std::string>()[0];
+    if (kind == 'O' || kind == 'U' || kind == 'S' || kind == 'V')
+        throw TypeError(std::string(kEntry) + "(): numpy.asarray() reads " + Py_TYPE(obj.ptr())->tp_name +
+                        " as dtype " + py::str(a.attr("dtype")).cast<std::string>() +
+                        ", which no buffer holds; pass numbers (nested sequences of equal lengths), "
+                        "or numpy.asarray(obj, dtype=...) for a dtype of the table");
+    return py::reinterpret_borrow<py::array>(a);
+}
+
 }  // namespace
 
 Buffer buffer_from_host(py::handle obj, bool copy, bool external_writes) {
@@ -134,9 +157,10 @@ Buffer buffer_from_host(py::handle obj, bool copy, bool external_writes) {
     }
     if (py::hasattr(obj, "__array__"))
         return adopt(from_ndarray(array_of(obj, copy)), copy, external_writes);
+    if (copy) return adopt(from_ndarray(values_of(obj)), true, external_writes);
     throw TypeError(std::string(kEntry) + "(): " + Py_TYPE(obj.ptr())->tp_name +
-                    " exports neither the buffer protocol nor __array__; pass a NumPy array, "
-                    "bytes-like object or anything numpy.asarray() accepts");
+                    " holds no memory to wrap (it exports neither the buffer protocol nor "
+                    "__array__); pass copy=True to copy its values into a new buffer");
 }
 
 }  // namespace hb

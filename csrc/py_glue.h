@@ -6,6 +6,7 @@
 
 #include <exception>
 #include <optional>
+#include <string>
 
 #include "buffer.h"
 #include "device_cuda.h"
@@ -55,6 +56,15 @@ void bind_device(py::module_ &m);
 
 // py_buffer.cpp
 void bind_buffer(py::module_ &m);
+/// An array of values (an ndarray, a tensor, anything exporting memory), as opposed to a plain
+/// integer or sequence: what a newcomer passes where a shape, an index or a handle goes.
+bool is_array(py::handle obj);
+/// True when `obj` is an integer: it has __index__ and, for an array, __index__ takes it (NumPy
+/// and PyTorch give their arrays __index__, which refuses all but a single integer). Another
+/// object's __index__ is its own: what it raises is passed on where it is called.
+bool is_integer(py::handle obj);
+/// The name of obj's type, for messages ("numpy.ndarray").
+std::string type_name(py::handle obj);
 /// The core Buffer inside a Python Buffer object (no type check: callers know the type).
 Buffer &buffer_of(PyObject *self);
 

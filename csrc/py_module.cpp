@@ -48,8 +48,10 @@ bool set_python_error(std::exception_ptr error) {
         set_error(PyExc_IndexError, e);
     } catch (const BufferError &e) {
         set_error(PyExc_BufferError, e);
+    } catch (const MemoryError &e) {
+        set_error(PyExc_MemoryError, e);
     } catch (const std::bad_alloc &) {
-        PyErr_SetString(PyExc_MemoryError, "out of host memory");
+        PyErr_SetString(PyExc_MemoryError, "halide_buffer: out of host memory; free memory and try again");
     } catch (...) {
         return false;
     }

@@ -58,6 +58,19 @@ bool is_pyopencl_memory(py::handle obj) {
     return !module.is_none() && py::isinstance(obj, module.attr("MemoryObjectHolder"));
 }
 
+/// A device address given as an int, or ValueError for an int no address can be.
+uint64_t device_address(py::handle n, const char *entry) {
+    py::object i = py::reinterpret_steal<py::object>(PyNumber_Index(n.ptr()));
+    if (!i) throw py::error_already_set();
+    unsigned long long address = PyLong_AsUnsignedLongLong(i.ptr());
+    if (PyErr_Occurred()) {
+        PyErr_Clear();
+        throw ValueError(std::string(entry) + "(): handle " + py::str(i).cast<std::string>() +
+                         " is no device address (0 to 2**64 - 1); pass the device memory itself");
+    }
+    return address;
+}
+
 void wrap_native(py::handle self, py::handle handle, py::handle device, uint64_t offset, bool trust_handle) {
     constexpr const char *entry = "device_wrap_native";
     Buffer &b = buffer_of(self.ptr());
@@ -65,8 +78,8 @@ void wrap_native(py::handle self, py::handle handle, py::handle device, uint64_t
     uint64_t native;
     if (is_pyopencl_memory(handle)) {
         native = handle.attr("int_ptr").cast<uint64_t>();
-    } else if (PyIndex_Check(handle.ptr()) && !PyBool_Check(handle.ptr())) {
-        native = handle.cast<uint64_t>();
+    } else if (is_integer(handle) && !PyBool_Check(handle.ptr())) {
+        native = device_address(handle, entry);
         // A CUDA pointer is checked by the driver without being dereferenced; a cl_mem cannot be:
         // OpenCL reads through it, so a wrong int would crash the process.
         if (native && std::string(on->kind()) == "opencl" && !trust_handle)
@@ -75,7 +88,9 @@ void wrap_native(py::handle self, py::handle handle, py::handle device, uint64_t
                             "trust_handle=True if the int is a live cl_mem of the device's context");
     } else {
         throw TypeError(std::string(entry) + "(): handle must be a pyopencl.Buffer, or the address "
-                        "(int) of CUDA device memory, not " + Py_TYPE(handle.ptr())->tp_name);
+                        "(int) of CUDA device memory, not " + type_name(handle) +
+                        "; pass the device memory itself (for an array of a framework, use "
+                        "halide_buffer.opencl.wrap() or halide_buffer.cuda.wrap())");
     }
     if (!native) throw ValueError(std::string(entry) + "(): the handle is NULL; pass live device memory");
     // A pool's buffer goes back to the pool when its Python object dies, cl_mem reference or

@@ -112,7 +112,9 @@ class Buffer:
     """A Halide runtime buffer: host memory, its halide_buffer_t, and its residency state."""
     def __init__(self, shape: _ShapeLike, dtype: _DTypeLike = "float64") -> None: ...
     @staticmethod
-    def from_host(obj: Any, copy: bool = False, *, external_writes: bool = True) -> Buffer: ...
+    def from_host(obj: Any, copy: bool = False, *, external_writes: bool = True) -> Buffer:
+        """Wraps (copy=False) or copies an ndarray, a buffer-protocol object or an __array__ producer;
+        copy=True also copies what numpy.asarray() reads (lists, nested sequences, numbers)."""
     # geometry
     @property
     def shape(self) -> tuple[int, ...]: ...

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import importlib.metadata
+import sys
 from typing import Callable, Sequence
 
 import numpy as np
@@ -61,12 +62,19 @@ def peers() -> list[str]:
     return lines
 
 
+def no_device(kind: str, e: DeviceError) -> list[str]:
+    """Why there is no device of a kind: the whole reason, its later lines (the loaders tried)
+    indented under the first."""
+    first, *rest = str(e).splitlines()
+    return [f"  {kind}: none ({e.name}): {first}"] + [f"    {line.strip()}" for line in rest]
+
+
 def opencl_devices() -> list[str]:
     """The default OpenCL device as halide_buffer opens it, and the loader it came from."""
     try:
         d = opencl.device()
     except DeviceError as e:
-        return [f"  OpenCL: none ({e.name}): {str(e).splitlines()[0]}"]
+        return no_device("OpenCL", e)
     return [f"  OpenCL: {d.name} on {d.platform} (default device; loader {opencl.loaded_library()})"]
 
 
@@ -75,7 +83,7 @@ def cuda_devices() -> list[str]:
     try:
         d = cuda.device()
     except DeviceError as e:
-        return [f"  CUDA: none ({e.name}): {str(e).splitlines()[0]}"]
+        return no_device("CUDA", e)
     major, minor = d.compute_capability
     return [f"  CUDA: {d.name}, compute capability {major}.{minor} (device 0; driver {cuda.loaded_library()})"]
 
@@ -91,8 +99,15 @@ def info() -> int:
     return 0
 
 
+DESCRIPTION = "Report what halide_buffer finds on this machine, or show its lazy host/device copies."
+EPILOG = ("info (the default) prints the version, the dtype table with the exports that carry each "
+          "dtype (tried live), the OpenCL and CUDA devices and the peer libraries. demo runs two "
+          "tiny kernels on the default OpenCL device and prints each copy between host and device; "
+          "it needs pyopencl: pip install 'halide_buffer[opencl]'.")
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m halide_buffer", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="python -m halide_buffer", description=DESCRIPTION, epilog=EPILOG)
     parser.add_argument("command", nargs="?", default="info", choices=["info", "demo"],
                         help="info: version, dtype/protocol table, devices and peers (default); "
                              "demo: lazy host/device copies on the default OpenCL device")
@@ -101,6 +116,13 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def demo() -> int:
+    """The demo, or, without pyopencl or an OpenCL device, why not (on stderr, exit status 1)."""
     from . import demo as steps
 
-    return steps.run()
+    try:
+        return steps.run()
+    except (ModuleNotFoundError, DeviceError) as e:
+        if isinstance(e, ModuleNotFoundError) and e.name != "pyopencl":
+            raise
+        print(f"python -m halide_buffer demo: {e}", file=sys.stderr)
+        return 1

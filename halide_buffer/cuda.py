@@ -32,9 +32,9 @@ def is_available() -> bool:
     return _core._cuda_available()
 
 
-def loaded_library() -> str:
-    """The CUDA driver library in use, or '' before the first device was opened."""
-    return _core._cuda_loaded_library()
+def loaded_library() -> str | None:
+    """The CUDA driver library in use, or None before the first device was opened."""
+    return _core._cuda_loaded_library() or None
 
 
 # Stream objects of the frameworks, by type name, and the attribute holding the CUstream. Only
@@ -66,7 +66,7 @@ def _stream_number(stream: Any, trust_handle: bool) -> int:
             if isinstance(handle, int):
                 return handle
     raise TypeError(f"cuda.device(): stream must be None, a CUstream handle (int), a cupy.cuda.Stream "
-                    f"or a torch.cuda.Stream, not {stream!r}")
+                    f"or a torch.cuda.Stream, not {stream!r}; pass one of those, or None for the default stream")
 
 
 def device(ordinal: int = 0, stream: Any = None, *, trust_handle: bool = False) -> CudaDevice:
@@ -81,7 +81,8 @@ def device(ordinal: int = 0, stream: Any = None, *, trust_handle: bool = False) 
     there is no CUDA driver, ``ValueError`` for an ordinal the machine lacks.
     """
     if isinstance(ordinal, bool) or not isinstance(ordinal, int):
-        raise TypeError(f"cuda.device(): ordinal must be an int, not {type(ordinal).__name__}")
+        raise TypeError(f"cuda.device(): ordinal must be an int, not {type(ordinal).__name__}; pass e.g. 0 for "
+                        f"the first GPU")
     number = _stream_number(stream, trust_handle)
     if number == 0:
         with _defaults_lock:
@@ -100,7 +101,8 @@ def _dtype_of_typestr(typestr: str) -> Any:
     """The dtype of the table a CUDA array interface typestr names; ambiguous ones ('<V1', the
     1-byte exotic types) need ``dtype=``. '<V2' is bfloat16, as PyTorch writes it."""
     if typestr.startswith(">") and typestr[2:] != "1":
-        raise BufferError(f"cuda.wrap(): big-endian data ({typestr!r}) is not supported")
+        raise BufferError(f"cuda.wrap(): big-endian data ({typestr!r}) is not supported; convert the array "
+                          f"to native byte order first")
     normal = "<" + typestr[1:]
     found = [t for t in _core.dtypes() if "<" + t.typestr[1:] == normal]
     if len(found) > 1 and normal == "<V2":

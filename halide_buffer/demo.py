@@ -48,8 +48,7 @@ def moved(before: Transfers, after: Transfers) -> str:
 
 
 def run() -> int:
-    import pyopencl as cl
-
+    cl = opencl._import_pyopencl("demo.run")
     device = opencl.device()
     print(f"device: {device.name} on {device.platform}\n")
     b = Buffer((8,), "float32")

@@ -57,15 +57,29 @@ def _choose_loader() -> None:
     """Gives the core the loaders to try, until one is open: a device's creation and an OpenCL
     AOT pipeline's first call (see halide_buffer.aot) open the first that loads."""
     with _loader_lock:
-        if loaded_library() == "":
+        if loaded_library() is None:
             candidates = library_candidates()
             _prepare_pyopencl_loader(candidates)
             _core._opencl_set_library_candidates(candidates)
 
 
-def loaded_library() -> str:
-    """The OpenCL loader in use, or '' before the first device was opened."""
-    return _core._opencl_loaded_library()
+def loaded_library() -> str | None:
+    """The OpenCL loader in use, or None before one was opened (by a device or a pipeline)."""
+    return _core._opencl_loaded_library() or None
+
+
+def _import_pyopencl(entry: str) -> Any:
+    """pyopencl with pyopencl.array, for ``entry``; without it, ModuleNotFoundError saying how to
+    install it."""
+    try:
+        import pyopencl
+        import pyopencl.array  # noqa: F401
+    except ModuleNotFoundError as e:
+        if (e.name or "").split(".")[0] != "pyopencl":
+            raise  # pyopencl is there but broken: its own error says what is missing
+        raise ModuleNotFoundError(f"{entry}(): pyopencl is not installed; pip install "
+                                  f"'halide_buffer[opencl]' for pyopencl and PoCL", name="pyopencl") from e
+    return pyopencl
 
 
 def _handle(obj: Any, kind: str) -> int:
@@ -73,7 +87,7 @@ def _handle(obj: Any, kind: str) -> int:
     the driver)."""
     if obj is None:
         return 0
-    import pyopencl as cl
+    cl = _import_pyopencl("opencl.device")
 
     expected = {"context": cl.Context, "queue": cl.CommandQueue}[kind]
     if not isinstance(obj, expected):
@@ -112,15 +126,15 @@ def as_array(buffer: Buffer, *, device: Device | None = None, writable: bool = T
     A device lease (the residency rules of docs/devices.md): the device copy is made current
     first (allocated on ``device``, default: where it is, else :func:`device`), and, unless
     ``writable=False``, the buffer is marked ``device_dirty`` since the array may be written. A
-    buffer over read-only memory is refused (``BufferError``) unless ``writable=False``. The array uses the device's in-order queue, so kernels enqueued on it run
-    before the buffer's next copy; work on another queue needs ``queue.finish()`` first.
+    buffer over read-only memory is refused (``BufferError``) unless ``writable=False``. The
+    array uses the device's in-order queue, so kernels enqueued on it run before the buffer's
+    next copy; work on another queue needs ``queue.finish()`` first.
     """
-    import pyopencl as cl
-    import pyopencl.array as cla
+    cl = _import_pyopencl("opencl.as_array")
 
     if not isinstance(buffer, Buffer):
         raise TypeError(f"opencl.as_array(): expected a halide_buffer.Buffer, not "
-                        f"{type(buffer).__name__}")
+                        f"{type(buffer).__name__}; make one with halide_buffer.Buffer.from_host(obj)")
     if any(s < 0 for s in buffer.strides):
         raise BufferError("opencl.as_array(): pyopencl arrays cannot have negative strides; "
                           "pass buffer.copy() instead")
@@ -137,7 +151,7 @@ def as_array(buffer: Buffer, *, device: Device | None = None, writable: bool = T
     # wrapped cl_mem came from: a memory pool hands memory on when its owner dies, refcount or not.
     data._halide_buffer = buffer
     queue = cl.CommandQueue.from_int_ptr(dev.queue, retain=True)
-    return cla.Array(queue, buffer.shape, buffer.dtype.numpy, strides=buffer.strides, data=data,
+    return cl.array.Array(queue, buffer.shape, buffer.dtype.numpy, strides=buffer.strides, data=data,
                      offset=offset)
 
 
@@ -157,10 +171,9 @@ def wrap(obj: Any, *, shape: Any = None, dtype: Any = None) -> Buffer:
     and ``dtype``). The device data is current (``device_dirty``); the host copy is allocated
     and filled on the first host read. ``obj`` is kept alive by the buffer.
     """
-    import pyopencl as cl
-    import pyopencl.array as cla
+    cl = _import_pyopencl("opencl.wrap")
 
-    if isinstance(obj, cla.Array):
+    if isinstance(obj, cl.array.Array):
         if shape is not None or dtype is not None:
             raise TypeError("opencl.wrap(): shape and dtype come from the pyopencl array; "
                             "pass neither")
@@ -181,4 +194,4 @@ def wrap(obj: Any, *, shape: Any = None, dtype: Any = None) -> Buffer:
         out.device_wrap_native(obj, device=_device_of(obj.context, None))
         return out
     raise TypeError(f"opencl.wrap(): expected a pyopencl.array.Array or pyopencl.Buffer, not "
-                    f"{type(obj).__name__}")
+                    f"{type(obj).__name__}; for host data use halide_buffer.Buffer.from_host(obj)")

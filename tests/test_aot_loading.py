@@ -108,7 +108,7 @@ src = np.full((16, 24), 5, np.uint8)
 out = p(src) if sys.argv[2] == "allocated" else p(src, hb.Buffer((16, 24), "uint8"))
 print(out.device_dirty(), np.asarray(out).min(), np.asarray(out).max())
 print(hb.opencl.loaded_library() == hb.opencl.library_candidates()[0])
-print(hb.cuda.loaded_library() == "")
+print(hb.cuda.loaded_library() is None)
 """
 
 

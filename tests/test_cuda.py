@@ -136,7 +136,7 @@ def test_without_a_driver_device_raises_a_device_error_naming_the_missing_driver
         with pytest.raises(hb.DeviceError, match="no CUDA driver found") as info:
             call()
         assert info.value.name == "CUDA_ERROR_NO_DRIVER"
-    assert hb.cuda.is_available() is False and hb.cuda.loaded_library() == ""
+    assert hb.cuda.is_available() is False and hb.cuda.loaded_library() is None
 
 
 @pytest.mark.skipif(hb.cuda.is_available(), reason="a CUDA driver is installed: a CUDA producer would be served")
@@ -354,7 +354,8 @@ def test_the_default_device_is_the_primary_context_on_the_legacy_stream(gpu):
     assert gpu.context == primary_context(0)
     assert gpu.synchronize() is None
     assert hb.cuda.is_available() is True and hb.cuda.loaded_library()
-    with pytest.raises(ValueError, match=r"cuda.device\(\): there is no CUDA device 4096; this machine has \d+"):
+    with pytest.raises(ValueError, match=r"cuda.device\(\): there is no CUDA device 4096; pass an ordinal from 0 to "
+                                         r"\d+ \(this machine has \d+\)"):
         hb.cuda.device(4096)
 
 

@@ -108,10 +108,18 @@ def test_extents_past_halides_int32_limit():
 
 
 @pytest.mark.parametrize("obj", [object(), 3, "text", None, [1, 2]])
-def test_objects_that_export_nothing(obj):
-    with pytest.raises(TypeError, match=r"Buffer.from_host\(\): \w+ exports neither the buffer protocol nor "
-                                        r"__array__; pass a NumPy array"):
+def test_objects_that_export_nothing_are_not_wrapped(obj):
+    with pytest.raises(TypeError, match=r"Buffer.from_host\(\): \w+ holds no memory to wrap \(it exports neither "
+                                        r"the buffer protocol nor __array__\); pass copy=True to copy its values"):
         hb.Buffer.from_host(obj)
+
+
+@pytest.mark.parametrize("obj, kind", [(object(), "object"), ("text", "<U4"), (None, "object"),
+                                       ([1, None], "object"), ({"a": 1}, "object")])
+def test_copies_of_values_no_buffer_holds_are_refused(obj, kind):
+    with pytest.raises(TypeError, match=rf"Buffer.from_host\(\): numpy.asarray\(\) reads \w+ as dtype {kind}, "
+                                        r"which no buffer holds; pass numbers"):
+        hb.Buffer.from_host(obj, copy=True)
 
 
 def test_unsupported_element_types():
@@ -170,10 +178,11 @@ class BadIndex:
     (lambda b: b[0, 0, 0], IndexError, r"__getitem__\(\): too many indices: 3 for 2 axes"),
     (lambda b: b[..., 0, ...], IndexError, r"__getitem__\(\): an index can only have a single ellipsis"),
     (lambda b: b[1.5], TypeError, r"__getitem__\(\): only ints, slices and '...' index a Buffer, not float; "
-                                  r"use b.numpy\(\)\[...\] for NumPy's fancy indexing"),
+                                  r"for NumPy's other indexes \(None, boolean masks, integer arrays\) index the "
+                                  r"ndarray b.numpy\(\) instead"),
     (lambda b: b[[0, 1]], TypeError, r"__getitem__\(\): only ints, slices and '...' index a Buffer, not list"),
     (lambda b: b[None], TypeError, r"__getitem__\(\): only ints, slices and '...' index a Buffer, not NoneType"),
-    (lambda b: b[::0], ValueError, r"slice step cannot be zero"),
+    (lambda b: b[::0], ValueError, r"__getitem__\(\): slice step cannot be zero; use a nonzero step"),
     (lambda b: b[2**70], IndexError, r"__getitem__\(\): index 1180591620717411303424 is out of range for axis 0"),
     (lambda b: b[BadIndex()], ZeroDivisionError, r"no index here"),
     (lambda b: b.transposed(1.5, 0), TypeError, r"transposed\(\): axes must be ints, not float"),
