@@ -91,7 +91,7 @@ void bind_dtype(py::module_ &m) {
             return t.format ? py::object(py::str(t.format)) : py::object(py::none());
         }, "PEP 3118 format, or None when the buffer protocol cannot carry the dtype")
         .def_property_readonly("typestr", [](const DType &t) { return t.typestr; },
-                               "__cuda_array_interface__ typestr")
+                               "The typestr of ``__cuda_array_interface__``")
         .def_property_readonly("numpy", [](const DType &t) { return numpy_dtype(t); },
                                "the exact NumPy dtype (ml_dtypes for exotic types)")
         .def("__eq__", [](const DType &t, py::handle other) {

@@ -113,7 +113,7 @@ class Buffer:
     def __init__(self, shape: _ShapeLike, dtype: _DTypeLike = "float64") -> None: ...
     @staticmethod
     def from_host(obj: Any, copy: bool = False, *, external_writes: bool = True) -> Buffer:
-        """Wraps (copy=False) or copies an ndarray, a buffer-protocol object or an __array__ producer;
+        """Wraps (copy=False) or copies an ndarray, a buffer-protocol object or an ``__array__`` producer;
         copy=True also copies what numpy.asarray() reads (lists, nested sequences, numbers)."""
     # geometry
     @property
