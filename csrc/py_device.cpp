@@ -11,7 +11,7 @@
 namespace hb {
 namespace {
 
-std::string repr_of(const Device &d) { return "Device(" + std::string(d.kind()) + ": " + d.description() + ")"; }
+std::string device_repr(const Device &d) { return "Device(" + std::string(d.kind()) + ": " + d.description() + ")"; }
 
 template <typename T>
 T as_handle(uintptr_t address) {
@@ -26,7 +26,7 @@ void bind_device(py::module_ &m) {
         .def_property_readonly("kind", &Device::kind, "'opencl' or 'cuda'")
         .def("synchronize", &Device::synchronize, py::call_guard<py::gil_scoped_release>(),
              "Blocks until every command queued on the device's queue or stream has finished.")
-        .def("__repr__", &repr_of);
+        .def("__repr__", &device_repr);
     py::class_<OpenCLDevice, Device, std::shared_ptr<OpenCLDevice>>(
         m, "OpenCLDevice", "An OpenCL device with its context and in-order queue.")
         .def_property_readonly("name", &OpenCLDevice::name)

@@ -22,7 +22,7 @@ TransferCounts snapshot(const Transfers &t) {
                           t.to_host_bytes.load()};
 }
 
-std::string repr_of(const TransferCounts &t) {
+std::string transfers_repr(const TransferCounts &t) {
     return "Transfers(to_device=" + std::to_string(t.to_device) + ", to_device_bytes=" +
            std::to_string(t.to_device_bytes) + ", to_host=" + std::to_string(t.to_host) +
            ", to_host_bytes=" + std::to_string(t.to_host_bytes) + ")";
@@ -196,7 +196,7 @@ void bind_transfer_totals(py::module_ &m) {
             return TransferCounts{a.to_device - b.to_device, a.to_device_bytes - b.to_device_bytes,
                                   a.to_host - b.to_host, a.to_host_bytes - b.to_host_bytes};
         }, py::is_operator())
-        .def("__repr__", &repr_of);
+        .def("__repr__", &transfers_repr);
 
     m.def("transfers", [] { return snapshot(process_transfers()); },
           "Every host<->device copy of the process so far.");
