@@ -1,4 +1,5 @@
-"""Builds the one private extension, halide_buffer._core, from the sorted sources in csrc/.
+"""Builds the one private extension, halide_buffer._core, from the sorted sources in csrc/, and
+gives the package index its long description (README.md with absolute links).
 
 Two things make the build quick:
 
@@ -27,6 +28,7 @@ from pathlib import Path
 import pybind11
 from pybind11.setup_helpers import Pybind11Extension, build_ext
 from setuptools import setup
+from setuptools.config.pyprojecttoml import load_file
 
 ROOT = Path(__file__).resolve().parent
 BINDINGS_PREFIX = "py_"  # csrc/py_*.cpp include pybind11: compiled in unity units
@@ -96,7 +98,8 @@ def project_dependencies(dep_file):
 def command_stamp(compiler, cc_args, extra_postargs):
     """What a unit's compile command depends on, with pybind11's (possibly temporary) include
     folder named by its version."""
-    command = [*getattr(compiler, "compiler_so_cxx", compiler.compiler_so), *cc_args, *extra_postargs]
+    compiler_so = getattr(compiler, "compiler_so_cxx", compiler.compiler_so)  # for C++ in newer setuptools
+    command = [*compiler_so, *cc_args, *extra_postargs]
     return "\n".join(command).replace(pybind11.get_include(), f"<pybind11 {pybind11.__version__}>")
 
 
@@ -107,7 +110,8 @@ def is_current(obj, stamp):
         if Path(f"{obj}.cmd").read_text() != stamp:
             return False
         built = obj.stat().st_mtime
-        return all(Path(dep).stat().st_mtime <= built for dep in project_dependencies(obj.with_suffix(".d")))
+        dependencies = project_dependencies(obj.with_suffix(".d"))
+        return all(Path(dep).stat().st_mtime <= built for dep in dependencies)
     except OSError:  # no object, stamp or dependency file yet, or a dependency was removed
         return False
 
@@ -133,7 +137,7 @@ class incremental_build_ext(build_ext):  # noqa: N801 (setuptools' command namin
         """CCompiler.compile for this project: unity units for the bindings, only the stale units
         compiled, HALIDE_BUFFER_BUILD_JOBS at a time. Returns every unit's object."""
         compiler = self.compiler
-        macros, _, extra_postargs, pp_opts, _ = compiler._setup_compile(
+        _, _, extra_postargs, pp_opts, _ = compiler._setup_compile(
             output_dir, macros, include_dirs, sources, depends, extra_postargs)
         cc_args = compiler._get_cc_args(pp_opts, debug, extra_preargs)
         if compiler.compiler_type == "unix":
@@ -157,11 +161,30 @@ class incremental_build_ext(build_ext):  # noqa: N801 (setuptools' command namin
         return [obj for _, obj in units]
 
 
+# --- the long description -----------------------------------------------------------------------
+
+# A Markdown link whose target has no scheme and is no anchor or absolute path: a repository file.
+RELATIVE_LINK = re.compile(r"(\]\()(?![a-z][a-z0-9+.-]*:|#|/)([^)\s]+)(\))", re.IGNORECASE)
+
+
+def index_readme():
+    """README.md for a package index, where links relative to the repository lead nowhere: each
+    points at the file in the repository's main branch instead (Source in [project.urls])."""
+    source = load_file(ROOT / "pyproject.toml")["project"]["urls"]["Source"]
+    text = (ROOT / "README.md").read_text(encoding="utf-8")
+    return RELATIVE_LINK.sub(lambda m: f"{m[1]}{source}/blob/main/{m[2]}{m[3]}", text)
+
+
 core = Pybind11Extension(
     "halide_buffer._core",
     sorted(glob.glob("csrc/*.cpp")),
-    depends=sorted(glob.glob("csrc/*.h")),
+    depends=[*sorted(glob.glob("csrc/*.h")), "setup.py"],  # setup.py: how the units are made
     cxx_std=17,
 )
 
-setup(ext_modules=[core], cmdclass={"build_ext": incremental_build_ext})
+setup(
+    long_description=index_readme(),
+    long_description_content_type="text/markdown",
+    ext_modules=[core],
+    cmdclass={"build_ext": incremental_build_ext},
+)
