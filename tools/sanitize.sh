@@ -55,8 +55,9 @@ if [ "${1:-}" = "--env" ]; then ENV_ONLY=1; shift; fi
 mkdir -p "$OUTDIR"
 start=$SECONDS
 echo "== building the sanitized extension into build/sanitize (jobs: $JOBS)" >&2
-# build_ext rebuilds the extension (every source) when a source or header is newer than it;
-# flags that changed force a rebuild.
+# build_ext (setup.py) builds nothing when no file of csrc/ is newer than the extension, else
+# compiles again only the units whose source or included headers changed; flags that changed
+# force a rebuild of every unit.
 force=()
 [ "$(cat "$OUTDIR/flags" 2>/dev/null)" = "$FLAGS" ] || force=(--force)
 # CFLAGS for C and older setuptools, CXXFLAGS for C++ in newer ones (each replaces or follows
