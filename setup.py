@@ -121,9 +121,9 @@ def is_current(obj, stamp):
 
 class incremental_build_ext(build_ext):  # noqa: N801 (setuptools' command naming)
     def run(self):
-        # pip install -e builds in a temporary folder; keep the objects where the next build finds
-        # them: the folder `setup.py build_ext` uses by default.
-        if not inside_project(self.build_temp):
+        # An editable install (pip install -e) builds in a temporary folder; keep the objects where
+        # the next build finds them: the folder `setup.py build_ext` uses by default.
+        if self.editable_mode and not inside_project(self.build_temp):
             tag = f"{sysconfig.get_platform()}-{sys.implementation.cache_tag}"
             self.build_temp = str(ROOT / "build" / f"temp.{tag}")
         super().run()
