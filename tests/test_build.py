@@ -1,0 +1,109 @@
+"""setup.py's build: binding sources in unity units, and only what an edit touched compiled again.
+
+Each test builds a small stand-in for csrc/ (plain C++, quick to compile) with the project's own
+setup.py and pyproject.toml in a temporary folder, and reads which objects changed.
+"""
+
+import importlib.metadata
+import os
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+
+# A binding file: its own names in an anonymous namespace, as the real ones have.
+BINDING = "namespace {{\nint {n}_value() {{ return 3; }}\n}}  // namespace\nint {n}() {{ return {n}_value(); }}\n"
+
+SOURCES = {
+    "csrc/a.h": "int a();\n",
+    "csrc/a.cpp": '#include "a.h"\nint a() { return 1; }\n',
+    "csrc/b.cpp": "int b() { return 2; }\n",
+    **{f"csrc/py_{n}.cpp": BINDING.format(n=n) for n in ("one", "two", "three", "four")},
+}
+
+
+def build(tree, *args, **env):
+    subprocess.run([sys.executable, "setup.py", "build_ext", "--inplace", *args], cwd=tree,
+                   env={**os.environ, "HALIDE_BUFFER_BUILD_JOBS": "2", **env}, check=True,
+                   capture_output=True)
+
+
+def objects(tree):
+    """Every object of the build, by name, with its modification time."""
+    return {p.relative_to(tree).as_posix(): p.stat().st_mtime_ns for p in Path(tree, "build").rglob("*.o")}
+
+
+def recompiled(before, after):
+    return sorted(Path(name).name for name in after if after[name] != before.get(name))
+
+
+@pytest.fixture
+def tree(tmp_path):
+    """The project's build files and a small csrc/, built once."""
+    for name in ("setup.py", "pyproject.toml", "README.md", "LICENSE", "halide_buffer/_version.py"):
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy(ROOT / name, tmp_path / name)
+    (tmp_path / "halide_buffer/__init__.py").write_text("")
+    for name, text in SOURCES.items():
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).write_text(text)
+    build(tmp_path)
+    return tmp_path
+
+
+def test_binding_sources_compile_in_three_unity_units_the_others_alone(tree):
+    assert sorted(Path(name).name for name in objects(tree)) == [
+        "a.o", "b.o", "bindings_1.o", "bindings_2.o", "bindings_3.o"]
+    units = sorted(Path(tree, "build").rglob("unity/bindings_*.cpp"))
+    included = [Path(p).name for unit in units for p in re.findall(r'#include "(.+)"', unit.read_text())]
+    assert included == ["py_four.cpp", "py_one.cpp", "py_three.cpp", "py_two.cpp"]  # name order, once each
+    assert list(tree.glob("halide_buffer/_core*.so"))
+
+
+def test_an_edit_compiles_again_only_the_units_it_touched(tree):
+    before = objects(tree)
+    build(tree)
+    assert objects(tree) == before  # nothing changed: nothing compiled
+
+    os.utime(tree / "csrc/a.h")  # included by a.cpp alone
+    build(tree)
+    after = objects(tree)
+    assert recompiled(before, after) == ["a.o"]
+
+    os.utime(tree / "csrc/py_three.cpp")
+    build(tree)
+    unit = [u for u in Path(tree, "build").rglob("unity/bindings_*.cpp") if "py_three.cpp" in u.read_text()]
+    assert recompiled(after, objects(tree)) == [unit[0].with_suffix(".o").name]
+
+
+def test_a_changed_compile_command_compiles_every_unit_again(tree):
+    before = objects(tree)
+    os.utime(tree / "csrc/b.cpp")
+    flag = "-DHALIDE_BUFFER_TEST_FLAG"  # CXXFLAGS for C++ in newer setuptools, CFLAGS in older
+    build(tree, CFLAGS=flag, CXXFLAGS=flag)
+    assert recompiled(before, objects(tree)) == sorted(Path(name).name for name in before)
+
+
+def test_force_compiles_every_unit_again(tree):
+    before = objects(tree)
+    build(tree, "--force")
+    assert recompiled(before, objects(tree)) == sorted(Path(name).name for name in before)
+
+
+def test_the_long_description_links_only_to_absolute_urls():
+    """On a package index a link relative to the repository leads nowhere: setup.py points the
+    README's links at the repository's files."""
+    out = subprocess.run([sys.executable, "setup.py", "--long-description"], cwd=ROOT, check=True,
+                         capture_output=True, text=True).stdout
+    readme_links = re.findall(r"\]\(([^)\s]+)\)", (ROOT / "README.md").read_text())
+    links = re.findall(r"\]\(([^)\s]+)\)", out)
+    assert len(links) == len(readme_links) > 0
+    urls = dict(u.split(", ", 1) for u in importlib.metadata.metadata("halide_buffer").get_all("Project-URL"))
+    source = urls["Source"] + "/blob/main/"
+    for written, given in zip(readme_links, links):
+        assert given == (written if re.match(r"https?://|#", written) else source + written)
