@@ -102,6 +102,17 @@ class Fields:
         return self.fdp.ConsumeBytes(n)
 
 
+def numpy_view(b):
+    """np.asarray(b), or None for an empty buffer whose other extents overflow NumPy's sizes
+    (NumPy refuses such a shape; nothing is there to read)."""
+    try:
+        return np.asarray(b)
+    except ValueError as e:
+        if "too big" in str(e) and b.size == 0:
+            return None
+        raise
+
+
 def setup_atheris():
     """atheris, imported, or a clear exit when it is not installed."""
     try:

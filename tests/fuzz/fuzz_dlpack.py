@@ -378,12 +378,9 @@ def read_back(case, b):
     row = case.row()
     fc.check("shape", list(b.shape) == case.result_shape(), f"shape {b.shape} for {case.result_shape()}")
     fc.check("dtype", b.dtype.name == row[0], f"dtype {b.dtype.name} for {row[0]}")
-    try:
-        a = np.asarray(b)
-    except ValueError as e:  # a zero-size shape whose other extents overflow NumPy's sizes
-        if "too big" in str(e) and b.size == 0:
-            return
-        raise
+    a = fc.numpy_view(b)
+    if a is None:
+        return
     if case.copy is not True and not case.packed():
         fc.check("readonly", b.readonly == bool(case.flags & READ_ONLY), f"readonly {b.readonly}")
         fc.check("wrap", a.size == 0 or a.ctypes.data == case.first(), "the wrap is not at the first element")

@@ -201,12 +201,9 @@ def describe(c):
 
 
 def read_back(case, b):
-    try:
-        a = np.asarray(b)
-    except ValueError as e:  # a zero-size shape whose other extents overflow NumPy's sizes
-        if "too big" in str(e) and b.size == 0:
-            return
-        raise
+    a = fc.numpy_view(b)
+    if a is None:
+        return
     if not case.copy:
         fc.check("wrap", a.size == 0 or a.ctypes.data == case.buf, "the wrap is not at buf")
     if b.nbytes > fc.READ_LIMIT or a.size == 0:
