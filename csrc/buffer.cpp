@@ -52,11 +52,8 @@ int64_t checked_count(const char *entry, const std::vector<int64_t> &shape, int 
 
 /// MemoryError for an allocation the system refused, with what was asked for.
 MemoryError out_of_memory(const char *entry, const std::vector<int64_t> &shape, const DType &dtype, size_t bytes) {
-    std::string text = "(";
-    for (size_t i = 0; i < shape.size(); ++i) text += (i ? ", " : "") + str(shape[i]);
-    text += shape.size() == 1 ? ",)" : ")";
     return MemoryError(std::string(entry) + "(): out of host memory for " + std::to_string(bytes) + " bytes (" +
-                       size_text(bytes) + ": shape " + text + ", " + dtype.name +
+                       size_text(bytes) + ": shape " + tuple_text(shape) + ", " + dtype.name +
                        "); free host memory or ask for fewer elements");
 }
 
@@ -106,6 +103,12 @@ void normalize_strides(const char *entry, const std::vector<int64_t> &shape,
 }
 
 }  // namespace
+
+std::string tuple_text(const std::vector<int64_t> &values) {
+    std::string out = "(";
+    for (size_t i = 0; i < values.size(); ++i) out += (i ? ", " : "") + str(values[i]);
+    return out + (values.size() == 1 ? ",)" : ")");
+}
 
 std::vector<int64_t> c_strides(const std::vector<int64_t> &shape, int itemsize) {
     std::vector<int64_t> strides(shape.size());

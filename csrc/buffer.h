@@ -127,6 +127,8 @@ void set_lock_waiter(LockWaiter waiter);
 
 /// Byte strides of a C-contiguous array of this shape.
 std::vector<int64_t> c_strides(const std::vector<int64_t> &shape, int itemsize);
+/// A shape or mins as Python writes a tuple, for messages: "(480, 640)", "(3,)".
+std::string tuple_text(const std::vector<int64_t> &values);
 
 /// One axis of an index expression, already normalised to positions by the caller.
 struct AxisIndex {

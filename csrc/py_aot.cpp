@@ -60,14 +60,16 @@ std::string where_of(const AotPipeline &p, const halide_filter_argument_t &a) {
     return p.name() + "(): argument '" + a.name + "'";
 }
 
+/// The highest value of a signed integer type (its lowest is -highest - 1).
+long long int_max(halide_type_t t) { return t.bits == 64 ? LLONG_MAX : (1LL << (t.bits - 1)) - 1; }
+/// The highest value of an unsigned integer (or address) type.
+unsigned long long uint_max(halide_type_t t) { return t.bits == 64 ? ULLONG_MAX : (1ULL << t.bits) - 1; }
+
 /// "from <lowest> to <highest>": the values of an integer (or address) type, for a message.
 std::string range_of(halide_type_t t) {
-    if (t.code == halide_type_int) {
-        long long hi = t.bits == 64 ? LLONG_MAX : (1LL << (t.bits - 1)) - 1;
-        return "from " + std::to_string(-hi - 1) + " to " + std::to_string(hi);
-    }
-    unsigned long long hi = t.bits == 64 ? ULLONG_MAX : (1ULL << t.bits) - 1;
-    return "from 0 to " + std::to_string(hi);
+    if (t.code == halide_type_int)
+        return "from " + std::to_string(-int_max(t) - 1) + " to " + std::to_string(int_max(t));
+    return "from 0 to " + std::to_string(uint_max(t));
 }
 
 halide_scalar_value_t to_scalar(const AotPipeline &p, py::handle v, const halide_filter_argument_t &a) {
@@ -95,18 +97,11 @@ halide_scalar_value_t to_scalar(const AotPipeline &p, py::handle v, const halide
     }
     if (t.code == halide_type_handle) {
         if (v.is_none()) return s;
-        py::object i = py::reinterpret_steal<py::object>(
-            PyIndex_Check(v.ptr()) && !PyBool_Check(v.ptr()) ? PyNumber_Index(v.ptr()) : nullptr);
-        if (!i) {
-            PyErr_Clear();
+        if (!is_integer(v) || PyBool_Check(v.ptr()))
             throw TypeError(where() + ": expected an address (int) or None, not " + Py_TYPE(v.ptr())->tp_name +
                             "; pass the address as an int, or None for a null pointer");
-        }
-        unsigned long long address = PyLong_AsUnsignedLongLong(i.ptr());
-        if (PyErr_Occurred()) {
-            PyErr_Clear();
-            throw out_of_range();
-        }
+        uint64_t address;
+        if (!as_uint64(v, address)) throw out_of_range();
         s.handle = reinterpret_cast<void *>(uintptr_t(address));
         return s;
     }
@@ -116,28 +111,20 @@ halide_scalar_value_t to_scalar(const AotPipeline &p, py::handle v, const halide
         s.b = PyObject_IsTrue(v.ptr()) == 1;
         return s;
     }
-    if (!PyIndex_Check(v.ptr()) || PyBool_Check(v.ptr()))
+    if (!is_integer(v) || PyBool_Check(v.ptr()))
         throw TypeError(where() + ": expected an int for " + name + ", not " + Py_TYPE(v.ptr())->tp_name +
                         "; pass an int (int(x) converts a number, rounding toward zero)");
-    py::object i = py::reinterpret_steal<py::object>(PyNumber_Index(v.ptr()));
-    if (!i) throw py::error_already_set();
     if (t.code == halide_type_int) {
-        int overflow = 0;
-        long long x = PyLong_AsLongLongAndOverflow(i.ptr(), &overflow);
-        long long lo = t.bits == 64 ? LLONG_MIN : -(1LL << (t.bits - 1)), hi = t.bits == 64 ? LLONG_MAX : (1LL << (t.bits - 1)) - 1;
-        if (overflow || x < lo || x > hi) throw out_of_range();
+        int64_t x;
+        if (!as_int64(v, x) || x < -int_max(t) - 1 || x > int_max(t)) throw out_of_range();
         if (t.bits == 8) s.i8 = int8_t(x);
         else if (t.bits == 16) s.i16 = int16_t(x);
         else if (t.bits == 32) s.i32 = int32_t(x);
         else s.i64 = x;
         return s;
     }
-    unsigned long long x = PyLong_AsUnsignedLongLong(i.ptr());
-    if (PyErr_Occurred()) {
-        PyErr_Clear();
-        throw out_of_range();
-    }
-    if (t.bits < 64 && x > (1ULL << t.bits) - 1) throw out_of_range();
+    uint64_t x;
+    if (!as_uint64(v, x) || x > uint_max(t)) throw out_of_range();
     if (t.bits == 8) s.u8 = uint8_t(x);
     else if (t.bits == 16) s.u16 = uint16_t(x);
     else if (t.bits == 32) s.u32 = uint32_t(x);
@@ -179,12 +166,6 @@ Region region_of(const Query &q) {
         r.mins.push_back(q.dims[size_t(i)].min);
     }
     return r;
-}
-
-std::string tuple_text(const std::vector<int64_t> &v) {
-    std::string out = "(";
-    for (size_t i = 0; i < v.size(); ++i) out += (i ? ", " : "") + std::to_string(v[i]);
-    return out + (v.size() == 1 ? ",)" : ")");
 }
 
 /// Where every bounds query starts from: each dimension of an output not given asked for

@@ -6,9 +6,7 @@
 #include "py_glue.h"
 
 namespace hb {
-namespace {
 
-/// A Python integer (anything with __index__) as int64_t; false when it does not fit.
 bool as_int64(py::handle n, int64_t &out) {
     py::object i = py::reinterpret_steal<py::object>(PyNumber_Index(n.ptr()));
     if (!i) throw py::error_already_set();
@@ -16,6 +14,17 @@ bool as_int64(py::handle n, int64_t &out) {
     out = PyLong_AsLongLongAndOverflow(i.ptr(), &overflow);
     return !overflow;
 }
+
+bool as_uint64(py::handle n, uint64_t &out) {
+    py::object i = py::reinterpret_steal<py::object>(PyNumber_Index(n.ptr()));
+    if (!i) throw py::error_already_set();
+    out = PyLong_AsUnsignedLongLong(i.ptr());
+    if (!PyErr_Occurred()) return true;
+    PyErr_Clear();  // negative, or more than 64 bits
+    return false;
+}
+
+namespace {
 
 /// as_int64(), or ValueError naming `what` and the fix.
 int64_t to_int64(py::handle n, const char *entry, const char *what, const char *fix) {

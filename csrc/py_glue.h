@@ -63,6 +63,10 @@ bool is_array(py::handle obj);
 /// and PyTorch give their arrays __index__, which refuses all but a single integer). Another
 /// object's __index__ is its own: what it raises is passed on where it is called.
 bool is_integer(py::handle obj);
+/// A Python integer (anything with __index__) as int64_t / uint64_t; false when it does not
+/// fit (for uint64_t: also when negative). What __index__ raises is passed on.
+bool as_int64(py::handle n, int64_t &out);
+bool as_uint64(py::handle n, uint64_t &out);
 /// The name of obj's type, for messages ("numpy.ndarray").
 std::string type_name(py::handle obj);
 /// The core Buffer inside a Python Buffer object (no type check: callers know the type).

@@ -60,14 +60,10 @@ bool is_pyopencl_memory(py::handle obj) {
 
 /// A device address given as an int, or ValueError for an int no address can be.
 uint64_t device_address(py::handle n, const char *entry) {
-    py::object i = py::reinterpret_steal<py::object>(PyNumber_Index(n.ptr()));
-    if (!i) throw py::error_already_set();
-    unsigned long long address = PyLong_AsUnsignedLongLong(i.ptr());
-    if (PyErr_Occurred()) {
-        PyErr_Clear();
-        throw ValueError(std::string(entry) + "(): handle " + py::str(i).cast<std::string>() +
+    uint64_t address;
+    if (!as_uint64(n, address))
+        throw ValueError(std::string(entry) + "(): handle " + py::str(n).cast<std::string>() +
                          " is no device address (0 to 2**64 - 1); pass the device memory itself");
-    }
     return address;
 }
 
