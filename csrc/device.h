@@ -5,11 +5,31 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "device_interface.h"
 #include "halide_abi.h"
 
 namespace hb {
+
+/// Elements in a storage's device memory, as the data primitives below take them: the element
+/// at index 0 of every axis lies `offset` bytes past the element at root->host (in the device
+/// copy, which mirrors the host layout); NumPy axis order, byte strides of any sign.
+struct DeviceRegion {
+    const halide_buffer_t *root;  ///< the storage's root, holding the allocation (our interface)
+    int64_t offset;
+    std::vector<int64_t> shape, strides;
+    int64_t itemsize;
+};
+/// The same elements in host memory: element at index 0 of every axis, byte strides; the
+/// shape is the DeviceRegion's it is copied to or from.
+struct HostRegion {
+    uint8_t *data;
+    std::vector<int64_t> strides;
+};
+/// A data primitive's answer when the device cannot express the request (e.g. a fill pattern
+/// its memset has no width for): the caller does it on the host instead.
+constexpr int kNotOnDevice = 1;
 
 class Device : public std::enable_shared_from_this<Device> {
 public:
@@ -51,6 +71,22 @@ public:
     /// e.g. two streams of one CUDA device); if so, it does (work queued on `other` is ordered
     /// before its own).
     virtual bool take_over(halide_buffer_t &/*root*/, const Device &/*other*/) const { return false; }
+
+    // --- data primitives: each returns 0, a Halide error code (the driver's failure left in
+    // last_failure()), or kNotOnDevice. Element by element over the region's shape; copies are
+    // counted in the counters of the allocation they read or write (read: to_host, write:
+    // to_device; copy and fill: nothing crosses). They complete before returning.
+    /// Sets every element of `region` to `pattern` (region.itemsize bytes).
+    virtual int fill(const DeviceRegion &/*region*/, const uint8_t */*pattern*/) const { return kNotOnDevice; }
+    /// Device elements to host elements.
+    virtual int read(const DeviceRegion &/*src*/, const HostRegion &/*dst*/) const { return kNotOnDevice; }
+    /// Host elements to device elements.
+    virtual int write(const HostRegion &/*src*/, const DeviceRegion &/*dst*/) const { return kNotOnDevice; }
+    /// Device elements to device elements, both in memory this device reaches (see shares_memory_with).
+    virtual int copy(const DeviceRegion &/*src*/, const DeviceRegion &/*dst*/) const { return kNotOnDevice; }
+    /// Whether copy() can move data between this device's memory and `other`'s directly (the
+    /// same OpenCL context, the same CUDA device).
+    virtual bool shares_memory_with(const Device &other) const { return &other == this; }
 };
 
 }  // namespace hb
