@@ -279,6 +279,16 @@ public:
     /// shows no device copy, it asks for an upload (Halide's runtime uploads only host-dirty
     /// inputs, and the host copy is the current one then).
     void expect_upload();
+    // --- data operations (buffer_data.cpp): the residency rules of a write ------------------
+    /// Sets every element to `pattern` (itemsize bytes): on the device when the device copy is
+    /// current and the device can (nothing moves; device dirty), else on a current host copy
+    /// (host dirty).
+    void fill(const char *entry, const uint8_t *pattern);
+    /// Copies `src`'s elements at the coordinates both domains share (Halide's rule: mins
+    /// matter) into this buffer, wherever each side's current copy is: device to device on one
+    /// device, only those elements across the bus otherwise (counted), host to host else.
+    void copy_from(const char *entry, const Buffer &src);
+
     /// Copies and bytes moved for this buffer's storage so far.
     const Transfers &transfers() const { return storage_->transfers; }
 

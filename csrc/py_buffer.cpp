@@ -318,6 +318,7 @@ Buffer(shape, dtype="float64") allocates owned, zero-filled, 128-byte aligned ho
         }), "Address of the halide_buffer_t describing this view (Halide's extension protocol).")
         .def("__repr__", method(&repr_of));
     bind_numpy(cls);
+    bind_buffer_data(cls);
     bind_residency(cls);
     bind_dlpack(cls, m);
     bind_dlpack_exchange(cls);

@@ -163,5 +163,7 @@ void install_buffer_protocol(py::handle type);
 /// An ndarray of the exact dtype over the buffer's host memory, kept alive by `self`.
 py::array ndarray_view(py::handle self, Buffer &b, bool writable);
 void bind_numpy(py::class_<Buffer> &cls);
+// py_buffer_data.cpp
+void bind_buffer_data(py::class_<Buffer> &cls);
 
 }  // namespace hb

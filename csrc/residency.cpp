@@ -11,6 +11,7 @@
 
 #include "buffer.h"
 #include "errors.h"
+#include "storage_op.h"
 
 namespace hb {
 
@@ -18,22 +19,6 @@ constexpr uint64_t kHostDirty = halide_buffer_flag_host_dirty;
 constexpr uint64_t kDeviceDirty = halide_buffer_flag_device_dirty;
 
 namespace {
-
-/// Throws the DeviceError for a failed interface call: the driver's code when our backend
-/// recorded one, else Halide's code.
-void check(int rc, const char *entry, const char *operation) {
-    if (rc == 0) return;
-    DeviceFailure &f = last_failure();
-    if (f.code != 0) {
-        DeviceFailure failure = std::exchange(f, DeviceFailure{});
-        throw DeviceError(std::string(entry) + "(): " + operation + " failed with " + failure.name +
-                              " (" + std::to_string(failure.code) + "): " + failure.what,
-                          failure.code, failure.name);
-    }
-    throw DeviceError(std::string(entry) + "(): " + operation + " failed with Halide error " +
-                          std::to_string(rc) + "; the buffer and its current data are unchanged",
-                      rc, "halide_error_code " + std::to_string(rc));
-}
 
 /// Same geometry as the storage's root: a pipeline's allocation for it covers the storage.
 bool covers_storage(const halide_buffer_t &view, const halide_buffer_t &root) {
@@ -48,6 +33,20 @@ bool covers_storage(const halide_buffer_t &view, const halide_buffer_t &root) {
 }
 
 }  // namespace
+
+void check(int rc, const char *entry, const char *operation) {
+    if (rc == 0) return;
+    DeviceFailure &f = last_failure();
+    if (f.code != 0) {
+        DeviceFailure failure = std::exchange(f, DeviceFailure{});
+        throw DeviceError(std::string(entry) + "(): " + operation + " failed with " + failure.name +
+                              " (" + std::to_string(failure.code) + "): " + failure.what,
+                          failure.code, failure.name);
+    }
+    throw DeviceError(std::string(entry) + "(): " + operation + " failed with Halide error " +
+                          std::to_string(rc) + "; the buffer and its current data are unchanged",
+                      rc, "halide_error_code " + std::to_string(rc));
+}
 
 // ---------------------------------------------------------------------------------------------
 // Storage: the rules (the caller holds the storage's mutex)
@@ -271,33 +270,20 @@ namespace {
 void plain_wait(std::unique_lock<std::mutex> &lock) { lock.lock(); }
 std::atomic<LockWaiter> g_waiter{plain_wait};
 
-/// One residency operation on a storage: holds its lock (a contended one is waited for through
-/// the lock waiter, so the bindings can let other Python threads run meanwhile), takes in first
-/// what foreign code wrote into published views, and republishes every view from the shared
-/// state on the way out, so no halide_buffer_t handed out shows a stale state.
-class StorageOp {
-public:
-    explicit StorageOp(Storage &s, bool republish = true)
-        : storage_(s), republish_(republish), lock_(s.mutex, std::try_to_lock) {
-        if (!lock_.owns_lock()) g_waiter.load()(lock_);
-        ++storage_.generation;
-        storage_.absorb_raw_views();
-    }
-    ~StorageOp() {
-        if (republish_) storage_.publish_all();
-    }
-    StorageOp(const StorageOp &) = delete;
-    StorageOp &operator=(const StorageOp &) = delete;
-
-private:
-    Storage &storage_;
-    bool republish_;
-    std::unique_lock<std::mutex> lock_;
-};
-
 }  // namespace
 
 void set_lock_waiter(LockWaiter waiter) { g_waiter = waiter ? waiter : plain_wait; }
+
+StorageOp::StorageOp(Storage &s, bool republish)
+    : storage_(s), republish_(republish), lock_(s.mutex, std::try_to_lock) {
+    if (!lock_.owns_lock()) g_waiter.load()(lock_);
+    ++storage_.generation;
+    storage_.absorb_raw_views();
+}
+
+StorageOp::~StorageOp() {
+    if (republish_) storage_.publish_all();
+}
 
 Buffer::~Buffer() {
     if (!raw_) return;
