@@ -1,0 +1,410 @@
+"""Data operations (fill, all_equal, copy_from, __setitem__): values, Halide's coordinate rule,
+and where each runs — on the device when the device copy is current, moving only what must move.
+
+Device tests run on the default OpenCL device (PoCL on a machine without a GPU). Data put on a
+device is read back with pyopencl (`on_device`), not through the buffer, so a test can tell
+where an operation ran; transfer counts are exact (`Moves`)."""
+
+import numpy as np
+import pytest
+
+import halide_buffer as hb
+from conftest import ALL_DTYPES, NONE, Moves, bits_of, down, random_bits, up
+
+HOST_DIRTY, DEVICE_DIRTY = 1, 2
+
+
+def host(values, dtype=None):
+    """A Buffer owning a copy of values."""
+    a = np.asarray(values) if dtype is None else np.asarray(values).astype(hb.dtype(dtype).numpy)
+    return hb.Buffer.from_host(a, copy=True)
+
+
+def on_device(b):
+    """b's elements as the device holds them (read with pyopencl, not through b)."""
+    return hb.opencl.as_array(b, writable=False).get()
+
+
+def device_resident(values, dev, dtype=None):
+    """A buffer whose current copy is on the device only: its host memory holds other bytes.
+
+    Its host copy is overwritten behind its back after the upload, so any read of the host copy
+    (rather than the device's) shows up as wrong data."""
+    a = np.array(values) if dtype is None else np.array(values).astype(hb.dtype(dtype).numpy)
+    b = hb.Buffer.from_host(a, external_writes=False)
+    b.copy_to_device(dev)
+    b.set_device_dirty(True)
+    a.view(np.uint8)[...] = 0xA5  # stale host bytes
+    return b
+
+
+def on_device_current(values, dev, dtype=None):
+    """A buffer whose host and device copies are both current (neither dirty)."""
+    b = host(values, dtype)
+    b.copy_to_device(dev)
+    return b
+
+
+def scalar_bytes(value, dtype):
+    a = np.empty((), hb.dtype(dtype).numpy)
+    a[...] = value
+    return a
+
+
+# --- fill -------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("dtype", ALL_DTYPES)
+def test_fill_sets_every_element_as_numpy_assigns_the_value(dtype):
+    b = hb.Buffer((3, 5), dtype)
+    value = True if dtype == "bool" else 1
+    b.fill(value)
+    expected = np.full((3, 5), scalar_bytes(value, dtype))
+    assert np.array_equal(bits_of(b.numpy()), bits_of(expected))
+    assert b.all_equal(value)
+
+
+def test_fill_of_a_view_leaves_every_other_element_alone():
+    base = np.arange(60, dtype=np.int16).reshape(6, 10)
+    for key in [np.s_[1:4, ::3], np.s_[::-2, 2], np.s_[..., ::-1]]:
+        b = host(base)
+        b[key].fill(-7)
+        expected = base.copy()
+        expected[key] = -7
+        assert np.array_equal(b.numpy(), expected)
+    b = host(base)
+    b.transposed(1, 0)[2:5].fill(9)
+    expected = base.copy()
+    expected.T[2:5] = 9
+    assert np.array_equal(b.numpy(), expected)
+
+
+@pytest.mark.parametrize("dtype, value", [("uint8", 300), ("int8", -129), ("int32", float("nan")),
+                                          ("uint16", -1)])
+def test_fill_refuses_what_numpy_refuses_with_the_same_exception(dtype, value):
+    with pytest.raises(Exception) as numpy_error:
+        np.empty((), hb.dtype(dtype).numpy)[...] = value
+    b = hb.Buffer(4, dtype)
+    b.fill(3)
+    with pytest.raises(type(numpy_error.value), match=r"^fill\(\): .*converting to " + dtype):
+        b.fill(value)
+    assert b.all_equal(3)
+
+
+def test_fill_converts_to_exotic_dtypes_exactly():
+    import ml_dtypes
+
+    for dtype, value in [("bfloat16", 1 / 3), ("float8_e4m3fn", 0.3), ("float8_e5m2", -1e9),
+                         ("int4", -8), ("float4_e2m1fn", 2.5)]:
+        b = hb.Buffer(4, dtype)
+        b.fill(value)
+        expected = np.full(4, value).astype(getattr(ml_dtypes, dtype))
+        assert np.array_equal(bits_of(b.numpy()), bits_of(expected)), dtype
+
+
+def test_fill_refuses_arrays_and_read_only_memory():
+    b = hb.Buffer(3, "float32")
+    with pytest.raises(TypeError, match=r"^fill\(\): the value must be a scalar, not list; assign arrays"):
+        b.fill([1, 2, 3])
+    ro = np.zeros(3, np.float32)
+    ro.flags.writeable = False
+    with pytest.raises(BufferError, match=r"^fill\(\): the buffer wraps read-only memory"):
+        hb.Buffer.from_host(ro).fill(1)
+    assert not ro.any()
+
+
+def test_fill_on_a_host_only_buffer_stays_on_the_host():
+    b = hb.Buffer((64,), "float32")
+    moves = Moves(b)
+    b.fill(2.5)
+    assert moves() == NONE
+    assert not b.has_device_allocation() and b.host_dirty()
+
+
+def test_fill_on_the_device_when_its_copy_is_current_moves_nothing(dev):
+    b = on_device_current(np.arange(32, dtype=np.float32).reshape(4, 8), dev)
+    moves = Moves(b)
+    b.fill(1.25)
+    assert moves() == NONE
+    assert b.device_dirty() and not b.host_dirty()
+    assert np.array_equal(on_device(b), np.full((4, 8), 1.25, np.float32))
+    assert np.array_equal(np.asarray(b), np.full((4, 8), 1.25, np.float32))
+    assert moves() == down(4 * 8 * 4)
+
+
+@pytest.mark.parametrize("key", [np.s_[1:3, 2:7], np.s_[:, ::3], np.s_[::-1, 5], np.s_[2]])
+@pytest.mark.parametrize("dtype", ["uint8", "bfloat16", "float32", "float64", "int4"])
+def test_fill_of_a_device_view_fills_only_its_elements_on_the_device(dev, key, dtype):
+    values = random_bits((4, 8), dtype, seed=3)
+    b = device_resident(values, dev)
+    moves = Moves(b)
+    b[key].fill(1)
+    assert moves() == NONE
+    expected = values.copy()
+    expected[key] = 1
+    assert np.array_equal(bits_of(on_device(b)), bits_of(expected))
+    assert b.device_dirty()
+
+
+def test_fill_of_a_host_dirty_device_buffer_writes_the_host(dev):
+    b = hb.Buffer(16, "int32")
+    b.copy_to_device(dev)
+    b.numpy(writable=True)[0] = 5  # host newer
+    moves = Moves(b)
+    b[8:].fill(3)
+    assert moves() == NONE
+    assert b.host_dirty()
+    assert list(b.numpy()) == [5] + [0] * 7 + [3] * 8
+
+
+# --- all_equal --------------------------------------------------------------------------------
+
+def test_all_equal_compares_values_in_the_buffers_dtype():
+    b = host(np.full(5, 0.1, np.float32))
+    assert b.all_equal(0.1)  # 0.1 converted to float32 first, as Halide's all_equal(T) does
+    assert not b.all_equal(0.2)
+    b[2] = np.nan
+    assert not b.all_equal(np.nan)
+    z = host(np.array([0.0, -0.0], np.float32))
+    assert z.all_equal(0.0)
+    assert hb.Buffer((0, 3), "uint8").all_equal(7)  # every element of none
+
+
+def test_all_equal_reads_a_newer_device_copy_once(dev):
+    b = device_resident(np.full(10, 4, np.uint16), dev)
+    moves = Moves(b)
+    assert b.all_equal(4)
+    assert moves() == down(20)
+    assert b.all_equal(4) and moves() == NONE
+
+
+# --- copy_from: Halide's coordinate rule --------------------------------------------------------
+
+def with_mins(b, *mins):
+    """A view of b whose coordinates start at mins (cropped keeps coordinates; this moves them)."""
+    moved = b
+    for axis, m in enumerate(mins):
+        moved = moved.translated(axis, m - moved.mins[axis])
+    return moved
+
+
+def expected_copy(dst, dst_mins, src, src_mins):
+    """NumPy's answer: dst with src's elements at every shared coordinate."""
+    out = dst.copy()
+    dst_idx, src_idx = [], []
+    for d0, dn, s0, sn in zip(dst_mins, dst.shape, src_mins, src.shape):
+        lo, hi = max(d0, s0), min(d0 + dn, s0 + sn)
+        if hi <= lo:
+            return out
+        dst_idx.append(slice(lo - d0, hi - d0))
+        src_idx.append(slice(lo - s0, hi - s0))
+    out[tuple(dst_idx)] = src[tuple(src_idx)]
+    return out
+
+
+@pytest.mark.parametrize("dst_mins, src_mins", [((0, 0), (0, 0)), ((0, 0), (2, 3)), ((5, -2), (3, 0)),
+                                                ((0, 0), (10, 0)), ((-4, -4), (0, 0))])
+def test_copy_from_copies_the_shared_coordinates(dst_mins, src_mins):
+    dst_values = np.arange(20, dtype=np.int32).reshape(4, 5)
+    src_values = -np.arange(16, dtype=np.int32).reshape(4, 4) - 1
+    dst = with_mins(host(dst_values), *dst_mins)
+    src = with_mins(host(src_values), *src_mins)
+    dst.copy_from(src)
+    assert np.array_equal(dst.numpy(), expected_copy(dst_values, dst_mins, src_values, src_mins))
+    assert np.array_equal(src.numpy(), src_values)
+
+
+def test_copy_from_crops_use_their_coordinates():
+    big = host(np.zeros((6, 6), np.uint8))
+    patch = host(np.full((6, 6), 9, np.uint8))
+    big.copy_from(patch.cropped(0, 2, 2).cropped(1, 1, 3))  # coordinates [2,4) x [1,4)
+    expected = np.zeros((6, 6), np.uint8)
+    expected[2:4, 1:4] = 9
+    assert np.array_equal(big.numpy(), expected)
+
+
+def test_copy_from_through_negative_strides_and_transposes():
+    values = np.arange(30, dtype=np.float64).reshape(5, 6)
+    dst = hb.Buffer((6, 5), "float64")
+    dst.copy_from(host(values).transposed(1, 0))
+    assert np.array_equal(dst.numpy(), values.T)
+    dst2 = host(np.zeros((5, 6)))
+    dst2[::-1, ::-1].copy_from(host(values)[:, :])
+    assert np.array_equal(dst2.numpy(), values[::-1, ::-1])
+
+
+def test_copy_from_within_one_storage_behaves_as_numpy_with_overlap():
+    values = np.arange(10, dtype=np.int64)
+    b = host(values)
+    b[1:] = b[:-1]
+    expected = values.copy()
+    expected[1:] = expected[:-1]
+    assert np.array_equal(b.numpy(), expected)
+
+
+def test_copy_from_refuses_mismatches_and_changes_nothing():
+    dst = host(np.zeros((2, 3), np.float32))
+    with pytest.raises(TypeError, match=r"^copy_from\(\): the source is float64, the buffer float32; convert"):
+        dst.copy_from(host(np.ones((2, 3))))
+    with pytest.raises(ValueError, match=r"^copy_from\(\): the source has 1 axes, the buffer 2; give both"):
+        dst.copy_from(host(np.ones(3, np.float32)))
+    with pytest.raises(TypeError, match=r"^copy_from\(\): the source must be a halide_buffer.Buffer, not "
+                                        r"numpy.ndarray; wrap it"):
+        dst.copy_from(np.ones((2, 3), np.float32))
+    ro = np.zeros((2, 3), np.float32)
+    ro.flags.writeable = False
+    with pytest.raises(BufferError, match=r"^copy_from\(\): the buffer wraps read-only memory"):
+        hb.Buffer.from_host(ro).copy_from(host(np.ones((2, 3), np.float32)))
+    assert not dst.numpy().any() and not ro.any()
+
+
+# --- copy_from: where it runs, what moves ---------------------------------------------------------
+
+SHAPE = (6, 8)
+
+
+def case_values(dtype, seed):
+    return random_bits(SHAPE, dtype, seed=seed)
+
+
+def make(kind, values, dev):
+    """A buffer holding values whose current copy is where `kind` says."""
+    if kind == "host":
+        return host(values)
+    if kind == "device":
+        return device_resident(values, dev)
+    return on_device_current(values, dev)  # "both"
+
+
+def current(b, kind):
+    """b's elements from its current copy, read without moving anything."""
+    return on_device(b) if kind != "host" else b.numpy()
+
+
+DTYPES = ["float32", "uint8", "bfloat16", "int4"]
+SOURCES = [  # (name, view of the source buffer, its mins after the view)
+    ("whole", lambda b: b),
+    ("crop", lambda b: b.cropped(0, 1, 4).cropped(1, 2, 5)),
+    ("reversed", lambda b: b[::-1]),
+    ("transposed", lambda b: b.transposed(1, 0)[:6, :6]),
+]
+
+
+def element_bytes(shape, dtype):
+    return int(np.prod(shape)) * hb.dtype(dtype).itemsize
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("src_kind, dst_kind", [("host", "host"), ("host", "device"), ("host", "both"),
+                                                ("device", "host"), ("device", "device"), ("both", "device"),
+                                                ("device", "both"), ("both", "host")])
+@pytest.mark.parametrize("source", SOURCES, ids=[s[0] for s in SOURCES])
+def test_copy_from_moves_only_the_overlap_once_and_device_to_device_nothing(dev, dtype, src_kind, dst_kind,
+                                                                          source):
+    src_values, dst_values = case_values(dtype, 1), case_values(dtype, 2)
+    src_base, dst = make(src_kind, src_values, dev), make(dst_kind, dst_values, dev)
+    src = source[1](src_base)
+    src_view_values = source[1](host(src_values)).numpy()
+    dst_moves, src_moves = Moves(dst), Moves(src_base)
+    dst.copy_from(src)
+
+    expected = expected_copy(dst_values, dst.mins, src_view_values, src.mins)
+    overlap = [min(d + n, s + m) - max(d, s) for d, n, s, m in zip(dst.mins, dst.shape, src.mins, src.shape)]
+    nbytes = element_bytes(overlap, dtype)
+    writes_device = dst_kind != "host"
+    reads_device = src_kind == "device" or (src_kind == "both" and writes_device)
+    if writes_device:
+        assert dst.device_dirty() and not dst.host_dirty()
+        assert dst_moves() == (NONE if reads_device else up(nbytes))
+    else:
+        assert dst.host_dirty() and not dst.device_dirty()
+        assert dst_moves() == NONE
+    assert src_moves() == (down(nbytes) if src_kind == "device" and not writes_device else NONE)
+    assert np.array_equal(bits_of(current(dst, "device" if writes_device else "host")), bits_of(expected))
+    assert np.array_equal(bits_of(current(src_base, src_kind)), bits_of(src_values))
+
+
+def test_copy_from_between_two_devices_buffers_stages_only_the_overlap(dev):
+    # A second OpenCL device object on the same context counts as another device only if it
+    # cannot reach the memory; PoCL's one device shares it, so this checks the shared case.
+    src = device_resident(np.arange(12, dtype=np.int32), dev)
+    dst = on_device_current(np.zeros(12, np.int32), dev)
+    dst.copy_from(src.cropped(0, 4, 4))
+    assert list(on_device(dst)) == [0] * 4 + [4, 5, 6, 7] + [0] * 4
+
+
+# --- __setitem__ --------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("key", [0, -1, (1, 2), np.s_[1:3], np.s_[:, ::2], np.s_[::-1, 1:], np.s_[...],
+                                 np.s_[..., 3], (slice(None), -2)])
+@pytest.mark.parametrize("value", [7, -1.5, np.arange(5), np.float32(2.5), [[1], [2], [3], [4]]],
+                         ids=["int", "float", "row", "np_scalar", "column"])
+def test_setitem_assigns_as_numpy_does(key, value):
+    values = np.arange(20, dtype=np.float32).reshape(4, 5)
+    expected = values.copy()
+    try:
+        expected[key] = value
+    except ValueError as numpy_error:  # a shape NumPy cannot broadcast
+        b = host(values)
+        with pytest.raises(ValueError, match=r"^__setitem__\(\): .* \(converting to float32"):
+            b[key] = value
+        assert np.array_equal(b.numpy(), values), numpy_error
+        return
+    b = host(values)
+    b[key] = value
+    assert np.array_equal(b.numpy(), expected)
+
+
+@pytest.mark.parametrize("dtype", ALL_DTYPES)
+def test_setitem_converts_to_every_dtype_exactly(dtype):
+    t = hb.dtype(dtype).numpy
+    source = np.linspace(-3, 3, 12).reshape(3, 4)
+    if dtype == "bool":
+        source = source > 0
+    expected = np.zeros((3, 4), t)
+    expected[...] = source.astype(t) if dtype.startswith(("int", "uint")) else source
+    b = hb.Buffer((3, 4), dtype)
+    b[...] = source.astype(t) if dtype.startswith(("int", "uint")) else source
+    assert np.array_equal(bits_of(b.numpy()), bits_of(expected))
+
+
+def test_setitem_from_a_buffer_is_by_position_not_coordinate():
+    dst = host(np.zeros((4, 4), np.int8))
+    src = with_mins(host(np.ones((2, 2), np.int8)), 100, 100)
+    dst[1:3, 2:] = src
+    expected = np.zeros((4, 4), np.int8)
+    expected[1:3, 2:] = 1
+    assert np.array_equal(dst.numpy(), expected)
+
+
+def test_setitem_of_a_device_view_from_a_device_buffer_stays_on_the_device(dev):
+    dst = on_device_current(np.zeros((4, 4), np.float32), dev)
+    src = device_resident(np.full((2, 4), 3, np.float32), dev)
+    moves = Moves(dst)
+    dst[2:] = src
+    assert moves() == NONE and dst.device_dirty()
+    expected = np.zeros((4, 4), np.float32)
+    expected[2:] = 3
+    assert np.array_equal(on_device(dst), expected)
+
+
+def test_setitem_of_an_array_into_a_device_buffer_uploads_just_those_elements(dev):
+    dst = on_device_current(np.zeros((8, 8), np.uint8), dev)
+    moves = Moves(dst)
+    dst[1:3, 4:6] = np.array([[1, 2], [3, 4]])
+    assert moves() == up(4)
+    expected = np.zeros((8, 8), np.uint8)
+    expected[1:3, 4:6] = [[1, 2], [3, 4]]
+    assert np.array_equal(on_device(dst), expected)
+
+
+def test_setitem_refuses_read_only_memory_and_bad_indexes():
+    ro = np.zeros(3, np.float32)
+    ro.flags.writeable = False
+    with pytest.raises(BufferError, match=r"^__setitem__\(\): the buffer wraps read-only memory"):
+        hb.Buffer.from_host(ro)[0] = 1
+    b = hb.Buffer(3, "float32")
+    with pytest.raises(IndexError, match="out of range"):
+        b[3] = 1
+    with pytest.raises(TypeError, match="only ints, slices and '...' index a Buffer"):
+        b[[0, 1]] = 1
+    assert not b.numpy().any() and not ro.any()
