@@ -104,6 +104,14 @@ const Api *open() {
     need("cuMemGetAddressRange_v2", api->MemGetAddressRange);
     need("cuMemcpyHtoDAsync_v2", api->MemcpyHtoDAsync);
     need("cuMemcpyDtoHAsync_v2", api->MemcpyDtoHAsync);
+    need("cuMemcpyDtoDAsync_v2", api->MemcpyDtoDAsync);
+    need("cuMemcpy3DAsync_v2", api->Memcpy3DAsync);
+    need("cuMemsetD8Async", api->MemsetD8Async);
+    need("cuMemsetD16Async", api->MemsetD16Async);
+    need("cuMemsetD32Async", api->MemsetD32Async);
+    need("cuMemsetD2D8Async", api->MemsetD2D8Async);
+    need("cuMemsetD2D16Async", api->MemsetD2D16Async);
+    need("cuMemsetD2D32Async", api->MemsetD2D32Async);
     need("cuPointerGetAttribute", api->PointerGetAttribute);
     need("cuStreamSynchronize", api->StreamSynchronize);
     need("cuStreamWaitEvent", api->StreamWaitEvent);

@@ -19,6 +19,8 @@ using CUstream = struct CUstream_st *;
 using CUevent = struct CUevent_st *;
 using CUdevice_attribute = int;
 using CUpointer_attribute = int;
+using CUarray = struct CUarray_st *;
+using CUmemorytype = int;
 
 constexpr CUresult CUDA_SUCCESS = 0;
 constexpr CUresult CUDA_ERROR_INVALID_VALUE = 1;
@@ -31,6 +33,29 @@ constexpr CUdevice_attribute CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR = 75;
 constexpr CUdevice_attribute CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR = 76;
 constexpr CUpointer_attribute CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL = 9;
 constexpr unsigned CU_EVENT_DISABLE_TIMING = 2;
+constexpr CUmemorytype CU_MEMORYTYPE_HOST = 1;
+constexpr CUmemorytype CU_MEMORYTYPE_DEVICE = 2;
+
+/// cuda.h's CUDA_MEMCPY3D (_v2): a box of WidthInBytes x Height x Depth between two pitched
+/// memories (pitch: bytes per row; height: rows per slice).
+struct CUDA_MEMCPY3D {
+    size_t srcXInBytes, srcY, srcZ, srcLOD;
+    CUmemorytype srcMemoryType;
+    const void *srcHost;
+    CUdeviceptr srcDevice;
+    CUarray srcArray;
+    void *reserved0;
+    size_t srcPitch, srcHeight;
+    size_t dstXInBytes, dstY, dstZ, dstLOD;
+    CUmemorytype dstMemoryType;
+    void *dstHost;
+    CUdeviceptr dstDevice;
+    CUarray dstArray;
+    void *reserved1;
+    size_t dstPitch, dstHeight;
+    size_t WidthInBytes, Height, Depth;
+};
+static_assert(sizeof(CUDA_MEMCPY3D) == 200 || sizeof(void *) != 8, "CUDA_MEMCPY3D must match cuda.h's layout");
 /// CUstream values with a meaning of their own (cuda.h's CU_STREAM_LEGACY / _PER_THREAD).
 inline CUstream legacy_stream() { return reinterpret_cast<CUstream>(uintptr_t(1)); }
 inline CUstream per_thread_stream() { return reinterpret_cast<CUstream>(uintptr_t(2)); }
@@ -53,6 +78,15 @@ struct Api {
     CUresult (*MemGetAddressRange)(CUdeviceptr *, size_t *, CUdeviceptr);  // cuMemGetAddressRange_v2
     CUresult (*MemcpyHtoDAsync)(CUdeviceptr, const void *, size_t, CUstream);  // cuMemcpyHtoDAsync_v2
     CUresult (*MemcpyDtoHAsync)(void *, CUdeviceptr, size_t, CUstream);        // cuMemcpyDtoHAsync_v2
+    CUresult (*MemcpyDtoDAsync)(CUdeviceptr, CUdeviceptr, size_t, CUstream);   // cuMemcpyDtoDAsync_v2
+    CUresult (*Memcpy3DAsync)(const CUDA_MEMCPY3D *, CUstream);               // cuMemcpy3DAsync_v2
+    CUresult (*MemsetD8Async)(CUdeviceptr, unsigned char, size_t, CUstream);
+    CUresult (*MemsetD16Async)(CUdeviceptr, unsigned short, size_t, CUstream);
+    CUresult (*MemsetD32Async)(CUdeviceptr, unsigned int, size_t, CUstream);
+    // (memory, pitch, value, values per row, rows, stream)
+    CUresult (*MemsetD2D8Async)(CUdeviceptr, size_t, unsigned char, size_t, size_t, CUstream);
+    CUresult (*MemsetD2D16Async)(CUdeviceptr, size_t, unsigned short, size_t, size_t, CUstream);
+    CUresult (*MemsetD2D32Async)(CUdeviceptr, size_t, unsigned int, size_t, size_t, CUstream);
     CUresult (*PointerGetAttribute)(void *, CUpointer_attribute, CUdeviceptr);
     CUresult (*StreamSynchronize)(CUstream);
     CUresult (*StreamWaitEvent)(CUstream, CUevent, unsigned);

@@ -73,16 +73,23 @@ public:
     virtual bool take_over(halide_buffer_t &/*root*/, const Device &/*other*/) const { return false; }
 
     // --- data primitives: each returns 0, a Halide error code (the driver's failure left in
-    // last_failure()), or kNotOnDevice. Element by element over the region's shape; copies are
+    // last_failure()), or kNotOnDevice. Element by element over the region's shape, touching
+    // no byte between elements on either side (device_copy.h plans them). Reads and writes are
     // counted in the counters of the allocation they read or write (read: to_host, write:
-    // to_device; copy and fill: nothing crosses). They complete before returning.
-    /// Sets every element of `region` to `pattern` (region.itemsize bytes).
+    // to_device; one per call, the elements' bytes); copy and fill count nothing (nothing
+    // crosses). They complete before returning.
+    /// Sets every element of `region` to `pattern` (region.itemsize bytes). kNotOnDevice for a
+    /// pattern the device's fill cannot take (OpenCL: sizes other than 1, 2, 4, ..., 128 bytes;
+    /// CUDA: a pattern that is no repeated 1-, 2- or 4-byte word the region is aligned to).
     virtual int fill(const DeviceRegion &/*region*/, const uint8_t */*pattern*/) const { return kNotOnDevice; }
-    /// Device elements to host elements.
+    /// Device elements to host elements (host strides of any sign).
     virtual int read(const DeviceRegion &/*src*/, const HostRegion &/*dst*/) const { return kNotOnDevice; }
     /// Host elements to device elements.
     virtual int write(const HostRegion &/*src*/, const DeviceRegion &/*dst*/) const { return kNotOnDevice; }
-    /// Device elements to device elements, both in memory this device reaches (see shares_memory_with).
+    /// Device elements to device elements on this device's queue or stream (call it on dst's
+    /// device; src's own queue or stream is waited for). kNotOnDevice when src's memory is not
+    /// shared with this device (shares_memory_with) or src and dst share a byte (rectangle
+    /// copies cannot overlap).
     virtual int copy(const DeviceRegion &/*src*/, const DeviceRegion &/*dst*/) const { return kNotOnDevice; }
     /// Whether copy() can move data between this device's memory and `other`'s directly (the
     /// same OpenCL context, the same CUDA device).

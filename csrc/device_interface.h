@@ -20,6 +20,7 @@ class Device;
 
 /// Halide's error codes (HalideRuntime.h, enum halide_error_code_t) that our tables return.
 namespace halide_error {
+constexpr int bad_type = -3;
 constexpr int out_of_memory = -11;
 constexpr int copy_to_host_failed = -14;
 constexpr int copy_to_device_failed = -15;
@@ -33,8 +34,10 @@ constexpr int host_is_null = -34;
 constexpr int device_interface_no_device = -36;
 constexpr int host_and_device_dirty = -37;
 constexpr int buffer_is_null = -38;
+constexpr int device_buffer_copy_failed = -39;
 constexpr int device_crop_failed = -41;
 constexpr int incompatible_device_interface = -42;
+constexpr int bad_dimensions = -43;
 }  // namespace halide_error
 
 // ---------------------------------------------------------------------------------------------
@@ -118,6 +121,7 @@ void no_module();
 int no_device_release(void *user_context);
 int copy_through_host(void *user_context, halide_buffer_t *src, const halide_device_interface_t *dst_interface,
                       halide_buffer_t *dst);
+
 /// "64 B", "3 KiB", "256 MiB": sizes in messages, rounded down.
 std::string size_text(uint64_t bytes);
 /// Records a driver's failure for the caller (code, its name, what failed and the fix) and

@@ -43,6 +43,13 @@ public:
                         std::unique_ptr<DeviceHandle> &slot) const override;
     void finish_wrap(halide_buffer_t &root, uint64_t offset) const override;
     Lease lease(const halide_buffer_t &root, int64_t offset) const override;
+    // Data primitives (opencl_memory.cpp), on the queue, each waiting for it (clFinish).
+    int fill(const DeviceRegion &region, const uint8_t *pattern) const override;
+    int read(const DeviceRegion &src, const HostRegion &dst) const override;
+    int write(const HostRegion &src, const DeviceRegion &dst) const override;
+    int copy(const DeviceRegion &src, const DeviceRegion &dst) const override;
+    /// The same context: buffers of one context copy into each other (clEnqueueCopyBuffer*).
+    bool shares_memory_with(const Device &other) const override;
 
 private:
     OpenCLDevice(ocl::cl_context context, ocl::cl_command_queue queue, ocl::cl_device_id id);

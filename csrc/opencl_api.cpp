@@ -62,7 +62,12 @@ Api *open(const std::string &path, std::string &why) {
               resolve(library, "clReleaseMemObject", api->ReleaseMemObject) &&
               resolve(library, "clGetMemObjectInfo", api->GetMemObjectInfo) &&
               resolve(library, "clEnqueueReadBuffer", api->EnqueueReadBuffer) &&
-              resolve(library, "clEnqueueWriteBuffer", api->EnqueueWriteBuffer);
+              resolve(library, "clEnqueueWriteBuffer", api->EnqueueWriteBuffer) &&
+              resolve(library, "clEnqueueReadBufferRect", api->EnqueueReadBufferRect) &&
+              resolve(library, "clEnqueueWriteBufferRect", api->EnqueueWriteBufferRect) &&
+              resolve(library, "clEnqueueCopyBuffer", api->EnqueueCopyBuffer) &&
+              resolve(library, "clEnqueueCopyBufferRect", api->EnqueueCopyBufferRect) &&
+              resolve(library, "clEnqueueFillBuffer", api->EnqueueFillBuffer);
     if (!ok) {
         why = path + ": not an OpenCL loader (missing entry points)";
         dlclose(library);

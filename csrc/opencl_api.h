@@ -52,6 +52,7 @@ constexpr cl_command_queue_info CL_QUEUE_DEVICE = 0x1091;
 constexpr cl_mem_flags CL_MEM_READ_WRITE = 1 << 0;
 constexpr cl_mem_info CL_MEM_SIZE = 0x1102;
 constexpr cl_mem_info CL_MEM_CONTEXT = 0x1106;
+constexpr cl_bool CL_FALSE = 0;
 constexpr cl_bool CL_TRUE = 1;
 
 /// Entry points, resolved by name from the loaded library.
@@ -81,6 +82,21 @@ struct Api {
                                 const cl_event *, cl_event *);
     cl_int (*EnqueueWriteBuffer)(cl_command_queue, cl_mem, cl_bool, size_t, size_t, const void *,
                                  cl_uint, const cl_event *, cl_event *);
+    // Rectangles: origins and region are {bytes, rows, slices}; then the pitches of each side.
+    cl_int (*EnqueueReadBufferRect)(cl_command_queue, cl_mem, cl_bool, const size_t *, const size_t *,
+                                    const size_t *, size_t, size_t, size_t, size_t, void *, cl_uint,
+                                    const cl_event *, cl_event *);
+    cl_int (*EnqueueWriteBufferRect)(cl_command_queue, cl_mem, cl_bool, const size_t *, const size_t *,
+                                     const size_t *, size_t, size_t, size_t, size_t, const void *, cl_uint,
+                                     const cl_event *, cl_event *);
+    cl_int (*EnqueueCopyBuffer)(cl_command_queue, cl_mem, cl_mem, size_t, size_t, size_t, cl_uint,
+                                const cl_event *, cl_event *);
+    cl_int (*EnqueueCopyBufferRect)(cl_command_queue, cl_mem, cl_mem, const size_t *, const size_t *,
+                                    const size_t *, size_t, size_t, size_t, size_t, cl_uint,
+                                    const cl_event *, cl_event *);
+    /// (queue, memory, pattern, pattern bytes, offset, bytes, ...): OpenCL 1.2.
+    cl_int (*EnqueueFillBuffer)(cl_command_queue, cl_mem, const void *, size_t, size_t, size_t, cl_uint,
+                                const cl_event *, cl_event *);
 };
 
 /// Libraries to try, in order, before the first use (set by halide_buffer.opencl).

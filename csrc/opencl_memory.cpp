@@ -1,14 +1,19 @@
-// opencl_memory.cpp: the OpenCL backend's impl table: device memory, copies, crops, wrapping.
+// opencl_memory.cpp: the OpenCL backend's impl table (device memory, copies, crops, wrapping)
+// and OpenCLDevice's Device methods, its data primitives over strided regions included.
 //
 // Layout rule: a buffer's device memory mirrors its host memory byte for byte over the span of
-// its elements, so one offset locates any view, and every copy is one OpenCL command over the
-// span. Copies are blocking: when one returns, the bytes have arrived.
+// its elements, so one offset locates any view, and every transfer of a storage is one OpenCL
+// command over the span. Regions (fills, reads, writes and copies of some elements) are planned
+// as rectangle commands by device_copy.h. Everything is blocking: when a call returns, the bytes
+// have arrived.
 #include <cstdlib>
 #include <cstring>
+#include <functional>
 #include <new>
 #include <string>
 
 #include "buffer.h"
+#include "device_copy.h"
 #include "device_interface.h"
 #include "device_opencl.h"
 
@@ -265,6 +270,191 @@ Device::Lease OpenCLDevice::lease(const halide_buffer_t &root, int64_t offset) c
     // racing with it cannot release the memory under the consumer's feet.
     api().RetainMemObject(static_cast<cl_mem>(h->native));
     return Lease{h->native, int64_t(h->offset) + offset};
+}
+
+
+// ---------------------------------------------------------------------------------------------
+// OpenCLDevice: the data primitives over strided regions
+// ---------------------------------------------------------------------------------------------
+
+namespace {
+
+using Enqueue = std::function<cl_int(int64_t, int64_t)>;
+
+cl_mem memory_of(const DeviceRegion &r) { return static_cast<cl_mem>(handle_of(r.root)->native); }
+/// Bytes from the start of the cl_mem to the region's element at index 0.
+int64_t base_of(const DeviceRegion &r) { return int64_t(handle_of(r.root)->offset) + r.offset; }
+
+/// Whether each command of a plan is one row: a plain call, not a rectangle.
+bool single_rows(const CopyPlan &plan) { return plan.rows == 1 && plan.slices == 1; }
+
+/// Enqueues each command of `plan` (`enqueue(offset0, offset1)`), then waits for the queue,
+/// after a failure too (host memory the commands use must outlive them). The first failure wins.
+cl_int run_commands(cl_command_queue queue, const CopyPlan &plan, const Enqueue &enqueue) {
+    cl_int rc = plan.for_each(enqueue);
+    cl_int finished = api().Finish(queue);
+    return rc != CL_SUCCESS ? rc : finished;
+}
+
+/// Enqueues a copy of one command between two cl_mems at byte offsets `from` and `to`; side 0
+/// of the plan is the source.
+cl_int enqueue_copy(cl_command_queue queue, const CopyPlan &plan, cl_mem src, int64_t from, cl_mem dst, int64_t to) {
+    if (single_rows(plan))
+        return api().EnqueueCopyBuffer(queue, src, dst, size_t(from), size_t(to), size_t(plan.row_bytes), 0, nullptr,
+                                       nullptr);
+    size_t src_origin[3] = {size_t(from), 0, 0}, dst_origin[3] = {size_t(to), 0, 0};
+    size_t region[3] = {size_t(plan.row_bytes), size_t(plan.rows), size_t(plan.slices)};
+    return api().EnqueueCopyBufferRect(queue, src, dst, src_origin, dst_origin, region, size_t(plan.row_pitch[0]),
+                                       size_t(plan.slice_pitch[0]), size_t(plan.row_pitch[1]),
+                                       size_t(plan.slice_pitch[1]), 0, nullptr, nullptr);
+}
+
+/// A read (device to `host`) or write of one command, the device at byte offset `at`.
+cl_int enqueue_transfer(cl_command_queue queue, const CopyPlan &plan, cl_mem mem, int64_t at, uint8_t *host,
+                        Direction direction) {
+    const Api &cl = api();
+    bool read = direction == Direction::to_host;
+    if (single_rows(plan))
+        return read ? cl.EnqueueReadBuffer(queue, mem, CL_FALSE, size_t(at), size_t(plan.row_bytes), host, 0, nullptr, nullptr)
+                    : cl.EnqueueWriteBuffer(queue, mem, CL_FALSE, size_t(at), size_t(plan.row_bytes), host, 0, nullptr,
+                                            nullptr);
+    size_t device_origin[3] = {size_t(at), 0, 0}, host_origin[3] = {0, 0, 0};
+    size_t region[3] = {size_t(plan.row_bytes), size_t(plan.rows), size_t(plan.slices)};
+    auto pitches = [&](int side) { return std::make_pair(size_t(plan.row_pitch[side]), size_t(plan.slice_pitch[side])); };
+    auto [device_row, device_slice] = pitches(0);
+    auto [host_row, host_slice] = pitches(1);
+    return read ? cl.EnqueueReadBufferRect(queue, mem, CL_FALSE, device_origin, host_origin, region, device_row,
+                                           device_slice, host_row, host_slice, host, 0, nullptr, nullptr)
+                : cl.EnqueueWriteBufferRect(queue, mem, CL_FALSE, device_origin, host_origin, region, device_row,
+                                            device_slice, host_row, host_slice, host, 0, nullptr, nullptr);
+}
+
+/// The call a plan's commands use, for messages.
+std::string call_name(const CopyPlan &plan, const char *plain) {
+    return std::string(plain) + (single_rows(plan) ? "" : "Rect");
+}
+
+/// Whether two regions of the same cl_mem share a byte (rectangle copies must not overlap).
+bool overlapping(const DeviceRegion &a, const DeviceRegion &b) {
+    if (memory_of(a) != memory_of(b)) return false;
+    ByteSpan sa = region_span(a.shape, a.strides, a.itemsize), sb = region_span(b.shape, b.strides, b.itemsize);
+    return base_of(a) + sa.lo < base_of(b) + sb.hi && base_of(b) + sb.lo < base_of(a) + sa.hi;
+}
+
+/// A read or write between a region and host memory, counted in the region's allocation.
+int transfer(const OpenCLDevice &device, const DeviceRegion &region, const HostRegion &host, Direction direction) {
+    bool read = direction == Direction::to_host;
+    cl_mem mem = memory_of(region);
+    int64_t base = base_of(region), bytes = region_bytes(region.shape, region.itemsize);
+    int rc = host_transfer(region, host, direction, [&](const CopyPlan &plan, uint8_t *at) {
+        cl_int code = run_commands(device.queue(), plan, [&](int64_t on_device, int64_t on_host) {
+            return enqueue_transfer(device.queue(), plan, mem, base + on_device, at + on_host, direction);
+        });
+        if (code == CL_SUCCESS) return 0;
+        std::string what = call_name(plan, read ? "clEnqueueReadBuffer" : "clEnqueueWriteBuffer") + " of " +
+                           size_text(uint64_t(bytes));
+        return read ? fail(halide_error::copy_to_host_failed, code, what + "; the device copy is kept, retry or device_free()")
+                    : fail(halide_error::copy_to_device_failed, code, what + "; the host copy is kept, free device memory and retry");
+    });
+    if (rc == 0 && bytes > 0) record_transfer(device.allocation(*region.root)->transfers, direction, bytes);
+    return rc;
+}
+
+/// Whether clEnqueueFillBuffer takes a pattern of `size` bytes: 1, 2, 4, ..., 128.
+bool fillable(int64_t size) { return size >= 1 && size <= 128 && (size & (size - 1)) == 0; }
+
+constexpr const char *kFillFix = "; the elements may be partly filled, retry or fill on the host";
+
+/// A fill of one range at an offset the pattern divides: one clEnqueueFillBuffer in place.
+int fill_range(const OpenCLDevice &device, const DeviceRegion &region, const uint8_t *pattern, int64_t at,
+               int64_t bytes) {
+    cl_int rc = api().EnqueueFillBuffer(device.queue(), memory_of(region), pattern, size_t(region.itemsize),
+                                        size_t(at), size_t(bytes), 0, nullptr, nullptr);
+    if (rc == CL_SUCCESS) rc = api().Finish(device.queue());
+    return rc == CL_SUCCESS ? 0 : fail(halide_error::gpu_device_error, rc, "clEnqueueFillBuffer of " + size_text(uint64_t(bytes)) + kFillFix);
+}
+
+/// A fill with gaps between elements, or at an offset the pattern does not divide: one
+/// command's worth of elements is filled in a temporary buffer, then copied into place command
+/// by command (the host sees none of it).
+int fill_from_temporary(const OpenCLDevice &device, const DeviceRegion &region, const uint8_t *pattern,
+                        const CopyPlan &plan) {
+    const Api &cl = api();
+    size_t bytes = size_t(plan.command_bytes());
+    cl_int rc = CL_SUCCESS;
+    cl_mem temp = cl.CreateBuffer(device.context(), CL_MEM_READ_WRITE, bytes, nullptr, &rc);
+    if (rc != CL_SUCCESS)
+        return fail(halide_error::gpu_device_error, rc, "clCreateBuffer of " + size_text(bytes) +
+                                                            " to fill from; free device memory (device_free()) or fill on the host");
+    CopyPlan from_temp = plan;  // side 0: the temporary buffer, dense; side 1: the region
+    from_temp.row_pitch[0] = plan.row_bytes;
+    from_temp.slice_pitch[0] = plan.row_bytes * plan.rows;
+    from_temp.row_pitch[1] = plan.row_pitch[0];
+    from_temp.slice_pitch[1] = plan.slice_pitch[0];
+    std::string what = "clEnqueueFillBuffer of " + size_text(bytes) + " (a temporary buffer)";
+    rc = cl.EnqueueFillBuffer(device.queue(), temp, pattern, size_t(region.itemsize), 0, bytes, 0, nullptr, nullptr);
+    if (rc == CL_SUCCESS) {
+        what = call_name(plan, "clEnqueueCopyBuffer") + " of " +
+               size_text(uint64_t(region_bytes(region.shape, region.itemsize))) + " from a filled temporary buffer";
+        cl_mem mem = memory_of(region);
+        int64_t base = base_of(region);
+        rc = run_commands(device.queue(), plan, [&](int64_t at, int64_t) {
+            return enqueue_copy(device.queue(), from_temp, temp, 0, mem, base + at);
+        });
+    }
+    cl.ReleaseMemObject(temp);
+    return rc == CL_SUCCESS ? 0 : fail(halide_error::gpu_device_error, rc, what + kFillFix);
+}
+
+}  // namespace
+
+int OpenCLDevice::read(const DeviceRegion &src, const HostRegion &dst) const {
+    return transfer(*this, src, dst, Direction::to_host);
+}
+
+int OpenCLDevice::write(const HostRegion &src, const DeviceRegion &dst) const {
+    return transfer(*this, dst, src, Direction::to_device);
+}
+
+int OpenCLDevice::copy(const DeviceRegion &src, const DeviceRegion &dst) const {
+    const auto *owner = dynamic_cast<const OpenCLDevice *>(allocation(*src.root)->device.get());
+    if (!owner || !shares_memory_with(*owner) || overlapping(src, dst)) return kNotOnDevice;
+    // Work queued on the source's own queue (another queue of the context) comes first.
+    if (owner != this) {
+        cl_int rc = api().Finish(owner->queue());
+        if (rc != CL_SUCCESS)
+            return fail(halide_error::device_buffer_copy_failed, rc, "clFinish on the source's queue; the queue is lost, create a new device");
+    }
+    CopyPlan plan = plan_copy(src.shape, src.strides, dst.strides, src.itemsize);
+    cl_mem from = memory_of(src), to = memory_of(dst);
+    // Within one cl_mem, clEnqueueCopyBufferRect needs the same pitches on both sides.
+    if (from == to && (plan.row_pitch[0] != plan.row_pitch[1] || plan.slice_pitch[0] != plan.slice_pitch[1]))
+        plan = row_by_row(plan);
+    int64_t from_base = base_of(src), to_base = base_of(dst);
+    cl_int rc = run_commands(queue_, plan, [&](int64_t at_src, int64_t at_dst) {
+        return enqueue_copy(queue_, plan, from, from_base + at_src, to, to_base + at_dst);
+    });
+    if (rc == CL_SUCCESS) return 0;
+    return fail(halide_error::device_buffer_copy_failed, rc,
+                call_name(plan, "clEnqueueCopyBuffer") + " of " + size_text(uint64_t(region_bytes(src.shape, src.itemsize))) +
+                    "; the destination may be partly written, retry or copy through the host");
+}
+
+int OpenCLDevice::fill(const DeviceRegion &region, const uint8_t *pattern) const {
+    // OpenCL fills with patterns of 1, 2, 4, ..., 128 bytes only; other element sizes are
+    // filled on the host.
+    if (!fillable(region.itemsize)) return kNotOnDevice;
+    CopyPlan plan = plan_region(region.shape, region.strides, region.itemsize);
+    if (plan.empty()) return 0;
+    int64_t first = base_of(region) + plan.start[0];
+    bool one_range = plan.commands() == 1 && single_rows(plan) && first % region.itemsize == 0;
+    return one_range ? fill_range(*this, region, pattern, first, plan.row_bytes)
+                     : fill_from_temporary(*this, region, pattern, plan);
+}
+
+bool OpenCLDevice::shares_memory_with(const Device &other) const {
+    const auto *o = dynamic_cast<const OpenCLDevice *>(&other);
+    return o && o->context() == context_;
 }
 
 }  // namespace hb
