@@ -71,6 +71,8 @@ def cases(nbytes, dev):
     dst_dev.copy_to_device(dev)
     peer_src = cl.Buffer(ctx, cl.mem_flags.READ_WRITE, nbytes)
     peer_dst = cl.Buffer(ctx, cl.mem_flags.READ_WRITE, nbytes)
+    for mem in (peer_fill, peer_src, peer_dst):  # touched once, as ours were by their uploads
+        cl.enqueue_fill_buffer(queue, mem, np.float32(3.0), 0, nbytes).wait()
     out += [
         CopyCase("copy_device_ours", "copy_from device", nbytes, "device", "ours", 4,
                  lambda: dst_dev.copy_from(src_dev)),
