@@ -336,7 +336,7 @@ private:
     /// `axis` as 0..ndim-1 (negative counts from the end), or IndexError naming `entry`; `verb`
     /// says what the call does to an axis ("crop").
     int check_axis(const char *entry, const char *verb, int64_t axis) const;
-    /// `count` values given for one per axis, or ValueError: "<entry>(): 3 <what> for 2 axes; <fix>".
+    /// `count` values given for one per axis, or ValueError: "<entry>(): 3 <what>s for a 2-d buffer; <fix>".
     void check_per_axis(const char *entry, const char *what, size_t count, const char *fix) const;
     Buffer embed(const char *entry, int64_t axis, int64_t pos) const;
 
