@@ -6,12 +6,14 @@
 #include <cstring>
 #include <limits>
 #include <new>
+#include <numeric>
 #include <string>
 
 #include <sys/mman.h>
 #include <unistd.h>
 
 #include "errors.h"
+#include "strided.h"
 
 namespace hb {
 
@@ -25,6 +27,25 @@ constexpr int64_t kInt32Max = std::numeric_limits<int32_t>::max();
 constexpr int64_t kInt32Min = std::numeric_limits<int32_t>::min();
 
 std::string str(int64_t v) { return std::to_string(v); }
+
+/// "1 coordinate", "3 coordinates": a count and its noun, for messages.
+std::string counted(size_t n, const char *noun) {
+    return std::to_string(n) + " " + noun + (n == 1 ? "" : "s");
+}
+
+/// Halide holds an axis's min and max (min + extent - 1) in int32s: does [min, min + extent) fit?
+bool coordinates_fit(int64_t min, int64_t extent) {
+    return min >= kInt32Min && min <= kInt32Max && (extent == 0 || min <= kInt32Max - (extent - 1));
+}
+
+constexpr const char *kInt32Coordinates = "Halide's int32 coordinates [-2**31, 2**31 - 1]";
+
+/// 0, 1, ..., n - 1: C order.
+std::vector<int> identity(size_t n) {
+    std::vector<int> axes(n);
+    std::iota(axes.begin(), axes.end(), 0);
+    return axes;
+}
 
 /// Element count of a shape, refusing anything Halide or a 64-bit address cannot describe.
 int64_t checked_count(const char *entry, const std::vector<int64_t> &shape, int itemsize) {
@@ -110,10 +131,11 @@ std::string tuple_text(const std::vector<int64_t> &values) {
     return out + (values.size() == 1 ? ",)" : ")");
 }
 
-std::vector<int64_t> c_strides(const std::vector<int64_t> &shape, int itemsize) {
+std::vector<int64_t> dense_strides(const std::vector<int64_t> &shape, int itemsize, const std::vector<int> &order) {
     std::vector<int64_t> strides(shape.size());
     int64_t s = itemsize;
-    for (size_t i = shape.size(); i-- > 0;) {
+    for (size_t k = order.size(); k-- > 0;) {
+        size_t i = size_t(order[k]);
         strides[i] = s;
         // A shape too large for int64 strides is refused by whoever checks its count (an empty
         // one has no element to step to): past the overflow, strides are 0, never undefined.
@@ -122,24 +144,30 @@ std::vector<int64_t> c_strides(const std::vector<int64_t> &shape, int itemsize) 
     return strides;
 }
 
-namespace {
-
-/// Copies every element of a strided source into a strided destination of the same shape.
-void copy_elements(uint8_t *dst, const int64_t *dst_strides, const uint8_t *src,
-                   const int64_t *src_strides, const int64_t *shape, int ndim, int itemsize) {
-    if (ndim == 0) {
-        std::memcpy(dst, src, size_t(itemsize));
-        return;
-    }
-    if (ndim == 1 && dst_strides[0] == itemsize && src_strides[0] == itemsize) {
-        std::memcpy(dst, src, size_t(shape[0] * itemsize));
-        return;
-    }
-    for (int64_t i = 0; i < shape[0]; ++i) {
-        copy_elements(dst + i * dst_strides[0], dst_strides + 1, src + i * src_strides[0],
-                      src_strides + 1, shape + 1, ndim - 1, itemsize);
-    }
+std::vector<int64_t> c_strides(const std::vector<int64_t> &shape, int itemsize) {
+    return dense_strides(shape, itemsize, identity(shape.size()));
 }
+
+std::vector<int> permutation(const char *entry, const char *what, const std::vector<int> &axes, int n,
+                             const char *fix) {
+    std::vector<int> out;
+    std::vector<bool> seen(size_t(n), false);
+    bool ok = axes.size() == size_t(n);
+    for (size_t i = 0; ok && i < axes.size(); ++i) {
+        int64_t a = axes[i] < 0 ? int64_t(axes[i]) + n : axes[i];
+        ok = a >= 0 && a < n && !seen[size_t(a)];
+        if (ok) {
+            seen[size_t(a)] = true;
+            out.push_back(int(a));
+        }
+    }
+    if (!ok)
+        throw ValueError(std::string(entry) + "(): " + what + " must be a permutation of " +
+                         (n ? "0.." + str(n - 1) : std::string("no axes, ()")) + "; " + fix);
+    return out;
+}
+
+namespace {
 
 /// Asks the kernel for transparent huge pages on a large block, as NumPy does: where THP is
 /// "madvise" only, 4 KiB pages make every bulk copy through the block (a device upload, a
@@ -166,7 +194,14 @@ LiveCounts &live_counts() {
 Buffer::Buffer(Buffer &&) noexcept = default;
 
 Buffer Buffer::allocate(const char *entry, const std::vector<int64_t> &shape, const DType &dtype) {
+    return allocate(entry, shape, dtype, identity(shape.size()));
+}
+
+Buffer Buffer::allocate(const char *entry, const std::vector<int64_t> &shape, const DType &dtype,
+                        const std::vector<int> &order_arg) {
     int64_t count = checked_count(entry, shape, dtype.itemsize);
+    std::vector<int> order = permutation(entry, "order", order_arg, int(shape.size()),
+                                         "pass 'C', 'F' or each axis once, outermost in memory first");
     // calloc hands large blocks straight from the kernel: zero pages, touched only when used.
     size_t bytes = size_t(count) * size_t(dtype.itemsize);
     // Large blocks start on a page: bulk copies between them and device memory (page-aligned
@@ -181,9 +216,28 @@ Buffer Buffer::allocate(const char *entry, const std::vector<int64_t> &shape, co
     storage->allocation = allocation;
     auto *host = reinterpret_cast<uint8_t *>(
         (reinterpret_cast<uintptr_t>(allocation) + alignment - 1) & ~uintptr_t(alignment - 1));
-    std::vector<int64_t> strides = c_strides(shape, dtype.itemsize);
+    std::vector<int64_t> strides = dense_strides(shape, dtype.itemsize, order);
     normalize_strides(entry, shape, strides, dtype.itemsize, "use a smaller shape");
     return adopt_storage(std::move(storage), dtype, host, shape, std::move(strides));
+}
+
+Buffer Buffer::allocate_like(const char *entry, const Buffer &other, const DType &dtype) {
+    Buffer b = allocate(entry, other.shape_, dtype, other.memory_order());
+    // The storage is this first view's geometry, mins included (NumPy axis i is the root's
+    // dimension counted from the end), so the new buffer covers its storage.
+    std::vector<halide_dimension_t> &dims = b.storage_->root_dims;
+    for (size_t i = 0; i < other.mins_.size(); ++i) dims[dims.size() - 1 - i].min = int32_t(other.mins_[i]);
+    b.mins_ = other.mins_;
+    return b;
+}
+
+Buffer Buffer::allocate_interleaved(const char *entry, const std::vector<int64_t> &shape, const DType &dtype) {
+    if (shape.empty())
+        throw ValueError(std::string(entry) + "(): a 0-d shape has no channel axis; pass the channels first, "
+                         "as in (channels, height, width)");
+    std::vector<int> order = identity(shape.size());
+    std::rotate(order.begin(), order.begin() + 1, order.end());  // 1, 2, ..., ndim - 1, 0
+    return allocate(entry, shape, dtype, order);
 }
 
 Buffer Buffer::copy_of(const char *entry, const uint8_t *data, const std::vector<int64_t> &shape,
@@ -192,8 +246,7 @@ Buffer Buffer::copy_of(const char *entry, const uint8_t *data, const std::vector
     check_memory(entry, data, shape, strides, checked_count(entry, shape, dtype.itemsize), dtype.itemsize);
     Buffer out = allocate(entry, shape, dtype);
     if (out.size() > 0)
-        copy_elements(out.data_, out.strides_.data(), data, strides.data(), shape.data(),
-                      out.ndim(), dtype.itemsize);
+        copy_strided(out.data_, out.strides_, data, strides, shape, dtype.itemsize);
     return out;
 }
 
@@ -270,6 +323,46 @@ bool Buffer::is_f_contiguous() const {
     return true;
 }
 
+std::vector<int> Buffer::memory_order() const {
+    std::vector<int> order = identity(shape_.size());
+    auto magnitude = [&](int axis) { return strides_[size_t(axis)] < 0 ? -strides_[size_t(axis)] : strides_[size_t(axis)]; };
+    std::stable_sort(order.begin(), order.end(), [&](int a, int b) { return magnitude(a) > magnitude(b); });
+    return order;
+}
+
+bool Buffer::contains(const std::vector<int64_t> &coords) const {
+    check_per_axis("contains", "coordinate", coords.size(), "pass one per axis, as in b.contains(*b.mins)");
+    for (size_t i = 0; i < coords.size(); ++i)
+        if (coords[i] < mins_[i] || coords[i] >= mins_[i] + shape_[i]) return false;
+    return true;
+}
+
+void Buffer::set_min(const std::vector<int64_t> &mins) {
+    check_per_axis("set_min", "min", mins.size(), "pass one per axis, as in b.set_min(*b.mins)");
+    for (size_t i = 0; i < mins.size(); ++i)
+        if (!coordinates_fit(mins[i], shape_[i]))
+            throw ValueError("set_min(): min " + str(mins[i]) + " of axis " + str(int64_t(i)) + " (extent " +
+                             str(shape_[i]) + ") leaves " + kInt32Coordinates +
+                             "; pass mins with min + extent - 1 inside them");
+    // The storage's lock guards the published halide_buffer_t, and whoever holds it may be
+    // reading this view's geometry (publishing it for a pipeline): refused, never raced.
+    std::unique_lock<std::mutex> lock(storage_->mutex, std::try_to_lock);
+    if (!lock.owns_lock())
+        throw BufferError("set_min(): another thread is using this buffer's storage (a residency operation, "
+                          "or a pipeline being handed a view of it); call set_min() when it is done, or use "
+                          "b.translated() for a view with other mins");
+    mins_ = mins;
+    if (!raw_) return;
+    int n = ndim();
+    for (int i = 0; i < n; ++i) raw_->dims[size_t(n - 1 - i)].min = int32_t(mins_[size_t(i)]);
+}
+
+void Buffer::check_per_axis(const char *entry, const char *what, size_t count, const char *fix) const {
+    if (count != shape_.size())
+        throw ValueError(std::string(entry) + "(): " + counted(count, what) + " for a " + str(ndim()) +
+                         "-d buffer; " + fix);
+}
+
 int Buffer::check_axis(const char *entry, const char *verb, int64_t axis) const {
     int n = ndim();
     if (n == 0)
@@ -332,19 +425,10 @@ Buffer Buffer::transposed(const std::vector<int> &axes) const {
     if (n == 0 && !axes.empty())
         throw ValueError("transposed(): a 0-d buffer has no axes to transpose; call b.transposed() "
                          "without axes, which returns the buffer as it is");
-    std::vector<bool> seen(size_t(n), false);
-    bool ok = int(axes.size()) == n;
-    for (size_t i = 0; ok && i < axes.size(); ++i) {
-        int a = axes[i] < 0 ? axes[i] + n : axes[i];
-        ok = a >= 0 && a < n && !seen[size_t(a)];
-        if (ok) seen[size_t(a)] = true;
-    }
-    if (!ok)
-        throw ValueError("transposed(): axes must be a permutation of 0.." + str(n - 1) +
-                         "; pass each axis exactly once");
+    std::vector<int> order = permutation("transposed", "axes", axes, n, "pass each axis exactly once");
     Buffer b = view();
     for (int i = 0; i < n; ++i) {
-        int a = axes[size_t(i)] < 0 ? axes[size_t(i)] + n : axes[size_t(i)];
+        int a = order[size_t(i)];
         b.shape_[size_t(i)] = shape_[size_t(a)];
         b.strides_[size_t(i)] = strides_[size_t(a)];
         b.mins_[size_t(i)] = mins_[size_t(a)];
@@ -355,6 +439,60 @@ Buffer Buffer::transposed(const std::vector<int> &axes) const {
 Buffer Buffer::with_mins(const std::vector<int64_t> &mins) const {
     Buffer b = view();
     b.mins_ = mins;
+    return b;
+}
+
+Buffer Buffer::translated(int64_t axis_arg, int64_t delta) const {
+    int axis = check_axis("translated", "translate", axis_arg);
+    std::vector<int64_t> deltas(shape_.size(), 0);
+    deltas[size_t(axis)] = delta;
+    return translated(deltas);
+}
+
+Buffer Buffer::translated(const std::vector<int64_t> &deltas) const {
+    check_per_axis("translated", "delta", deltas.size(),
+                   "pass translated(axis, delta), or a sequence of one delta per axis");
+    Buffer b = view();
+    for (size_t i = 0; i < deltas.size(); ++i) {
+        int64_t min;
+        if (__builtin_add_overflow(mins_[i], deltas[i], &min) || !coordinates_fit(min, shape_[i]))
+            throw ValueError("translated(): moving axis " + str(int64_t(i)) + " (coordinates [" + str(mins_[i]) +
+                             ", " + str(mins_[i] + shape_[i]) + ")) by " + str(deltas[i]) + " leaves " +
+                             kInt32Coordinates + "; use a smaller delta");
+        b.mins_[i] = min;
+    }
+    return b;
+}
+
+Buffer Buffer::embedded(int64_t axis, int64_t pos) const { return embed("embedded", axis, pos); }
+
+Buffer Buffer::add_dimension() const { return embed("add_dimension", 0, 0); }
+
+Buffer Buffer::embed(const char *entry, int64_t axis_arg, int64_t pos) const {
+    int n = ndim();
+    if (n >= kMaxDims)
+        throw ValueError(std::string(entry) + "(): the buffer has " + str(n) + " axes, the most supported; " +
+                         "slice or reshape it first");
+    if (axis_arg < -n - 1 || axis_arg > n)
+        throw IndexError(std::string(entry) + "(): axis " + str(axis_arg) + " is out of range for the new axis of a " +
+                         str(n) + "-d buffer; use -" + str(n + 1) + " <= axis <= " + str(n) +
+                         " (numpy.expand_dims' numbering)");
+    if (!coordinates_fit(pos, 1))
+        throw ValueError(std::string(entry) + "(): pos " + str(pos) + " is outside " + kInt32Coordinates +
+                         "; pass a pos inside them");
+    size_t axis = size_t(axis_arg < 0 ? axis_arg + n + 1 : axis_arg);
+    // numpy.expand_dims' stride: the next axis's stride times its extent, the itemsize for a new
+    // last axis, so a C-contiguous buffer stays C-contiguous even to a checker that looks at
+    // axes of extent 1. One that overflows is never used: normalize_strides() replaces it.
+    int64_t stride = dtype_->itemsize;
+    if (axis < size_t(n) &&
+        __builtin_mul_overflow(strides_[axis], shape_[axis] > 0 ? shape_[axis] : 1, &stride))
+        stride = dtype_->itemsize;
+    Buffer b = view();
+    b.shape_.insert(b.shape_.begin() + std::ptrdiff_t(axis), 1);
+    b.strides_.insert(b.strides_.begin() + std::ptrdiff_t(axis), stride);
+    b.mins_.insert(b.mins_.begin() + std::ptrdiff_t(axis), pos);
+    normalize_strides(entry, b.shape_, b.strides_, dtype_->itemsize, "slice the buffer first");
     return b;
 }
 

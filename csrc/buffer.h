@@ -125,8 +125,15 @@ struct RawView {
 using LockWaiter = void (*)(std::unique_lock<std::mutex> &);
 void set_lock_waiter(LockWaiter waiter);
 
+/// Byte strides of a dense array of this shape whose axes lie in memory in `order`, outermost
+/// first (a permutation of 0..ndim-1; c_strides() is 0, 1, ..., ndim-1).
+std::vector<int64_t> dense_strides(const std::vector<int64_t> &shape, int itemsize, const std::vector<int> &order);
 /// Byte strides of a C-contiguous array of this shape.
 std::vector<int64_t> c_strides(const std::vector<int64_t> &shape, int itemsize);
+/// `axes` as a permutation of 0..n-1 (negative axes count from the end), or ValueError
+/// "<entry>(): <what> must be a permutation of ...; <fix>".
+std::vector<int> permutation(const char *entry, const char *what, const std::vector<int> &axes, int n,
+                             const char *fix);
 /// A shape or mins as Python writes a tuple, for messages: "(480, 640)", "(3,)".
 std::string tuple_text(const std::vector<int64_t> &values);
 
@@ -150,6 +157,15 @@ class Buffer {
 public:
     /// Owned, zero-filled, 128-byte aligned, C-contiguous storage.
     static Buffer allocate(const char *entry, const std::vector<int64_t> &shape, const DType &dtype);
+    /// The same, laid out densely in `order`: the axes from outermost to innermost in memory (a
+    /// permutation; negative axes count from the end).
+    static Buffer allocate(const char *entry, const std::vector<int64_t> &shape, const DType &dtype,
+                           const std::vector<int> &order);
+    /// allocate() with other's shape, mins and memory order (Halide's make_with_shape_of).
+    static Buffer allocate_like(const char *entry, const Buffer &other, const DType &dtype);
+    /// allocate() in Halide's interleaved layout: axis 0 (the channels, Halide's last dimension)
+    /// innermost in memory, the other axes C-ordered outside it.
+    static Buffer allocate_interleaved(const char *entry, const std::vector<int64_t> &shape, const DType &dtype);
     /// An owned C-contiguous copy of strided memory (any byte strides, even unaligned ones).
     static Buffer copy_of(const char *entry, const uint8_t *data, const std::vector<int64_t> &shape,
                           const std::vector<int64_t> &strides, const DType &dtype);
@@ -173,6 +189,14 @@ public:
     uint8_t *data() const { return data_; }  ///< element at index 0 of every axis
     bool is_c_contiguous() const;
     bool is_f_contiguous() const;
+    /// The axes from outermost to innermost in memory: by decreasing |stride|, ties in axis order.
+    std::vector<int> memory_order() const;
+    /// Whether these Halide coordinates (one per axis) lie inside [min, min + extent) on every axis.
+    bool contains(const std::vector<int64_t> &coords) const;
+    /// Gives this view other mins (one per axis), in place: the elements stay. Takes the storage's
+    /// lock to update the view's published halide_buffer_t, and refuses (BufferError) rather
+    /// than wait when another thread holds it.
+    void set_min(const std::vector<int64_t> &mins);
     bool readonly() const { return storage_->readonly; }
     bool external_writes() const { return storage_->external_writes; }
     /// True when both are views of the same storage (and so share residency).
@@ -204,6 +228,12 @@ public:
     Buffer sliced(int64_t axis, int64_t pos) const;
     Buffer transposed(const std::vector<int> &axes) const;
     Buffer with_mins(const std::vector<int64_t> &mins) const;  ///< same elements, other coordinates
+    Buffer translated(int64_t axis, int64_t delta) const;           ///< mins[axis] + delta
+    Buffer translated(const std::vector<int64_t> &deltas) const;    ///< every min moved, one delta per axis
+    /// A new axis of extent 1 at `axis` (of the result; -ndim-1..ndim) whose min is `pos`, with the
+    /// stride numpy.expand_dims gives it.
+    Buffer embedded(int64_t axis, int64_t pos) const;
+    Buffer add_dimension() const;  ///< a new outermost axis (Halide's new last dimension), min 0
     Buffer indexed(const std::vector<AxisIndex> &index) const;
     Buffer bits() const;  ///< same bytes as the unsigned integer of the same size
 
@@ -279,6 +309,16 @@ public:
     /// shows no device copy, it asks for an upload (Halide's runtime uploads only host-dirty
     /// inputs, and the host copy is the current one then).
     void expect_upload();
+    /// Where the current data is and whose the memory is, read in one residency operation.
+    struct MemoryFacts {
+        uint64_t flags;                        ///< the effective flags (host_dirty, device_dirty)
+        bool device_allocation;                ///< there is a device copy
+        DeviceOwnership device_ownership;
+        std::shared_ptr<Device> device;        ///< its device; null without one, or a pipeline runtime's
+        HostOwnership host_ownership;
+        std::shared_ptr<void> host_owner;      ///< borrowed: what keeps the host memory alive
+    };
+    MemoryFacts memory_facts();
     // --- data operations (buffer_data.cpp): the residency rules of a write ------------------
     /// Sets every element to `pattern` (itemsize bytes): on the device when the device copy is
     /// current and the device can (nothing moves; device dirty), else on a current host copy
@@ -306,6 +346,9 @@ private:
     /// `axis` as 0..ndim-1 (negative counts from the end), or IndexError naming `entry`; `verb`
     /// says what the call does to an axis ("crop").
     int check_axis(const char *entry, const char *verb, int64_t axis) const;
+    /// `count` values given for one per axis, or ValueError: "<entry>(): 3 <what>s for a 2-d buffer; <fix>".
+    void check_per_axis(const char *entry, const char *what, size_t count, const char *fix) const;
+    Buffer embed(const char *entry, int64_t axis, int64_t pos) const;
 
     std::shared_ptr<Storage> storage_;
     const DType *dtype_ = nullptr;

@@ -1,4 +1,7 @@
 // py_buffer.cpp: the Buffer Python type: construction, geometry, views, residency, raw access.
+#include <algorithm>
+#include <limits>
+#include <numeric>
 #include <string>
 #include <vector>
 
@@ -73,18 +76,50 @@ py::tuple to_tuple(const std::vector<T> &v) {
     return t;
 }
 
+/// The qualified name of obj's type, as Python code spells it: "numpy.ndarray", "bytes".
+std::string qualified_type_name(py::handle obj) {
+    py::handle type = reinterpret_cast<PyObject *>(Py_TYPE(obj.ptr()));
+    py::object module = py::getattr(type, "__module__", py::none());
+    py::object name = py::getattr(type, "__qualname__", py::none());
+    if (!py::isinstance<py::str>(module) || !py::isinstance<py::str>(name)) return type_name(obj);
+    std::string m = module.cast<std::string>();
+    return m == "builtins" ? name.cast<std::string>() : m + "." + name.cast<std::string>();
+}
+
 /// Where the current data lives, for repr: the reader's view of the residency flags.
-std::string residency_of(Buffer &b) {
-    if (!b.has_device_allocation()) return "host";
-    if (b.device_dirty()) return "device (host copy stale)";
-    if (b.host_dirty()) return "host (device copy stale)";
+std::string residency_of(const Buffer::MemoryFacts &f) {
+    if (!f.device_allocation) return "host";
+    if (f.flags & halide_buffer_flag_device_dirty) return "device (host copy stale)";
+    if (f.flags & halide_buffer_flag_host_dirty) return "host (device copy stale)";
     return "host and device";
 }
 
+/// Whose the host memory is, for repr: ours, or the Python object it was wrapped from.
+std::string host_memory_of(const Buffer::MemoryFacts &f) {
+    Kept *kept = f.host_ownership == HostOwnership::borrowed ? kept_in(f.host_owner) : nullptr;
+    py::handle origin = kept ? kept->origin() : py::handle();
+    // Borrowed memory with no Python object behind it is another storage of ours (the host
+    // copy of wrapped CUDA memory).
+    return origin ? "wraps " + qualified_type_name(origin) : "owned";
+}
+
+/// Buffer(shape=..., dtype=..., mins=... when not all 0, data=<where the current data is>,
+/// device=<its device>, memory=<whose the host memory is>, device_memory=<whose the device
+/// memory is>, readonly), from one residency operation.
 std::string repr_of(Buffer &b) {
-    std::string shape = py::str(to_tuple(b.shape())).cast<std::string>();
-    std::string out = "Buffer(shape=" + shape + ", dtype=" + b.dtype().name +
-                      ", data=" + residency_of(b);
+    Buffer::MemoryFacts f = b.memory_facts();
+    std::string out = "Buffer(shape=" + py::str(to_tuple(b.shape())).cast<std::string>() + ", dtype=" + b.dtype().name;
+    if (std::any_of(b.mins().begin(), b.mins().end(), [](int64_t m) { return m != 0; }))
+        out += ", mins=" + py::str(to_tuple(b.mins())).cast<std::string>();
+    out += ", data=" + residency_of(f);
+    if (f.device) out += ", device=" + f.device->description();
+    out += ", memory=" + host_memory_of(f);
+    switch (f.device_ownership) {
+        case DeviceOwnership::none: break;
+        case DeviceOwnership::owned: out += ", device_memory=owned"; break;
+        case DeviceOwnership::wrapped: out += ", device_memory=wrapped"; break;
+        case DeviceOwnership::foreign: out += ", device_memory=a pipeline runtime's"; break;
+    }
     if (b.readonly()) out += ", readonly";
     return out + ")";
 }
@@ -161,25 +196,85 @@ std::vector<AxisIndex> to_index(const Buffer &b, py::handle key) {
     return out;
 }
 
+/// A sequence of axes of an n-d buffer as ints, for a permutation check (permutation()) to
+/// judge: an int out of range stays out of range. TypeError for anything but ints.
+std::vector<int> to_axis_list(py::handle given, int n, const char *entry, const char *what, const char *example) {
+    std::vector<int> axes;
+    for (py::handle a : given) {
+        if (!is_integer(a))
+            throw TypeError(std::string(entry) + "(): " + what + " must be ints, not " + type_name(a) + "; pass e.g. " +
+                            example);
+        int64_t axis = to_int64(a, entry, "axis", "pass each axis exactly once");
+        axes.push_back(axis < -n - 1 || axis > n ? n : int(axis));
+    }
+    return axes;
+}
+
+/// A single argument that is a sequence (not a str, nor an int-like array): the items of
+/// b.transposed((1, 0)), b.contains(b.mins).
+bool is_sequence_argument(py::handle arg) {
+    return !is_integer(arg) && py::isinstance<py::sequence>(arg) && !py::isinstance<py::str>(arg);
+}
+
 std::vector<int> to_axes(const Buffer &b, py::args args) {
-    py::sequence given = args;
     if (args.size() == 0) {  // no axes: reverse them, like numpy.transpose
         std::vector<int> axes;
         for (int i = b.ndim(); i-- > 0;) axes.push_back(i);
         return axes;
     }
-    if (args.size() == 1 && py::isinstance<py::sequence>(args[0]) && !py::isinstance<py::str>(args[0]))
-        given = py::reinterpret_borrow<py::sequence>(args[0]);
-    std::vector<int> axes;
-    for (py::handle a : given) {
-        if (!is_integer(a))
-            throw TypeError("transposed(): axes must be ints, not " + type_name(a) +
-                            "; pass e.g. b.transposed(1, 0)");
-        int64_t axis = to_int64(a, "transposed", "axis", "pass each axis exactly once");
-        // Out of int range is as wrong as any other non-axis: transposed() says which are valid.
-        axes.push_back(axis < -b.ndim() - 1 || axis > b.ndim() ? b.ndim() : int(axis));
+    py::handle given = args.size() == 1 && is_sequence_argument(args[0]) ? args[0] : py::handle(args);
+    return to_axis_list(given, b.ndim(), "transposed", "axes", "b.transposed(1, 0)");
+}
+
+/// Buffer(order=): 'C', 'F', or the axes from outermost to innermost in memory.
+std::vector<int> to_order(py::handle order, size_t ndim) {
+    std::vector<int> axes(ndim);
+    std::iota(axes.begin(), axes.end(), 0);
+    if (py::isinstance<py::str>(order)) {
+        std::string o = order.cast<std::string>();
+        if (o == "C") return axes;
+        if (o == "F") return std::vector<int>(axes.rbegin(), axes.rend());
+        throw ValueError("Buffer(): order " + py::repr(order).cast<std::string>() + " is not 'C', 'F' or a "
+                         "sequence of axes; pass 'C' (the last axis innermost in memory), 'F' (the first "
+                         "axis innermost), or the axes from outermost to innermost in memory, e.g. (1, 2, 0)");
     }
-    return axes;
+    if (!is_sequence_argument(order))
+        throw TypeError("Buffer(): order must be 'C', 'F' or a sequence of axes, not " + type_name(order) +
+                        "; pass e.g. order='F' or order=(1, 2, 0)");
+    return to_axis_list(order, int(ndim), "Buffer", "the axes of order", "order=(1, 2, 0)");
+}
+
+/// The ints a method takes one per axis: given separately (b.contains(4, 7)), or as one
+/// sequence passed alone (b.contains(b.mins)). TypeError naming the entry for anything else;
+/// the count is the core's to check.
+py::list per_axis_ints(py::handle args, const char *entry, const char *what, const char *example) {
+    py::tuple items = py::reinterpret_borrow<py::tuple>(args);
+    py::handle given = items.size() == 1 && is_sequence_argument(items[0]) ? items[0] : args;
+    py::list out;
+    for (py::handle v : given) {
+        if (!is_integer(v))
+            throw TypeError(std::string(entry) + "(): " + what + " must be ints, not " + type_name(v) +
+                            "; pass one int per axis, as in " + example);
+        out.append(v);
+    }
+    return out;
+}
+
+/// per_axis_ints() as int64s; one that does not fit is a ValueError naming `what` and the fix.
+std::vector<int64_t> per_axis_int64(py::handle args, const char *entry, const char *what, const char *example,
+                                    const char *fix) {
+    std::vector<int64_t> out;
+    for (py::handle v : per_axis_ints(args, entry, what, example)) out.push_back(to_int64(v, entry, what, fix));
+    return out;
+}
+
+/// A coordinate as an int64: one beyond 64 bits becomes the nearest int64, which lies outside
+/// every buffer just as it does.
+int64_t saturated(py::handle n) {
+    int64_t v;
+    if (as_int64(n, v)) return v;
+    py::object zero = py::int_(0);
+    return n < zero ? std::numeric_limits<int64_t>::min() : std::numeric_limits<int64_t>::max();
 }
 
 /// Buffer methods reach the core object through buffer_of(), which checks the type of self and
@@ -251,16 +346,39 @@ Buffer(shape, dtype="float64") allocates owned, zero-filled, 128-byte aligned ho
     buffer_type = reinterpret_cast<PyTypeObject *>(cls.ptr());
     install_buffer_protocol(cls);
 
-    cls.def(py::init([](py::handle shape, py::handle dtype) {
-                return Buffer::allocate("Buffer", to_shape(shape, "Buffer"), to_dtype(dtype, "Buffer"));
+    cls.def(py::init([](py::handle shape, py::handle dtype, py::handle order) {
+                std::vector<int64_t> s = to_shape(shape, "Buffer");
+                return Buffer::allocate("Buffer", s, to_dtype(dtype, "Buffer"), to_order(order, s.size()));
             }),
-            py::arg("shape"), py::arg("dtype") = "float64")
+            py::arg("shape"), py::arg("dtype") = "float64", py::kw_only(), py::arg("order") = "C")
         .def_static("from_host", &buffer_from_host, py::arg("obj"), py::arg("copy") = false,
                     py::kw_only(), py::arg("external_writes") = true,
                     "Wrap (copy=False) or copy anything with the buffer protocol or an ndarray of "
                     "any dtype, ml_dtypes included. copy=True also copies what numpy.asarray() reads "
                     "(lists, nested sequences, numbers), in the dtype NumPy picks. external_writes=False "
                     "promises that wrapped writable memory changes only through this buffer.")
+        .def_static("make_with_shape_of", [](py::handle other, py::handle dtype) {
+            constexpr const char *entry = "Buffer.make_with_shape_of";
+            if (!PyObject_TypeCheck(other.ptr(), buffer_type))
+                throw TypeError(std::string(entry) + "(): other must be a halide_buffer.Buffer, not " +
+                                type_name(other) + "; pass Buffer.from_host(a) for an array (a view: "
+                                "nothing is copied)");
+            Buffer &o = buffer_of(other.ptr());
+            return Buffer::allocate_like(entry, o, dtype.is_none() ? o.dtype() : to_dtype(dtype, entry));
+        }, py::arg("other"), py::arg("dtype") = py::none(),
+           "A new owned, zero-filled buffer with other's shape, mins and memory order (the order of "
+           "its strides, packed densely), and other's dtype unless dtype is given (Halide's "
+           "make_with_shape_of).")
+        .def_static("make_scalar", [](py::handle dtype) {
+            return Buffer::allocate("Buffer.make_scalar", {}, to_dtype(dtype, "Buffer.make_scalar"));
+        }, py::arg("dtype") = "float64", "A new owned 0-d buffer: one zero element (Halide's make_scalar).")
+        .def_static("make_interleaved", [](py::handle shape, py::handle dtype) {
+            constexpr const char *entry = "Buffer.make_interleaved";
+            return Buffer::allocate_interleaved(entry, to_shape(shape, entry), to_dtype(dtype, entry));
+        }, py::arg("shape"), py::arg("dtype") = "float64",
+           "A new owned, zero-filled buffer in Halide's interleaved layout: shape lists the channels "
+           "first, (channels, height, width), and the channels are innermost in memory, so "
+           "b.transposed(1, 2, 0) is a C-contiguous (height, width, channels) array.")
         // --- geometry
         .def_property_readonly("shape", method([](Buffer &b) { return to_tuple(b.shape()); }))
         .def_property_readonly("strides", method([](Buffer &b) { return to_tuple(b.strides()); }))
@@ -276,6 +394,20 @@ Buffer(shape, dtype="float64") allocates owned, zero-filled, 128-byte aligned ho
         .def_property_readonly("external_writes", method(&Buffer::external_writes),
                                "wrapped writable memory whose owner may write it at any time")
         .def_property_readonly("is_c_contiguous", method(&Buffer::is_c_contiguous))
+        .def("contains", [](py::handle self, py::args coords) {
+            std::vector<int64_t> c;
+            for (py::handle v : per_axis_ints(coords, "contains", "coordinates", "b.contains(*b.mins)"))
+                c.push_back(saturated(v));
+            return buffer_of(self.ptr()).contains(c);
+        }, "Whether these Halide coordinates, one per axis (or one sequence of them), lie inside "
+           "[min, min + extent) on every axis.")
+        .def("set_min", [](py::handle self, py::args mins) {
+            Buffer &b = buffer_of(self.ptr());
+            b.set_min(per_axis_int64(mins, "set_min", "mins", "b.set_min(*b.mins)",
+                                     "pass mins inside Halide's int32 coordinates [-2**31, 2**31 - 1]"));
+        }, "Sets this buffer's mins, one per axis (or one sequence of them), in place: the elements "
+           "stay, their coordinates change. Views made before keep theirs; translated() makes a view "
+           "instead.")
         .def("__len__", method([](Buffer &b) {
             if (b.ndim() == 0) throw TypeError("len(): a 0-d buffer has no length; use b.size");
             return b.shape()[0];
@@ -299,6 +431,28 @@ Buffer(shape, dtype="float64") allocates owned, zero-filled, 128-byte aligned ho
             return b.sliced(int_arg(axis, "sliced", "axis", "pass an axis of b"),
                             int_arg(pos, "sliced", "pos", "slice at a coordinate shown by b.mins and b.shape"));
         }, py::arg("axis"), py::arg("pos"))
+        .def("translated", [](py::handle self, py::handle axis, py::handle delta) {
+            Buffer &b = buffer_of(self.ptr());
+            constexpr const char *fix = "use a smaller delta";
+            if (!delta.is_none())
+                return b.translated(int_arg(axis, "translated", "axis", "pass an axis of b"),
+                                    int_arg(delta, "translated", "delta", fix));
+            if (!is_sequence_argument(axis))
+                throw TypeError("translated(): a lone argument must be a sequence of deltas, one per axis, not " +
+                                type_name(axis) + "; pass translated(axis, delta) to move one axis");
+            return b.translated(per_axis_int64(py::make_tuple(axis), "translated", "deltas",
+                                               "b.translated((1, 0))", fix));
+        }, py::arg("axis"), py::arg("delta") = py::none(),
+           "A view whose mins are moved: translated(axis, delta) adds delta to mins[axis], "
+           "translated(deltas) adds one delta per axis. No data moves.")
+        .def("embedded", [](py::handle self, py::handle axis, py::handle pos) {
+            Buffer &b = buffer_of(self.ptr());
+            return b.embedded(int_arg(axis, "embedded", "axis", "pass an axis of the result"),
+                              int_arg(pos, "embedded", "pos", "pass a pos inside Halide's int32 coordinates"));
+        }, py::arg("axis"), py::arg("pos") = 0,
+           "A view with a new axis of extent 1 at axis (numpy.expand_dims' numbering) whose min is pos.")
+        .def("add_dimension", method(&Buffer::add_dimension),
+             "A view with a new outermost axis (axis 0; Halide's new last dimension) of extent 1 and min 0.")
         .def("transposed", [](py::handle self, py::args axes) {
             Buffer &b = buffer_of(self.ptr());
             return b.transposed(to_axes(b, axes));

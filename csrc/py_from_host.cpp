@@ -23,6 +23,7 @@ struct HeldExport final : Kept {
         Py_VISIT(view.obj);
         return 0;
     }
+    py::handle origin() const override { return view.obj; }
     Py_buffer view{};
 };
 

@@ -95,6 +95,9 @@ struct Kept {
         Py_VISIT(object.ptr());
         return 0;
     }
+    /// The object whose memory or handle is kept, for repr: `object`, unless a subclass holds
+    /// it otherwise.
+    virtual py::handle origin() const { return object; }
     py::object object;  ///< the object kept (what device_detach_native() hands back); may be null
 };
 /// An owner holding `kept`, deleted (with the GIL) when the last copy goes.

@@ -353,6 +353,12 @@ std::shared_ptr<Device> Buffer::device() {
     return storage_->device;
 }
 
+Buffer::MemoryFacts Buffer::memory_facts() {
+    StorageOp op(*storage_);
+    const Storage &s = *storage_;
+    return MemoryFacts{s.effective_flags(), s.root.device != 0, s.device_ownership, s.device, s.ownership, s.owner};
+}
+
 void Buffer::copy_to_host() {
     StorageOp op(*storage_);
     storage_->download("copy_to_host");

@@ -229,8 +229,8 @@ def test_copy_is_contiguous_and_owned():
 
 
 def test_repr_shows_shape_dtype_and_where_the_data_lives():
-    assert repr(hb.Buffer((480, 640), "bfloat16")) == "Buffer(shape=(480, 640), dtype=bfloat16, data=host)"
-    assert repr(hb.Buffer.from_host(b"ab")) == "Buffer(shape=(2,), dtype=uint8, data=host, readonly)"
+    assert repr(hb.Buffer((480, 640), "bfloat16")) == "Buffer(shape=(480, 640), dtype=bfloat16, data=host, memory=owned)"
+    assert repr(hb.Buffer.from_host(b"ab")) == "Buffer(shape=(2,), dtype=uint8, data=host, memory=wraps bytes, readonly)"
 
 
 def test_len():
