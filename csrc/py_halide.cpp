@@ -1,0 +1,119 @@
+// py_halide.cpp: the bridge to the halide package: Buffer.from_halide(), Buffer.to_halide(), and
+// opening the OpenCL loader where Halide's JIT runtime finds it.
+//
+// from_halide() binds the hl.Buffer's own halide_buffer_t to a storage over its host memory
+// (halide_bridge.cpp), so both are one residency state. to_halide() gives that very hl.Buffer
+// back for a view covering it; any other view is a host lease, as numpy(writable=True) is: an
+// hl.Buffer made by Halide's buffer-protocol constructor over an ndarray of the same bytes, of
+// an integer type that constructor reads (it reads no bfloat16 and no 'L' uint64), whose
+// halide_buffer_t then gets the real element type: Halide::Buffer takes its type from there.
+#include <cstdint>
+#include <limits>
+#include <string>
+#include <vector>
+
+#include "errors.h"
+#include "opencl_api.h"
+#include "py_glue.h"
+
+namespace hb {
+namespace {
+
+constexpr const char *kFromHalide = "Buffer.from_halide";
+constexpr const char *kToHalide = "to_halide";
+
+/// The halide package for `entry`, or ModuleNotFoundError saying how to install it.
+py::module_ halide_package(const char *entry) {
+    try {
+        return py::module_::import("halide");
+    } catch (py::error_already_set &e) {
+        if (!e.matches(PyExc_ModuleNotFoundError)) throw;
+        std::string why = py::str(e.value()).cast<std::string>();
+        PyErr_SetString(PyExc_ModuleNotFoundError,
+                        (std::string(entry) + "(): the halide package is not installed (" + why +
+                         "); pip install 'halide>=21,<22'").c_str());
+        throw py::error_already_set();
+    }
+}
+
+/// True for a halide.Buffer. Nothing is one before the halide package was imported.
+bool is_halide_buffer(py::handle obj) {
+    py::object halide = py::module_::import("sys").attr("modules").attr("get")("halide");
+    return !halide.is_none() && py::hasattr(halide, "Buffer") && py::isinstance(obj, halide.attr("Buffer"));
+}
+
+Buffer from_halide_object(py::handle obj) {
+    if (!is_halide_buffer(obj))
+        throw TypeError(std::string(kFromHalide) + "(): expected a halide.Buffer, not " + type_name(obj) +
+                        "; for other memory use Buffer.from_host(obj)");
+    if (!obj.attr("defined")().cast<bool>())
+        throw ValueError(std::string(kFromHalide) + "(): the halide.Buffer is undefined (halide.Buffer() "
+                         "holds no memory); pass one with memory, e.g. halide.Buffer(halide.Float(32), [640, 480])");
+    auto *raw = reinterpret_cast<halide_buffer_t *>(obj.attr("_get_raw_halide_buffer_t")().cast<uintptr_t>());
+    return Buffer::from_halide(kFromHalide, raw, keep_object(obj));
+}
+
+/// The NumPy dtype Halide's buffer-protocol constructor reads for `itemsize` bytes: unsigned
+/// integers, but int64 for 8 bytes (it reads 'l', not 'L').
+const char *carrier_of(int itemsize) {
+    switch (itemsize) {
+        case 1: return "uint8";
+        case 2: return "uint16";
+        case 4: return "uint32";
+        default: return "int64";
+    }
+}
+
+/// TypeError for a dtype Halide has no type for, naming what to pass instead.
+TypeError no_halide_type(const DType &t) {
+    std::string what = std::string(kToHalide) + "(): Halide has no type for " + t.name + "; ";
+    if (const DType *u = dtype_bits_of(t))
+        return TypeError(what + "pass b.bits() for the same bytes as " + u->name);
+    return TypeError(what + "pass a buffer of a dtype it has over the same bytes, e.g. "
+                     "Buffer.from_host(b.numpy().view(numpy.float64))");
+}
+
+py::object to_halide_object(py::handle self) {
+    Buffer &b = buffer_of(self.ptr());
+    if (std::shared_ptr<void> owner = b.halide_owner()) return kept_in(owner)->object;  // one state already
+    const DType &t = b.dtype();
+    if (dtype_by_halide(t.halide) != &t) throw no_halide_type(t);
+    for (int64_t m : b.mins()) {
+        if (m < std::numeric_limits<int32_t>::min() || m > std::numeric_limits<int32_t>::max())
+            throw ValueError(std::string(kToHalide) + "(): min " + std::to_string(m) + " is outside Halide's "
+                             "int32 coordinates; use mins within -2**31 .. 2**31 - 1 (b.with_mins)");
+    }
+    py::module_ halide = halide_package(kToHalide);
+    // Every refusal came first: the lease is the first change.
+    run_lease(b, [&] { b.begin_host_write(kToHalide); });
+    py::object bytes = ndarray_view(self, b, true).attr("view")(carrier_of(t.itemsize));
+    py::object h = halide.attr("Buffer")(bytes);  // reverse_axes: NumPy's last axis is Halide's dimension 0
+    auto *raw = reinterpret_cast<halide_buffer_t *>(h.attr("_get_raw_halide_buffer_t")().cast<uintptr_t>());
+    raw->type = t.halide;
+    bool moved = false;
+    for (int64_t m : b.mins()) moved = moved || m != 0;
+    if (moved) {
+        py::list mins;
+        for (size_t i = b.mins().size(); i-- > 0;) mins.append(b.mins()[i]);
+        h.attr("set_min")(mins);
+    }
+    return h;
+}
+
+}  // namespace
+
+void bind_halide(py::module_ &m) {
+    auto cls = py::reinterpret_borrow<py::class_<Buffer>>(m.attr("Buffer"));
+    cls.def_static("from_halide", &from_halide_object, py::arg("buffer"),
+                   "A Buffer over a halide.Buffer's host memory, without a copy, sharing one residency "
+                   "state with it: its device copy (made by Halide's JIT) and dirty flags are the buffer's. "
+                   "The halide.Buffer is kept alive.")
+        .def("to_halide", &to_halide_object,
+             "A halide.Buffer over this buffer's memory, without a copy: the halide.Buffer it came from "
+             "(Buffer.from_halide) when the view covers it; else a host lease, as numpy(writable=True) is "
+             "(a newer device copy is downloaded; the buffer is marked host dirty).");
+    m.def("_opencl_load_library", [] { return ocl::api("opencl.load_library").path; },
+          "Opens the OpenCL loader (RTLD_GLOBAL) from the candidates given; returns its path.");
+}
+
+}  // namespace hb
