@@ -303,7 +303,9 @@ void RawView::push() const {
     if (!external) return;
     external->device = buf.device;
     external->device_interface = buf.device_interface;
-    external->flags = buf.flags;
+    // Without device memory the host copy is the only one: shown host dirty, since Halide's
+    // runtime uploads only that into device memory it makes (the next absorb takes the flag in).
+    external->flags = buf.device ? buf.flags : buf.flags | kHostDirty;
     external->padding = buf.padding;
 }
 
