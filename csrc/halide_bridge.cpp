@@ -23,6 +23,7 @@ namespace {
 struct Bindings {
     std::mutex mutex;  ///< a leaf: nothing else is locked, and nothing dies, while it is held
     std::unordered_map<const halide_buffer_t *, std::weak_ptr<Storage>> storages;
+    size_t sweep_at = 16;  ///< the size at which expired entries are swept out
 };
 
 Bindings &bindings() {
@@ -40,8 +41,11 @@ std::shared_ptr<Storage> bound_storage(const halide_buffer_t *external) {
 void remember_binding(const halide_buffer_t *external, const std::shared_ptr<Storage> &storage) {
     Bindings &b = bindings();
     std::lock_guard<std::mutex> guard(b.mutex);
-    for (auto it = b.storages.begin(); it != b.storages.end();) {
-        it = it->second.expired() ? b.storages.erase(it) : std::next(it);
+    if (b.storages.size() >= b.sweep_at) {  // expired entries go now and then: amortised O(1)
+        for (auto it = b.storages.begin(); it != b.storages.end();) {
+            it = it->second.expired() ? b.storages.erase(it) : std::next(it);
+        }
+        b.sweep_at = 2 * b.storages.size() + 16;
     }
     b.storages[external] = storage;
 }

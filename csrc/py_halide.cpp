@@ -22,46 +22,72 @@ namespace {
 constexpr const char *kFromHalide = "Buffer.from_halide";
 constexpr const char *kToHalide = "to_halide";
 
-/// The halide package for `entry`, or ModuleNotFoundError saying how to install it.
-py::module_ halide_package(const char *entry) {
-    try {
-        return py::module_::import("halide");
-    } catch (py::error_already_set &e) {
-        if (!e.matches(PyExc_ModuleNotFoundError)) throw;
-        std::string why = py::str(e.value()).cast<std::string>();
-        PyErr_SetString(PyExc_ModuleNotFoundError,
-                        (std::string(entry) + "(): the halide package is not installed (" + why +
-                         "); pip install 'halide>=21,<22'").c_str());
-        throw py::error_already_set();
+/// halide.Buffer, kept for the process once found (a hot path: no lookup per call). Without
+/// `entry`: null while the halide package was never imported (nothing can be one of its
+/// buffers then). With it: the package is imported, or ModuleNotFoundError names `entry`.
+PyObject *halide_buffer_class(const char *entry) {
+    static PyObject *type = nullptr;  // a strong reference, never released
+    if (type) return type;
+    py::object halide = py::reinterpret_steal<py::object>(PyImport_GetModule(py::str("halide").ptr()));
+    if (!halide && PyErr_Occurred()) throw py::error_already_set();
+    if (!halide && !entry) return nullptr;
+    if (!halide) {
+        try {
+            halide = py::module_::import("halide");
+        } catch (py::error_already_set &e) {
+            if (!e.matches(PyExc_ModuleNotFoundError)) throw;
+            std::string why = py::str(e.value()).cast<std::string>();
+            PyErr_SetString(PyExc_ModuleNotFoundError,
+                            (std::string(entry) + "(): the halide package is not installed (" + why +
+                             "); pip install 'halide>=21,<22'").c_str());
+            throw py::error_already_set();
+        }
     }
+    type = py::object(halide.attr("Buffer")).release().ptr();
+    return type;
 }
 
-/// True for a halide.Buffer. Nothing is one before the halide package was imported.
+/// True for a halide.Buffer.
 bool is_halide_buffer(py::handle obj) {
-    py::object halide = py::module_::import("sys").attr("modules").attr("get")("halide");
-    return !halide.is_none() && py::hasattr(halide, "Buffer") && py::isinstance(obj, halide.attr("Buffer"));
+    PyObject *type = halide_buffer_class(nullptr);
+    if (!type) return false;
+    int is = PyObject_IsInstance(obj.ptr(), type);
+    if (is < 0) throw py::error_already_set();
+    return is == 1;
+}
+
+/// The address of a halide.Buffer's halide_buffer_t (Halide's _get_raw_halide_buffer_t()).
+halide_buffer_t *raw_struct_of(py::handle h) {
+    static PyObject *name = PyUnicode_InternFromString("_get_raw_halide_buffer_t");
+    py::object address = py::reinterpret_steal<py::object>(PyObject_CallMethodNoArgs(h.ptr(), name));
+    if (!address) throw py::error_already_set();
+    return reinterpret_cast<halide_buffer_t *>(address.cast<uintptr_t>());
 }
 
 Buffer from_halide_object(py::handle obj) {
     if (!is_halide_buffer(obj))
         throw TypeError(std::string(kFromHalide) + "(): expected a halide.Buffer, not " + type_name(obj) +
                         "; for other memory use Buffer.from_host(obj)");
-    if (!obj.attr("defined")().cast<bool>())
-        throw ValueError(std::string(kFromHalide) + "(): the halide.Buffer is undefined (halide.Buffer() "
-                         "holds no memory); pass one with memory, e.g. halide.Buffer(halide.Float(32), [640, 480])");
-    auto *raw = reinterpret_cast<halide_buffer_t *>(obj.attr("_get_raw_halide_buffer_t")().cast<uintptr_t>());
+    halide_buffer_t *raw;
+    try {
+        raw = raw_struct_of(obj);
+    } catch (py::error_already_set &) {
+        // Halide refuses an undefined buffer (halide.Buffer()): said in our words.
+        if (!obj.attr("defined")().cast<bool>())
+            throw ValueError(std::string(kFromHalide) + "(): the halide.Buffer is undefined (halide.Buffer() "
+                             "holds no memory); pass one with memory, e.g. halide.Buffer(halide.Float(32), "
+                             "[640, 480])");
+        throw;
+    }
     return Buffer::from_halide(kFromHalide, raw, keep_object(obj));
 }
 
 /// The NumPy dtype Halide's buffer-protocol constructor reads for `itemsize` bytes: unsigned
 /// integers, but int64 for 8 bytes (it reads 'l', not 'L').
-const char *carrier_of(int itemsize) {
-    switch (itemsize) {
-        case 1: return "uint8";
-        case 2: return "uint16";
-        case 4: return "uint32";
-        default: return "int64";
-    }
+const DType *carrier_of(int itemsize) {
+    static const DType *const rows[] = {dtype_by_name("uint8"), dtype_by_name("uint16"), dtype_by_name("uint32"),
+                                        dtype_by_name("int64")};
+    return rows[itemsize == 1 ? 0 : itemsize == 2 ? 1 : itemsize == 4 ? 2 : 3];
 }
 
 /// TypeError for a dtype Halide has no type for, naming what to pass instead.
@@ -81,15 +107,14 @@ py::object to_halide_object(py::handle self) {
     for (int64_t m : b.mins()) {
         if (m < std::numeric_limits<int32_t>::min() || m > std::numeric_limits<int32_t>::max())
             throw ValueError(std::string(kToHalide) + "(): min " + std::to_string(m) + " is outside Halide's "
-                             "int32 coordinates; use mins within -2**31 .. 2**31 - 1 (b.with_mins)");
+                             "int32 coordinates; pass a view whose mins lie within -2**31 .. 2**31 - 1");
     }
-    py::module_ halide = halide_package(kToHalide);
+    py::handle halide_buffer = halide_buffer_class(kToHalide);
     // Every refusal came first: the lease is the first change.
     run_lease(b, [&] { b.begin_host_write(kToHalide); });
-    py::object bytes = ndarray_view(self, b, true).attr("view")(carrier_of(t.itemsize));
-    py::object h = halide.attr("Buffer")(bytes);  // reverse_axes: NumPy's last axis is Halide's dimension 0
-    auto *raw = reinterpret_cast<halide_buffer_t *>(h.attr("_get_raw_halide_buffer_t")().cast<uintptr_t>());
-    raw->type = t.halide;
+    py::object bytes = ndarray_view(self, b, true).attr("view")(numpy_dtype(*carrier_of(t.itemsize)));
+    py::object h = halide_buffer(bytes);  // reverse_axes: NumPy's last axis is Halide's dimension 0
+    raw_struct_of(h)->type = t.halide;
     bool moved = false;
     for (int64_t m : b.mins()) moved = moved || m != 0;
     if (moved) {
