@@ -30,8 +30,9 @@ PyObject *halide_buffer_class(const char *entry) {
     if (type) return type;
     py::object halide = py::reinterpret_steal<py::object>(PyImport_GetModule(py::str("halide").ptr()));
     if (!halide && PyErr_Occurred()) throw py::error_already_set();
-    if (!halide && !entry) return nullptr;
-    if (!halide) {
+    bool imported = halide && !halide.is_none();  // None in sys.modules: its import was blocked
+    if (!imported && !entry) return nullptr;
+    if (!imported) {
         try {
             halide = py::module_::import("halide");
         } catch (py::error_already_set &e) {

@@ -6,7 +6,9 @@ mis-detects AVX-512 on some CPUs); the OpenCL ones run on PoCL after
 """
 
 import gc
+import subprocess
 import sys
+import textwrap
 
 import halide as hl  # required test dependency: the test fails, not skips, without it
 import ml_dtypes
@@ -532,6 +534,33 @@ def test_a_jit_chain_on_opencl_moves_nothing_until_the_last_read(gpu_ramp):
     assert (b2.transfers.to_host, b2.transfers.to_device) == (1, 0)
     assert b1.transfers.to_host == 0 and b1.device_dirty()
     assert hb.transfers() - before == (b2.transfers - hb.Buffer(1).transfers)
+
+
+def test_without_the_halide_package_nothing_is_an_hl_buffer_and_to_halide_says_what_to_install():
+    # None in sys.modules makes `import halide` fail as if it were not installed.
+    code = textwrap.dedent("""
+        import sys
+        sys.modules["halide"] = None
+        import numpy as np
+        import halide_buffer as hb
+        try:
+            hb.Buffer.from_halide(np.zeros(3))
+        except TypeError as e:
+            print(e)
+        b = hb.Buffer(3)
+        try:
+            b.to_halide()
+        except ModuleNotFoundError as e:
+            print(e)
+        print(b.host_dirty(), b.transfers.to_host)
+    """)
+    out = subprocess.run([sys.executable, "-W", "error", "-c", code], capture_output=True, text=True, check=True)
+    lines = out.stdout.splitlines()
+    assert lines[0] == ("Buffer.from_halide(): expected a halide.Buffer, not numpy.ndarray; for other memory "
+                        "use Buffer.from_host(obj)")
+    assert lines[1].startswith("to_halide(): the halide package is not installed (")
+    assert lines[1].endswith("); pip install 'halide>=21,<22'")
+    assert lines[2] == "True 0"
 
 
 def test_load_library_names_the_loader_in_use(opencl):
