@@ -161,6 +161,7 @@ void Storage::allocate(const char *entry, const DeviceChoice &on) {
             device = on.device;  // the same memory, used from another stream from now on
             return;
         }
+        if (on.required && on.device != device) refuse_bound(entry);  // not after device_free() either
         if (on.required && on.device != device)
             throw ValueError(std::string(entry) + "(): the buffer's device copy is on " +
                              (device ? device->description() : std::string("a pipeline runtime's device")) +

@@ -240,6 +240,14 @@ def test_host_memory_is_shared_both_ways():
     assert np.asarray(b)[2, 3] == -9
 
 
+def test_negative_strides_are_kept():
+    a = np.arange(12, dtype=np.int16).reshape(3, 4)
+    h = hl.Buffer(a[::-1, ::2])  # Halide's constructor keeps the ndarray's strides
+    b = hb.Buffer.from_halide(h)
+    assert b.shape == (3, 2) and b.strides == (-8, 4)
+    np.testing.assert_array_equal(np.asarray(b), a[::-1, ::2])
+
+
 def test_mins_are_kept_in_numpy_axis_order():
     h = hl.Buffer(hl.Float(32), [4, 3])
     h.set_min([10, -5])
@@ -379,6 +387,16 @@ def test_our_device_memory_is_never_put_in_an_hl_buffer(dev, call, entry):
     assert (b.host_dirty(), b.device_dirty(), h.host_dirty(), h.device_dirty()) == flags
     assert moves() == NONE
     np.testing.assert_array_equal(b.copy().numpy(), np.ones(8, np.float32))
+
+
+def test_naming_our_device_over_halides_device_copy_is_refused_as_such(dev, gpu_ramp):
+    out = device_dirty_hl(gpu_ramp)
+    b = hb.Buffer.from_halide(out)
+    moves = Moves(b)
+    with pytest.raises(BufferError, match=r"^copy_to_device\(\): " + BOUND):
+        b.copy_to_device(dev)
+    assert b.device_dirty() and out.device_dirty() and moves() == NONE
+    np.testing.assert_array_equal(np.asarray(b), expected())
 
 
 def test_a_wrapped_device_allocation_is_refused(dev, ctx):
