@@ -161,11 +161,12 @@ void Storage::allocate(const char *entry, const DeviceChoice &on) {
             device = on.device;  // the same memory, used from another stream from now on
             return;
         }
-        if (on.required && on.device != device) refuse_bound(entry);  // not after device_free() either
-        if (on.required && on.device != device)
+        if (on.required && on.device != device) {
+            refuse_bound(entry);  // device_free() would not help there
             throw ValueError(std::string(entry) + "(): the buffer's device copy is on " +
                              (device ? device->description() : std::string("a pipeline runtime's device")) +
                              ", not " + on.device->description() + "; call device_free() first to move it");
+        }
         return;
     }
     refuse_bound(entry);
