@@ -83,6 +83,9 @@ struct Storage {
     std::atomic<int> published_views{0};      ///< raw_views.size(), read without the lock
     std::atomic<bool> host_flag_cleared{false};  ///< host_dirty was ever cleared (read without the lock)
     std::vector<RawView *> raw_views;      ///< halide_buffer_t's handed to foreign code, still alive
+    /// The owner's own halide_buffer_t (an hl.Buffer's, see Buffer::bind()), published for the
+    /// storage's whole life; null for other storages.
+    std::unique_ptr<RawView> bound;
     uint64_t generation = 0;               ///< counts residency operations (see HostWriteLease)
 
     Storage() = default;
@@ -104,6 +107,9 @@ struct Storage {
     std::shared_ptr<void> free_device(const char *entry);
     void adopt_allocation();     ///< our new allocation: its copies move and count this storage
     void forget_view_handles();
+    /// BufferError naming `entry` for a bound storage: our device memory never goes into its
+    /// owner's halide_buffer_t, whose device copy only Halide's runtime makes.
+    void refuse_bound(const char *entry) const;
     /// Writes the shared state into a view's halide_buffer_t (may_copy: downloading first when
     /// the device copy is one the view cannot show).
     void publish(RawView &r, bool may_copy);
@@ -118,6 +124,13 @@ struct RawView {
     uint64_t published_device = 0;  ///< device as last written into buf
     std::unique_ptr<DeviceHandle> handle;  ///< our handle into the storage's allocation, if any
     const halide_device_interface_t *shown_as = nullptr;  ///< see Buffer::raw()
+    /// A halide_buffer_t someone else owns describing the same memory (an hl.Buffer's, see
+    /// Buffer::bind()): its device, device_interface, flags and padding are taken into `buf`
+    /// before each absorb (pull) and written back after each publish (push). Cleared for good
+    /// when it stops describing the memory `buf` does (its owner changed its geometry in place).
+    halide_buffer_t *external = nullptr;
+    void pull();
+    void push() const;
 };
 
 /// How a residency operation waits for a storage's lock someone else holds (the bindings let
@@ -337,10 +350,25 @@ public:
     /// pointers under its own table), for a view covering its storage; null: ours.
     halide_buffer_t *raw(const char *entry, const halide_device_interface_t *shown_as = nullptr);
 
+    // --- Halide's own buffers (halide_bridge.cpp) ---------------------------------------------
+    /// A buffer over the host memory `external` describes (an hl.Buffer's halide_buffer_t),
+    /// kept alive by `owner`, sharing one residency state with it: `external` becomes the
+    /// storage's bound view. A struct bound to a live storage already gives a view of that one.
+    static Buffer from_halide(const char *entry, halide_buffer_t *external, std::shared_ptr<void> owner);
+    /// The owner whose halide_buffer_t describes exactly this view (a bound storage, the view
+    /// covering it); null otherwise.
+    std::shared_ptr<void> halide_owner();
+
 private:
     Buffer() = default;
     /// The view's halide_buffer_t would show the storage's whole root (same geometry and type).
     bool covers_whole_storage() const;
+    /// Makes `external` (describing exactly this view of a new storage) the storage's bound
+    /// view, taking in its residency state (residency.cpp).
+    void bind(halide_buffer_t *external);
+    /// The halide_buffer_t the storage is bound to, after taking in what changed there; null
+    /// when none, or no longer (residency.cpp).
+    const halide_buffer_t *bound_struct();
     static Buffer adopt_storage(std::shared_ptr<Storage> storage, const DType &dtype, uint8_t *data,
                                 std::vector<int64_t> shape, std::vector<int64_t> strides);
     /// `axis` as 0..ndim-1 (negative counts from the end), or IndexError naming `entry`; `verb`

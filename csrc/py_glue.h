@@ -154,6 +154,10 @@ void bind_aot(py::module_ &m);
 /// halide_buffer.CudaDevice, the CUDA entry points, Buffer.__cuda_array_interface__.
 void bind_cuda(py::module_ &m, py::class_<Buffer> &cls);
 
+// py_halide.cpp
+/// Buffer.from_halide(), Buffer.to_halide(), _opencl_load_library(): the bridge to the halide package.
+void bind_halide(py::module_ &m);
+
 // py_from_host.cpp
 /// Buffer.from_host(): wrap (or copy) anything with the buffer protocol or an ndarray.
 Buffer buffer_from_host(py::handle obj, bool copy, bool external_writes);

@@ -151,6 +151,7 @@ PYBIND11_MODULE(_core, m) {
     hb::bind_device(m);
     hb::bind_transfer_totals(m);
     hb::bind_buffer(m);
+    hb::bind_halide(m);
     hb::bind_aot(m);
     m.def("_abi_layout", &hb::abi_layout);
     m.def("_live_counts", [] {

@@ -20,14 +20,22 @@ constexpr uint64_t kDeviceDirty = halide_buffer_flag_device_dirty;
 
 namespace {
 
+/// The same elements at the same addresses: host, type, extents and strides (coordinates aside).
+bool same_memory(const halide_buffer_t &a, const halide_buffer_t &b) {
+    if (a.host != b.host || a.dimensions != b.dimensions || a.type.code != b.type.code ||
+        a.type.bits != b.type.bits)
+        return false;
+    for (int i = 0; i < a.dimensions; ++i) {
+        if (a.dim[i].extent != b.dim[i].extent || a.dim[i].stride != b.dim[i].stride) return false;
+    }
+    return true;
+}
+
 /// Same geometry as the storage's root: a pipeline's allocation for it covers the storage.
 bool covers_storage(const halide_buffer_t &view, const halide_buffer_t &root) {
-    if (view.host != root.host || view.dimensions != root.dimensions ||
-        view.type.code != root.type.code || view.type.bits != root.type.bits)
-        return false;
+    if (!same_memory(view, root)) return false;
     for (int i = 0; i < view.dimensions; ++i) {
-        const halide_dimension_t &a = view.dim[i], &b = root.dim[i];
-        if (a.min != b.min || a.extent != b.extent || a.stride != b.stride) return false;
+        if (view.dim[i].min != root.dim[i].min) return false;
     }
     return true;
 }
@@ -53,7 +61,9 @@ void check(int rc, const char *entry, const char *operation) {
 // ---------------------------------------------------------------------------------------------
 
 Storage::~Storage() {
-    if (root.device && root.device_interface) {
+    // What the owner's own halide_buffer_t shows is the owner's to free (an hl.Buffer does).
+    bool owners = bound && bound->external && bound->external->device == root.device;
+    if (root.device && root.device_interface && !owners) {
         TargetDevice target(device.get());
         root.device_interface->device_free(nullptr, &root);  // nothing to keep: no one can read it
     }
@@ -73,6 +83,7 @@ void Storage::absorb_raw_views() {
 }
 
 void Storage::absorb(RawView &r) {
+    r.pull();
     if (r.buf.device != r.published_device) {
         if (!r.buf.device) {
             let_go(r);
@@ -149,12 +160,15 @@ void Storage::allocate(const char *entry, const DeviceChoice &on) {
             device = on.device;  // the same memory, used from another stream from now on
             return;
         }
-        if (on.required && on.device != device)
+        if (on.required && on.device != device) {
+            refuse_bound(entry);  // device_free() would not help there
             throw ValueError(std::string(entry) + "(): the buffer's device copy is on " +
                              (device ? device->description() : std::string("a pipeline runtime's device")) +
                              ", not " + on.device->description() + "; call device_free() first to move it");
+        }
         return;
     }
+    refuse_bound(entry);
     if (!on.device)
         throw ValueError(std::string(entry) + "(): the buffer has no device allocation and no device "
                          "was given; pass device=halide_buffer.opencl.device() or halide_buffer.cuda.device()");
@@ -199,6 +213,13 @@ std::shared_ptr<void> Storage::free_device(const char *entry) {
     device_ownership = DeviceOwnership::none;
     device.reset();
     return std::exchange(device_owner, nullptr);
+}
+
+void Storage::refuse_bound(const char *entry) const {
+    if (bound)
+        throw BufferError(std::string(entry) + "(): the buffer's memory is an hl.Buffer's (Buffer.from_halide), "
+                          "which holds device memory only from Halide's runtime; copy it into a buffer of its "
+                          "own first: b.copy()");
 }
 
 void Storage::forget_view_handles() {
@@ -255,10 +276,38 @@ void Storage::publish(RawView &r, bool may_copy) {
     r.buf.device_interface = interface;
     r.buf.padding = device_field ? root.padding : nullptr;  // where our CUDA pointers find their allocation
     r.buf.flags = r.published = effective_flags();
+    r.push();
 }
 
 void Storage::publish_all() {
     for (RawView *r : raw_views) publish(*r, false);
+}
+
+void RawView::pull() {
+    if (!external) return;
+    if (!same_memory(*external, buf)) {
+        // Its owner changed its geometry in place: it describes other memory now. What it shows
+        // stays its own (absorb lets go of a device copy it held, without freeing it).
+        external = nullptr;
+        buf.device = 0;
+        buf.device_interface = nullptr;
+        buf.padding = nullptr;
+        return;
+    }
+    buf.device = external->device;
+    buf.device_interface = external->device_interface;
+    buf.flags = external->flags;
+    buf.padding = external->padding;
+}
+
+void RawView::push() const {
+    if (!external) return;
+    external->device = buf.device;
+    external->device_interface = buf.device_interface;
+    // Without device memory the host copy is the only one: shown host dirty, since Halide's
+    // runtime uploads only that into device memory it makes (the next absorb takes the flag in).
+    external->flags = buf.device ? buf.flags : buf.flags | kHostDirty;
+    external->padding = buf.padding;
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -394,6 +443,7 @@ void Buffer::device_wrap_native(const std::shared_ptr<Device> &on, uint64_t nati
     constexpr const char *entry = "device_wrap_native";
     StorageOp op(*storage_);
     Storage &s = *storage_;
+    s.refuse_bound(entry);
     if (s.root.device)
         throw ValueError(std::string(entry) + "(): the buffer already has a device allocation; call "
                          "device_free() first");
@@ -493,6 +543,7 @@ void HostWriteLease::withdraw() {
 Buffer::DeviceView Buffer::begin_device_use(const char *entry, const DeviceChoice &on, bool write) {
     StorageOp op(*storage_);
     Storage &s = *storage_;
+    s.refuse_bound(entry);
     if (s.device_ownership == DeviceOwnership::foreign)
         throw BufferError(std::string(entry) + "(): the device copy belongs to a pipeline's Halide "
                           "runtime; call copy_to_host() and device_free() first");
@@ -552,6 +603,7 @@ void Buffer::prepare_for_pipeline(const char *entry, const halide_device_interfa
             s.download(entry);
         return;
     }
+    s.refuse_bound(entry);
     if (s.root.device && s.device != device) {
         // The same memory used from another stream is taken over; elsewhere: home first, then placed.
         if (s.device && s.root.device_interface == device->interface() && device->take_over(s.root, *s.device))
@@ -587,6 +639,31 @@ void Buffer::expect_upload() {
     }
     buf.flags = kHostDirty;
     raw_->published = buf.flags;
+}
+
+void Buffer::bind(halide_buffer_t *external) {
+    StorageOp op(*storage_);
+    Storage &s = *storage_;
+    // The root takes the owner's coordinates, so that its struct covers the storage.
+    int n = ndim();
+    for (int i = 0; i < n; ++i) s.root_dims[size_t(n - 1 - i)].min = int32_t(mins_[size_t(i)]);
+    auto r = std::make_unique<RawView>();
+    r->dims.assign(external->dim, external->dim + n);
+    r->buf = s.root;
+    r->buf.dim = n ? r->dims.data() : nullptr;
+    r->buf.device = 0;
+    r->buf.device_interface = nullptr;
+    r->published = r->buf.flags;  // the owner's flags are news unless they are the root's
+    r->external = external;
+    s.raw_views.push_back(r.get());
+    ++s.published_views;
+    s.bound = std::move(r);
+    s.absorb(*s.bound);  // its device copy and flags become the storage's
+}
+
+const halide_buffer_t *Buffer::bound_struct() {
+    StorageOp op(*storage_);
+    return storage_->bound ? storage_->bound->external : nullptr;
 }
 
 halide_buffer_t *Buffer::raw(const char *entry, const halide_device_interface_t *shown_as) {

@@ -11,8 +11,9 @@ first use. It is looked for in this order:
    which pyopencl sets; opened on its own it finds no platform or crashes;
 3. the system's ``libOpenCL.so.1``.
 
-The loader is opened with ``RTLD_GLOBAL`` so that Halide's OpenCL runtime, inside an AOT
-pipeline, finds the same API; ``hb.aot`` opens it before an OpenCL pipeline's first call.
+The loader is opened with ``RTLD_GLOBAL`` so that Halide's OpenCL runtime finds the same API:
+``hb.aot`` opens it before an OpenCL AOT pipeline's first call; :func:`load_library` opens it for
+Halide's JIT (``Func.realize`` and the like with an ``-opencl`` target).
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ from typing import Any
 from . import _core
 from ._core import Buffer, Device
 
-__all__ = ["as_array", "device", "library_candidates", "loaded_library", "wrap"]
+__all__ = ["as_array", "device", "library_candidates", "load_library", "loaded_library", "wrap"]
 
 ENV_LIBRARY = "HALIDE_BUFFER_OPENCL_LIBRARY"
 _default: Device | None = None
@@ -61,6 +62,18 @@ def _choose_loader() -> None:
             candidates = library_candidates()
             _prepare_pyopencl_loader(candidates)
             _core._opencl_set_library_candidates(candidates)
+
+
+def load_library() -> str:
+    """Opens the OpenCL loader now, if no device or pipeline has yet, and returns its path.
+
+    Halide's JIT runtime (``Func.realize``, ``Callable`` with an ``-opencl`` target) looks the
+    OpenCL API up in the process: call this first, so that it finds the loader
+    :func:`library_candidates` chose (PoCL from pip included), the same one our devices use.
+    Raises ``halide_buffer.DeviceError`` saying what to install when there is none.
+    """
+    _choose_loader()
+    return _core._opencl_load_library()
 
 
 def loaded_library() -> str | None:
