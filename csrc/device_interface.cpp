@@ -277,6 +277,11 @@ int backend_buffer_copy(const halide_device_interface_t *ours, PlaceOf place_of,
     if (!target_end(dst, dst_place, dst_interface != nullptr, box, to, upload))
         return dst_interface ? halide_error::incompatible_device_interface : halide_error::host_is_null;
     if (!source_end(src, src_place, to, box, from)) return halide_error::incompatible_device_interface;
+    // To the host of a buffer of ours whose device copy is the newer one: its storage comes home
+    // first, as Halide will call the host copy the newer one.
+    if (!dst_interface && dst_place.root && !host_current(dst, dst_place)) {
+        if (int rc = dst->device_interface->impl->copy_to_host(uc, dst)) return rc;
+    }
     int rc = move(from, to, box);
     if (rc == kNotOnDevice) return halide_error::incompatible_device_interface;
     if (rc == 0 && upload) rc = dst_interface->impl->copy_to_device(uc, dst);

@@ -130,10 +130,11 @@ using PlaceOf = DevicePlace (*)(const halide_buffer_t *buf);
 /// Halide's impl-table buffer_copy for our backend of interface `ours`: copies the elements both
 /// buffers cover (the overlap of their domains, at the same coordinates) from src's current copy
 /// to dst's device memory (dst_interface set: ours) or host memory (null), through the Device
-/// data primitives: device to device without the host where the memories are shared. A dst
-/// whose device copy is not current gets the elements in its host copy, which then goes up
-/// whole (its storage's one state must stay true). -42 (incompatible) when src's current copy
-/// is another runtime's device memory: Halide's runtime brings it to the host first.
+/// data primitives: device to device without the host where the memories are shared. Its
+/// storage's one state must stay true: a dst whose device copy is not current gets the elements
+/// in its host copy, which then goes up whole; a dst of ours copied to on the host whose device
+/// copy is the newer one comes home first. -42 (incompatible) when src's current copy is
+/// another runtime's device memory: Halide's runtime brings it to the host first.
 int backend_buffer_copy(const halide_device_interface_t *ours, PlaceOf place_of, void *user_context,
                         halide_buffer_t *src, const halide_device_interface_t *dst_interface, halide_buffer_t *dst);
 /// "64 B", "3 KiB", "256 MiB": sizes in messages, rounded down.

@@ -245,6 +245,26 @@ def test_a_destination_whose_device_copy_is_stale_gets_the_box_on_the_host_then_
     assert dst_moves() == down(dst_parent.nbytes)
 
 
+def test_a_destination_whose_host_copy_is_stale_comes_home_before_a_copy_to_its_host(runtime):
+    """Halide calls the destination's host copy the newer one after a copy to the host: a
+    destination whose device copy was newer comes home first, so that the rest of it is kept."""
+    on_device = random_bits((6, 6), "uint8", seed=11)
+    src = device_newer(np.empty_like(on_device), on_device, np.zeros((6, 6), np.uint8))
+    dst_device = np.full((8, 8), 5, np.uint8)
+    dst_parent = device_newer(np.empty_like(dst_device), dst_device, np.zeros((8, 8), np.uint8))
+    dst = dst_parent[2:, 2:]
+    src_moves, dst_moves = Moves(src), Moves(dst_parent)
+    rc, flags, errors = runtime.copy(src, dst, to_device=False)
+    assert (rc, errors) == (0, [])
+    assert flags & HOST_DIRTY and not flags & DEVICE_DIRTY
+    assert src_moves() == down(4 * 4) and dst_moves() == down(64)
+    assert dst_parent.host_dirty() and not dst_parent.device_dirty()
+    expected = dst_device.copy()
+    expected[2:6, 2:6] = on_device[2:6, 2:6]
+    np.testing.assert_array_equal(np.asarray(dst_parent), expected)
+    assert dst_moves() == NONE
+
+
 def test_a_source_on_another_runtimes_device_is_refused_and_halide_goes_through_the_host(runtime, pipeline):
     """The pipeline's own runtime allocated the source's device copy (a foreign allocation):
     our interface answers -42 and Halide's runtime reads it into the destination's host copy
