@@ -234,10 +234,20 @@ int compute_capability(void *, int *major, int *minor) {
     return 0;
 }
 
+DevicePlace place_of(const halide_buffer_t *buf) {
+    const DeviceAllocation *a = allocation_of(buf);
+    const halide_buffer_t *root = a->whole ? a->whole : buf;
+    return {root, int64_t(buf->device - root->device), a->device.get()};
+}
+
+int buffer_copy(void *uc, halide_buffer_t *src, const halide_device_interface_t *dst_interface, halide_buffer_t *dst) {
+    return backend_buffer_copy(cuda_interface(), place_of, uc, src, dst_interface, dst);
+}
+
 const halide_device_interface_impl_t kImpl = {
     no_module,     no_module,      device_malloc,          device_free,
     device_sync,   no_device_release, copy_to_host,        copy_to_device,
-    device_and_host_malloc,        device_and_host_free,   copy_through_host,
+    device_and_host_malloc,        device_and_host_free,   buffer_copy,
     device_crop,   device_slice,   device_release_crop,    wrap_native,
     detach_native,
 };

@@ -115,13 +115,28 @@ int64_t slice_offset(const halide_buffer_t *src, int dim, int pos);
 int host_and_device_malloc(void *uc, halide_buffer_t *buf, int (*device_malloc)(void *, halide_buffer_t *));
 int host_and_device_free(void *uc, halide_buffer_t *buf, int (*device_free)(void *, halide_buffer_t *));
 /// Impl-table entries our backends share: no module to count (the tables are static), nothing
-/// to release per context (devices own theirs), and buffer_copy answering -42, which makes
-/// Halide's runtime copy through the host instead.
+/// to release per context (devices own theirs).
 void no_module();
 int no_device_release(void *user_context);
-int copy_through_host(void *user_context, halide_buffer_t *src, const halide_device_interface_t *dst_interface,
-                      halide_buffer_t *dst);
 
+/// Where a buffer using one of our interfaces has its elements in its storage's device memory.
+struct DevicePlace {
+    const halide_buffer_t *root = nullptr;  ///< holds the allocation: the storage's root, else the buffer
+    int64_t offset = 0;                     ///< bytes from root's element at host to the buffer's
+    const Device *device = nullptr;         ///< the allocation's device
+};
+/// How a backend finds it (its impl table knows where it keeps the allocation).
+using PlaceOf = DevicePlace (*)(const halide_buffer_t *buf);
+/// Halide's impl-table buffer_copy for our backend of interface `ours`: copies the elements both
+/// buffers cover (the overlap of their domains, at the same coordinates) from src's current copy
+/// to dst's device memory (dst_interface set: ours) or host memory (null), through the Device
+/// data primitives: device to device without the host where the memories are shared. Its
+/// storage's one state must stay true: a dst whose device copy is not current gets the elements
+/// in its host copy, which then goes up whole; a dst of ours copied to on the host whose device
+/// copy is the newer one comes home first. -42 (incompatible) when src's current copy is
+/// another runtime's device memory: Halide's runtime brings it to the host first.
+int backend_buffer_copy(const halide_device_interface_t *ours, PlaceOf place_of, void *user_context,
+                        halide_buffer_t *src, const halide_device_interface_t *dst_interface, halide_buffer_t *dst);
 /// "64 B", "3 KiB", "256 MiB": sizes in messages, rounded down.
 std::string size_text(uint64_t bytes);
 /// Records a driver's failure for the caller (code, its name, what failed and the fix) and
