@@ -8,6 +8,8 @@
 #include <memory>
 #include <new>
 
+#include "strided.h"
+
 namespace hb {
 namespace {
 
@@ -186,22 +188,6 @@ DenseLayout dense_layout_like(const std::vector<int64_t> &shape, const std::vect
     return layout;
 }
 
-void copy_host_elements(const std::vector<int64_t> &shape, const uint8_t *src,
-                        const std::vector<int64_t> &src_strides, uint8_t *dst,
-                        const std::vector<int64_t> &dst_strides, int64_t itemsize) {
-    // Row by row over the plan of the pair: contiguous runs become one memcpy each.
-    CopyPlan plan = plan_copy(shape, src_strides, dst_strides, itemsize);
-    plan.for_each([&](int64_t from, int64_t to) {
-        for (int64_t z = 0; z < plan.slices; ++z) {
-            for (int64_t y = 0; y < plan.rows; ++y) {
-                std::memcpy(dst + to + z * plan.slice_pitch[1] + y * plan.row_pitch[1],
-                            src + from + z * plan.slice_pitch[0] + y * plan.row_pitch[0], size_t(plan.row_bytes));
-            }
-        }
-        return 0;
-    });
-}
-
 int64_t region_bytes(const std::vector<int64_t> &shape, int64_t itemsize) {
     int64_t bytes = itemsize;
     for (int64_t extent : shape) bytes *= std::max<int64_t>(extent, 0);
@@ -229,10 +215,10 @@ int host_transfer(const DeviceRegion &device, const HostRegion &host, Direction 
     if (!staging) return halide_error::out_of_memory;
     uint8_t *origin = staging.get() + layout.origin;
     if (direction == Direction::to_device)
-        copy_host_elements(device.shape, host.data, host.strides, origin, layout.strides, device.itemsize);
+        copy_strided(origin, layout.strides, host.data, host.strides, device.shape, device.itemsize);
     int rc = run(plan_copy(device.shape, device.strides, layout.strides, device.itemsize), origin);
     if (rc == 0 && direction == Direction::to_host)
-        copy_host_elements(device.shape, origin, layout.strides, host.data, host.strides, device.itemsize);
+        copy_strided(host.data, host.strides, origin, layout.strides, device.shape, device.itemsize);
     return rc;
 }
 

@@ -68,10 +68,6 @@ struct DenseLayout {
 DenseLayout dense_layout_like(const std::vector<int64_t> &shape, const std::vector<int64_t> &strides,
                               int64_t itemsize);
 
-/// Copies elements between two host layouts of `shape` (byte strides of any sign).
-void copy_host_elements(const std::vector<int64_t> &shape, const uint8_t *src,
-                        const std::vector<int64_t> &src_strides, uint8_t *dst,
-                        const std::vector<int64_t> &dst_strides, int64_t itemsize);
 
 /// The elements' bytes of a region, and the bytes it reaches from its element at index 0.
 int64_t region_bytes(const std::vector<int64_t> &shape, int64_t itemsize);

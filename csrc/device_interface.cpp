@@ -13,6 +13,7 @@
 
 #include "device.h"
 #include "device_copy.h"
+#include "strided.h"
 
 namespace hb {
 
@@ -211,10 +212,10 @@ int bounce(const End &from, const End &to, const Box &box) {
     if (from.device) {
         if (int rc = from.device->read(from.region, stage)) return rc;
     } else {
-        copy_host_elements(box.shape, from.host.data, from.host.strides, stage.data, stage.strides, box.itemsize);
+        copy_strided(stage.data, stage.strides, from.host.data, from.host.strides, box.shape, box.itemsize);
     }
     if (to.device) return to.device->write(stage, to.region);
-    copy_host_elements(box.shape, stage.data, stage.strides, to.host.data, to.host.strides, box.itemsize);
+    copy_strided(to.host.data, to.host.strides, stage.data, stage.strides, box.shape, box.itemsize);
     return 0;
 }
 
