@@ -97,6 +97,17 @@ def fmt_ratio(r):
     return "-" if r is None else f"{r:.2f}x"
 
 
+def print_case_table(cases, ref_ns, peer_ns, ref_title):
+    """Each case's best and median ns per call, and its ratios to the reference and the peer."""
+    w = max(len(c.label) for c in cases)
+    print(f"{'case':<{w}}  {'best ns':>8}  {'median':>8}  {ref_title:>8}  {'vs peer':>8}")
+    print("-" * (w + 2 + 8 + 2 + 8 + 2 + 8 + 2 + 8))
+    for c in cases:
+        print(f"{c.label:<{w}}  {c.rounds_ns.best:8.1f}  {c.rounds_ns.median:8.1f}  "
+              f"{fmt_ratio(ratio(c.rounds_ns.best, ref_ns)):>8}  {fmt_ratio(ratio(c.rounds_ns.best, peer_ns)):>8}")
+    print()
+
+
 def write_json(path, report):
     """Keeps a run's figures (--json)."""
     Path(path).write_text(json.dumps(report, indent=2) + "\n")

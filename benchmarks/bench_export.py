@@ -42,7 +42,8 @@ import numpy as np
 
 import halide_buffer as hb
 
-from bench_common import Rounds, environment, environment_line, fmt_ratio, ratio, run_cases, write_json
+from bench_common import (Rounds, environment, environment_line, fmt_ratio, print_case_table, ratio, run_cases,
+                          write_json)
 
 HERE = Path(__file__).resolve().parent
 PEER_SOURCE = HERE / "peer_def_buffer.cpp"
@@ -205,13 +206,7 @@ def main(argv=None):
     print(f"peer (pybind11 def_buffer): "
           f"{'built from ' + PEER_SOURCE.name if peer_mod is not None else 'unavailable: ' + peer_reason}")
     print()
-    w = max(len(c.label) for c in cases)
-    print(f"{'case':<{w}}  {'best ns':>8}  {'median':>8}  {'vs NumPy':>8}  {'vs peer':>8}")
-    print("-" * (w + 2 + 8 + 2 + 8 + 2 + 8 + 2 + 8))
-    for c in cases:
-        print(f"{c.label:<{w}}  {c.rounds_ns.best:8.1f}  {c.rounds_ns.median:8.1f}  "
-              f"{fmt_ratio(ratio(c.rounds_ns.best, ref)):>8}  {fmt_ratio(ratio(c.rounds_ns.best, peer)):>8}")
-    print()
+    print_case_table(cases, ref, peer, "vs NumPy")
 
     r_np = ratio(best["asarray_buffer"], ref)
     r_peer = ratio(best["asarray_buffer"], peer)

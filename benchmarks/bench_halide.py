@@ -32,7 +32,7 @@ import numpy as np
 
 import halide_buffer as hb
 
-from bench_common import Rounds, environment, environment_line, fmt_ratio, ratio, run_cases, write_json
+from bench_common import Rounds, environment, environment_line, print_case_table, ratio, run_cases, write_json
 
 EXTENTS = [4, 4]  # Halide's order; NumPy shape (4, 4)
 TARGET = 1.5
@@ -107,13 +107,7 @@ def main(argv=None):
     print(f"hl.Buffer bridge: best of {args.repeat} x {args.number} calls, float32 hl.Buffer {EXTENTS}")
     print(environment_line())
     print()
-    w = max(len(c.label) for c in cases)
-    print(f"{'case':<{w}}  {'best ns':>8}  {'median':>8}  {'vs ref':>8}  {'vs peer':>8}")
-    print("-" * (w + 2 + 8 + 2 + 8 + 2 + 8 + 2 + 8))
-    for c in cases:
-        print(f"{c.label:<{w}}  {c.rounds_ns.best:8.1f}  {c.rounds_ns.median:8.1f}  "
-              f"{fmt_ratio(ratio(c.rounds_ns.best, ref)):>8}  {fmt_ratio(ratio(c.rounds_ns.best, peer)):>8}")
-    print()
+    print_case_table(cases, ref, peer, "vs ref")
 
     r_ref = ratio(best["asarray_from_halide"], ref)
     r_paired = statistics.median(
