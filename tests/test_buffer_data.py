@@ -323,13 +323,38 @@ def test_copy_from_moves_only_the_overlap_once_and_device_to_device_nothing(dev,
     assert np.array_equal(bits_of(current(src_base, src_kind)), bits_of(src_values))
 
 
-def test_copy_from_between_two_devices_buffers_stages_only_the_overlap(dev):
-    # A second OpenCL device object on the same context counts as another device only if it
-    # cannot reach the memory; PoCL's one device shares it, so this checks the shared case.
+@pytest.fixture(scope="module")
+def other_dev(ctx):
+    """A second OpenCL device: PoCL's CPU device again, in a context of its own, so its memory
+    is not the default device's (copies between the two go through the host)."""
+    import pyopencl as cl
+
+    return hb.opencl.device(cl.Context(ctx.devices))
+
+
+@pytest.mark.parametrize("dst_kind", ["device", "both"])
+def test_copy_from_between_two_devices_stages_only_the_overlap(dev, other_dev, dst_kind):
     src = device_resident(np.arange(12, dtype=np.int32), dev)
-    dst = on_device_current(np.zeros(12, np.int32), dev)
+    dst = hb.Buffer.from_host(np.zeros(12, np.int32), copy=True)
+    dst.copy_to_device(other_dev)
+    if dst_kind == "device":
+        dst.set_device_dirty(True)
+    src_moves, dst_moves = Moves(src), Moves(dst)
     dst.copy_from(src.cropped(0, 4, 4))
-    assert list(on_device(dst)) == [0] * 4 + [4, 5, 6, 7] + [0] * 4
+    assert src_moves() == down(16) and dst_moves() == up(16)
+    assert dst.device_dirty() and src.device_dirty()
+    assert list(hb.opencl.as_array(dst, device=other_dev, writable=False).get()) == [0] * 4 + [4, 5, 6, 7] + [0] * 4
+
+
+def test_copy_from_a_device_copy_to_another_devices_host_reads_only_the_overlap(dev, other_dev):
+    src = device_resident(np.arange(12, dtype=np.int32), dev)
+    dst = hb.Buffer(12, "int32")
+    dst.copy_to_device(other_dev)
+    dst.numpy(writable=True)[0] = 99  # host newer: the write goes to the host
+    src_moves, dst_moves = Moves(src), Moves(dst)
+    dst.copy_from(src.cropped(0, 8, 4))
+    assert src_moves() == down(16) and dst_moves() == NONE
+    assert list(dst.numpy()) == [99] + [0] * 7 + [8, 9, 10, 11]
 
 
 # --- __setitem__ --------------------------------------------------------------------------------
