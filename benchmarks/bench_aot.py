@@ -59,14 +59,13 @@ import sys
 import sysconfig
 import tempfile
 import time
-import timeit
 from pathlib import Path
 
 import numpy as np
 
 import halide_buffer as hb
 
-from bench_common import Rounds, environment, environment_line, fmt_ratio, ratio, run_cases, write_json
+from bench_common import Case, Rounds, environment, environment_line, fmt_ratio, ratio, run_cases, write_json
 
 TARGET = "x86-64-linux-avx-avx2-f16c-fma-sse41"
 HOST_NAME = "hb_bench_add_one"
@@ -274,14 +273,6 @@ def build_counter(workdir: Path):
 # Call overhead (host pipeline)
 # --------------------------------------------------------------------------------------------
 
-
-class Case:
-    def __init__(self, key, label, stmt, env, group):
-        self.key = key            # stable name for --json
-        self.label = label        # what the table prints
-        self.timer = timeit.Timer(stmt, globals=env)
-        self.group = group        # "ours", "peer", "info"
-        self.rounds_ns = Rounds()  # per-call ns of every round
 
 
 def host_buffers(src):

@@ -5,6 +5,7 @@ import os
 import platform
 import statistics
 import time
+import timeit
 from pathlib import Path
 
 import numpy as np
@@ -76,6 +77,18 @@ def environment_line():
     e = environment()
     return (f"python {e['python']}, numpy {e['numpy']}, halide_buffer {e['halide_buffer']}, "
             f"{e['machine']}, {e['cpus']} cpus")
+
+
+class Case:
+    """One statement timed with ``timeit`` in rounds of calls (see run_cases())."""
+
+    def __init__(self, key, label, stmt, env, group, ref=None):
+        self.key = key            # stable name for --json
+        self.label = label        # what the table prints
+        self.timer = timeit.Timer(stmt, globals=env)
+        self.group = group        # "ours", "reference", "peer", "info"
+        self.ref = ref            # key of the case its ratio is taken against (None: none)
+        self.rounds_ns = Rounds()  # per-call ns of every round
 
 
 def run_cases(cases, number, repeat):

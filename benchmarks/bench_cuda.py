@@ -46,14 +46,13 @@ import argparse
 import ctypes
 import statistics
 import sys
-import timeit
 import warnings
 
 import numpy as np
 
 import halide_buffer as hb
 
-from bench_common import (CopyCase, Rounds, environment, environment_line, fmt_ratio, ratio, run_cases,
+from bench_common import (Case, CopyCase, environment, environment_line, fmt_ratio, ratio, run_cases,
                           run_copy_cases, write_json)
 
 MiB = 1 << 20
@@ -220,15 +219,6 @@ class Interface:
     def __cuda_array_interface__(self):
         return self.c.__cuda_array_interface__
 
-
-class Case:
-    def __init__(self, key, label, stmt, env, group, ref):
-        self.key = key            # stable name for --json
-        self.label = label        # what the table prints
-        self.timer = timeit.Timer(stmt, globals=env)
-        self.group = group        # "ours", "peer", "info"
-        self.ref = ref            # key of the case its ratio is taken against (None: none)
-        self.rounds_ns = Rounds()  # per-call ns of every round
 
 
 def export_objects(cupy, torch, dev):

@@ -46,7 +46,6 @@ import subprocess
 import sys
 import sysconfig
 import tempfile
-import timeit
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -54,7 +53,7 @@ import numpy as np
 
 import halide_buffer as hb
 
-from bench_common import Rounds, environment, environment_line, fmt_ratio, ratio, run_cases, write_json
+from bench_common import Case, environment, environment_line, fmt_ratio, ratio, run_cases, write_json
 
 try:
     import torch
@@ -177,15 +176,6 @@ class CapsuleOnly:
 # Cases
 # --------------------------------------------------------------------------------------------
 
-
-class Case:
-    def __init__(self, key, label, stmt, env, group, ref):
-        self.key = key            # stable name for --json
-        self.label = label        # what the table prints
-        self.timer = timeit.Timer(stmt, globals=env)
-        self.group = group        # "ours", "reference", "peer", "info"
-        self.ref = ref            # key of the case its ratio is taken against
-        self.rounds_ns = Rounds()  # per-call ns of every round
 
 
 def data_address(arr: np.ndarray) -> int:

@@ -35,14 +35,13 @@ import subprocess
 import sys
 import sysconfig
 import tempfile
-import timeit
 from pathlib import Path
 
 import numpy as np
 
 import halide_buffer as hb
 
-from bench_common import (Rounds, environment, environment_line, fmt_ratio, print_case_table, ratio, run_cases,
+from bench_common import (Case, environment, environment_line, fmt_ratio, print_case_table, ratio, run_cases,
                           write_json)
 
 HERE = Path(__file__).resolve().parent
@@ -99,14 +98,6 @@ def build_peer(workdir: Path):
 # Cases
 # --------------------------------------------------------------------------------------------
 
-
-class Case:
-    def __init__(self, key, label, stmt, env, group):
-        self.key = key            # stable name for --json
-        self.label = label        # what the table prints
-        self.timer = timeit.Timer(stmt, globals=env)
-        self.group = group        # "ours", "reference", "peer", "info"
-        self.rounds_ns = Rounds()  # per-call ns of every round
 
 
 def data_address(arr: np.ndarray) -> int:

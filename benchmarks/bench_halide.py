@@ -26,25 +26,16 @@ from __future__ import annotations
 import argparse
 import statistics
 import sys
-import timeit
 
 import numpy as np
 
 import halide_buffer as hb
 
-from bench_common import Rounds, environment, environment_line, print_case_table, ratio, run_cases, write_json
+from bench_common import Case, environment, environment_line, print_case_table, ratio, run_cases, write_json
 
 EXTENTS = [4, 4]  # Halide's order; NumPy shape (4, 4)
 TARGET = 1.5
 
-
-class Case:
-    def __init__(self, key, label, stmt, env, group):
-        self.key = key            # stable name for --json
-        self.label = label        # what the table prints
-        self.timer = timeit.Timer(stmt, globals=env)
-        self.group = group        # "ours", "reference", "peer", "info"
-        self.rounds_ns = Rounds()  # per-call ns of every round
 
 
 def sanity_checks(h, kept):
