@@ -136,6 +136,7 @@ void Buffer::fill(const char *entry, const uint8_t *pattern) {
     if (readonly())
         throw BufferError(std::string(entry) + "(): the buffer wraps read-only memory; use "
                           "Buffer.from_host(obj, copy=True) for a writable copy");
+    if (size() == 0) return;  // no element: nothing written, no flag changed
     StorageOp op(*storage_);
     Storage &s = *storage_;
     if (device_current(s)) {

@@ -145,6 +145,13 @@ def test_fill_of_a_device_view_fills_only_its_elements_on_the_device(dev, key, d
     assert b.device_dirty()
 
 
+def test_fill_of_no_element_changes_no_flag(dev):
+    b = on_device_current(np.zeros((2, 3), np.float32), dev)
+    b[:, 3:].fill(1)
+    b[0:0] = 2
+    assert not b.device_dirty() and not b.host_dirty()
+
+
 def test_fill_of_a_host_dirty_device_buffer_writes_the_host(dev):
     b = hb.Buffer(16, "int32")
     b.copy_to_device(dev)
