@@ -134,8 +134,7 @@ struct Locked {
 
 void Buffer::fill(const char *entry, const uint8_t *pattern) {
     if (readonly())
-        throw BufferError(std::string(entry) + "(): the buffer wraps read-only memory; use "
-                          "Buffer.from_host(obj, copy=True) for a writable copy");
+        throw read_only_memory(entry);
     if (size() == 0) return;  // no element: nothing written, no flag changed
     StorageOp op(*storage_);
     Storage &s = *storage_;
@@ -162,8 +161,7 @@ void Buffer::copy_from(const char *entry, const Buffer &src) {
                          " axes, the buffer " + std::to_string(ndim()) +
                          "; give both the same axes (sliced(), embedded() or add_dimension())");
     if (readonly())
-        throw BufferError(std::string(entry) + "(): the buffer wraps read-only memory; use "
-                          "Buffer.from_host(obj, copy=True) for a writable copy");
+        throw read_only_memory(entry);
     // The coordinates both domains share, and where that box starts in each.
     std::vector<int64_t> shape(shape_.size());
     uint8_t *to = data_, *from = src.data_;

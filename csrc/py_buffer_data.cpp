@@ -73,9 +73,6 @@ void set_item(py::handle self, py::handle key, py::handle value) {
     constexpr const char *entry = "__setitem__";
     py::object view_obj = self.attr("__getitem__")(key);
     Buffer &view = buffer_of(view_obj.ptr());
-    if (view.readonly())
-        throw BufferError(std::string(entry) + "(): the buffer wraps read-only memory; use "
-                          "Buffer.from_host(obj, copy=True) for a writable copy");
     if (py::isinstance<Buffer>(value)) {
         Buffer &src = buffer_of(value.ptr());
         if (src.shape() == view.shape() && &src.dtype() == &view.dtype()) {

@@ -321,6 +321,11 @@ std::atomic<LockWaiter> g_waiter{plain_wait};
 
 }  // namespace
 
+BufferError read_only_memory(const char *entry) {
+    return BufferError(std::string(entry) + "(): the buffer wraps read-only memory; use "
+                       "Buffer.from_host(obj, copy=True) for a writable copy");
+}
+
 void set_lock_waiter(LockWaiter waiter) { g_waiter = waiter ? waiter : plain_wait; }
 
 StorageOp::StorageOp(Storage &s, bool republish)
@@ -515,8 +520,7 @@ void Buffer::begin_host_read() {
 
 HostWriteLease Buffer::begin_host_write(const char *entry) {
     if (storage_->readonly)
-        throw BufferError(std::string(entry) + "(): the buffer wraps read-only memory; use "
-                          "Buffer.from_host(obj, copy=True) for a writable copy");
+        throw read_only_memory(entry);
     HostWriteLease lease;
     if (residency_untouched()) return lease;  // host_dirty since construction: nothing to change
     StorageOp op(*storage_);

@@ -5,6 +5,7 @@
 #include <mutex>
 
 #include "buffer.h"
+#include "errors.h"
 
 namespace hb {
 
@@ -30,5 +31,8 @@ private:
 /// caller's entry point, `operation` what failed): the driver's code when our backend recorded
 /// one, else Halide's code.
 void check(int rc, const char *entry, const char *operation);
+
+/// The BufferError for a write (naming `entry`) into a buffer over read-only memory.
+BufferError read_only_memory(const char *entry);
 
 }  // namespace hb
