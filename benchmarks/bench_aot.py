@@ -65,7 +65,8 @@ import numpy as np
 
 import halide_buffer as hb
 
-from bench_common import Case, Rounds, environment, environment_line, fmt_ratio, ratio, run_cases, write_json
+from bench_common import (Case, Rounds, environment, environment_line, fmt_ratio, noisy_timings,
+                          print_noise_note, ratio, run_cases, write_json)
 
 TARGET = "x86-64-linux-avx-avx2-f16c-fma-sse41"
 HOST_NAME = "hb_bench_add_one"
@@ -400,8 +401,7 @@ def report_calls(cases, args, ext_reason):
     print(f"hb.aot p(Buffer, Buffer) / raw ctypes call: {ratios['aot_vs_ctypes_raw']:.2f}x "
           f"(what the call adds over the pipeline: "
           f"{best['aot_buffers'] - best['ctypes_raw']:.0f} ns)")
-    noisy = [c.label for c in cases
-             if c.group in ("ours", "peer") and c.rounds_ns.median > 1.25 * c.rounds_ns.best]
+    noisy = noisy_timings(cases, ("ours", "peer"))
     return ratios, target, noisy
 
 
@@ -762,10 +762,7 @@ def main(argv=None):
 
     for p_ in problems:
         print(f"WARNING: {p_}")
-    if noisy:
-        print(f"note: noisy run (median > 1.25 x best for: {', '.join(noisy)}); another process "
-              f"was busy. If a paired ratio disagrees with the ratio of the bests, rerun, e.g. "
-              f"with --repeat 21.")
+    print_noise_note(noisy, "a paired ratio disagrees with the ratio of the bests")
 
     if args.json:
         out = {

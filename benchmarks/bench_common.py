@@ -102,6 +102,18 @@ def run_cases(cases, number, repeat):
             c.rounds_ns.append(c.timer.timeit(number) / number * 1e9)
 
 
+def noisy_timings(cases, groups=("ours", "reference", "peer")):
+    """Labels of the timed cases of `groups` whose median round is over 1.25x their best."""
+    return [c.label for c in cases if c.group in groups and c.rounds_ns.median > 1.25 * c.rounds_ns.best]
+
+
+def print_noise_note(noisy, disagreement):
+    """The note for a noisy run: which cases, and which figures to compare before trusting it."""
+    if noisy:
+        print(f"note: noisy run (median > 1.25 x best for: {', '.join(noisy)}); another process "
+              f"was busy. If {disagreement}, rerun, e.g. with --repeat 21.")
+
+
 def ratio(x, y):
     return None if (x is None or y is None) else x / y
 

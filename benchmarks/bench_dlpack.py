@@ -53,7 +53,8 @@ import numpy as np
 
 import halide_buffer as hb
 
-from bench_common import Case, environment, environment_line, fmt_ratio, ratio, run_cases, write_json
+from bench_common import (Case, environment, environment_line, fmt_ratio, noisy_timings, print_noise_note,
+                          ratio, run_cases, write_json)
 
 try:
     import torch
@@ -434,11 +435,8 @@ def main(argv=None):
           f"(passing a keyword costs {keywords_ns:.0f} ns: __dlpack__(stream=None) - __dlpack__())")
     for p in problems:
         print(f"WARNING: {p}")
-    noisy = [c.label for c in cases
-             if c.group in ("ours", "reference", "peer") and c.rounds_ns.median > 1.25 * c.rounds_ns.best]
-    if noisy:
-        print(f"note: noisy run (median > 1.25 x best for: {', '.join(noisy)}); another process "
-              f"was busy. If a ratio and its per-round median disagree, rerun, e.g. with --repeat 21.")
+    noisy = noisy_timings(cases)
+    print_noise_note(noisy, "a ratio and its per-round median disagree")
 
     if args.json:
         env = environment()

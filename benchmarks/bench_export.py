@@ -41,8 +41,8 @@ import numpy as np
 
 import halide_buffer as hb
 
-from bench_common import (Case, environment, environment_line, fmt_ratio, print_case_table, ratio, run_cases,
-                          write_json)
+from bench_common import (Case, environment, environment_line, fmt_ratio, noisy_timings, print_case_table,
+                          print_noise_note, ratio, run_cases, write_json)
 
 HERE = Path(__file__).resolve().parent
 PEER_SOURCE = HERE / "peer_def_buffer.cpp"
@@ -210,8 +210,7 @@ def main(argv=None):
     r_np_paired = statistics.median(
         x / y for x, y in zip(by_key["asarray_buffer"].rounds_ns,
                               by_key["asarray_memoryview_ndarray"].rounds_ns))
-    noisy = [c.label for c in cases
-             if c.group in ("ours", "reference", "peer") and c.rounds_ns.median > 1.25 * c.rounds_ns.best]
+    noisy = noisy_timings(cases)
     verdict = "met" if r_np <= 1.0 else "NOT met"
     print(f"np.asarray(Buffer) / NumPy's np.asarray(memoryview(ndarray)): {r_np:.2f}x "
           f"(target <= 1.00x: {verdict}; {r_np_net:.2f}x net of the loop floor)")
@@ -223,9 +222,7 @@ def main(argv=None):
           f"(zero-copy gives ~1.0)")
     for p in problems:
         print(f"WARNING: {p}")
-    if noisy:
-        print(f"note: noisy run (median > 1.25 x best for: {', '.join(noisy)}); another process "
-              f"was busy. If the two ratio lines above disagree, rerun, e.g. with --repeat 21.")
+    print_noise_note(noisy, "the two ratio lines above disagree")
 
     if args.json:
         out = {

@@ -31,7 +31,8 @@ import numpy as np
 
 import halide_buffer as hb
 
-from bench_common import Case, environment, environment_line, print_case_table, ratio, run_cases, write_json
+from bench_common import (Case, environment, environment_line, noisy_timings, print_case_table,
+                          print_noise_note, ratio, run_cases, write_json)
 
 EXTENTS = [4, 4]  # Halide's order; NumPy shape (4, 4)
 TARGET = 1.5
@@ -106,8 +107,7 @@ def main(argv=None):
     r_peer = ratio(best["asarray_from_halide"], peer)
     floor_of_return = best["bits"] + best["raw_address"] + best["asarray_kept"]
     r_floor = ratio(floor_of_return, ref)
-    noisy = [c.label for c in cases
-             if c.group in ("ours", "reference", "peer") and c.rounds_ns.median > 1.25 * c.rounds_ns.best]
+    noisy = noisy_timings(cases)
     verdict = "met" if r_ref <= TARGET else "NOT met"
     print(f"np.asarray(Buffer.from_halide(h)) / np.asarray(h):    {r_ref:.2f}x (target <= {TARGET:.2f}x: {verdict})")
     print(f"  same, median of per-round ratios:                   {r_paired:.2f}x")
@@ -115,9 +115,7 @@ def main(argv=None):
     print(f"  floor (b.bits() + _get_raw_halide_buffer_t() + np.asarray(b)) / np.asarray(h): {r_floor:.2f}x")
     for p in problems:
         print(f"WARNING: {p}")
-    if noisy:
-        print(f"note: noisy run (median > 1.25 x best for: {', '.join(noisy)}); another process "
-              f"was busy. If the two ratio lines above disagree, rerun, e.g. with --repeat 21.")
+    print_noise_note(noisy, "the two ratio lines above disagree")
 
     if args.json:
         write_json(args.json, {

@@ -43,7 +43,7 @@ import numpy as np
 
 import halide_buffer as hb
 
-from bench_common import CopyCase, environment, environment_line, run_copy_cases
+from bench_common import CopyCase, environment, environment_line, print_noise_note, run_copy_cases
 
 KiB, MiB = 1 << 10, 1 << 20
 
@@ -372,10 +372,7 @@ def main(argv=None):
 
     for p in problems:
         print(f"WARNING: {p}")
-    if noisy:
-        print(f"note: noisy run (median > 1.25 x best for: {', '.join(noisy)}); another process "
-              f"was busy. If the paired column disagrees with ours/peer, rerun, e.g. with "
-              f"--repeat 21.")
+    print_noise_note(noisy, "the paired column disagrees with ours/peer")
 
     if args.json:
         out = {
