@@ -21,7 +21,6 @@ namespace {
 
 constexpr size_t kAlignment = 128;
 constexpr size_t kLargeBlock = size_t(4) << 20;  // NumPy's huge-page threshold
-constexpr size_t kLargeAlignment = 4096;
 constexpr int kMaxDims = 64;  // NumPy's limit
 constexpr int64_t kInt32Max = std::numeric_limits<int32_t>::max();
 constexpr int64_t kInt32Min = std::numeric_limits<int32_t>::min();
@@ -47,7 +46,8 @@ std::vector<int> identity(size_t n) {
     return axes;
 }
 
-/// Element count of a shape, refusing anything Halide or a 64-bit address cannot describe.
+}  // namespace
+
 int64_t checked_count(const char *entry, const std::vector<int64_t> &shape, int itemsize) {
     if (shape.size() > size_t(kMaxDims))
         throw ValueError(std::string(entry) + "(): " + str(int64_t(shape.size())) +
@@ -71,6 +71,8 @@ int64_t checked_count(const char *entry, const std::vector<int64_t> &shape, int 
     return count;
 }
 
+namespace {
+
 /// MemoryError for an allocation the system refused, with what was asked for.
 MemoryError out_of_memory(const char *entry, const std::vector<int64_t> &shape, const DType &dtype, size_t bytes) {
     return MemoryError(std::string(entry) + "(): out of host memory for " + std::to_string(bytes) + " bytes (" +
@@ -89,13 +91,8 @@ void check_memory(const char *entry, const uint8_t *data, const std::vector<int6
                            "(its exporter or producer is at fault)");
     };
     if (!data) throw refuse("NULL data for " + str(count) + " elements");
-    int64_t lo = 0, hi = itemsize;  // bytes from data: [lo, hi)
-    for (size_t i = 0; i < shape.size(); ++i) {
-        int64_t reach;
-        if (shape[i] > 1 && (__builtin_mul_overflow(shape[i] - 1, strides[i], &reach) ||
-                             __builtin_add_overflow(reach < 0 ? lo : hi, reach, reach < 0 ? &lo : &hi)))
-            throw refuse("the strides reach beyond the address space");
-    }
+    int64_t lo, hi;  // bytes from data: [lo, hi)
+    if (!byte_reach(shape, strides, itemsize, lo, hi)) throw refuse("the strides reach beyond the address space");
     uintptr_t base = reinterpret_cast<uintptr_t>(data);
     if (base < uintptr_t(0) - uintptr_t(lo) || uintptr_t(hi) > std::numeric_limits<uintptr_t>::max() - base)
         throw refuse("data and strides reach beyond the address space");
@@ -124,6 +121,19 @@ void normalize_strides(const char *entry, const std::vector<int64_t> &shape,
 }
 
 }  // namespace
+
+bool byte_reach(const std::vector<int64_t> &shape, const std::vector<int64_t> &strides, int itemsize,
+                int64_t &lo, int64_t &hi) {
+    lo = 0;
+    hi = itemsize;
+    for (size_t i = 0; i < shape.size(); ++i) {
+        int64_t reach;
+        if (shape[i] > 1 && (__builtin_mul_overflow(shape[i] - 1, strides[i], &reach) ||
+                             __builtin_add_overflow(reach < 0 ? lo : hi, reach, reach < 0 ? &lo : &hi)))
+            return false;
+    }
+    return true;
+}
 
 std::string tuple_text(const std::vector<int64_t> &values) {
     std::string out = "(";
@@ -202,20 +212,27 @@ Buffer Buffer::allocate(const char *entry, const std::vector<int64_t> &shape, co
     int64_t count = checked_count(entry, shape, dtype.itemsize);
     std::vector<int> order = permutation(entry, "order", order_arg, int(shape.size()),
                                          "pass 'C', 'F' or each axis once, outermost in memory first");
-    // calloc hands large blocks straight from the kernel: zero pages, touched only when used.
     size_t bytes = size_t(count) * size_t(dtype.itemsize);
-    // Large blocks start on a page: bulk copies between them and device memory (page-aligned
-    // on PoCL) then avoid memcpy's slow path for sources and destinations 4 KiB apart modulo
-    // a few cache lines (measured: 256 MiB uploads about 20% slower at page offset 0x80).
-    size_t alignment = bytes >= kLargeBlock ? kLargeAlignment : kAlignment;
-    void *allocation = std::calloc(bytes + alignment, 1);
-    if (!allocation) throw out_of_memory(entry, shape, dtype, bytes);
-    advise_huge_pages(allocation, bytes + alignment);
     auto storage = std::make_shared<Storage>();
     ++live_counts().storages;
-    storage->allocation = allocation;
-    auto *host = reinterpret_cast<uint8_t *>(
-        (reinterpret_cast<uintptr_t>(allocation) + alignment - 1) & ~uintptr_t(alignment - 1));
+    uint8_t *host;
+    if (bytes >= kLargeBlock) {
+        // Large blocks are pages of their own, straight from the kernel (zero pages, touched only
+        // when used): they start on a page, so bulk copies between them and device memory
+        // (page-aligned on PoCL) avoid memcpy's slow path for sources and destinations 4 KiB
+        // apart modulo a few cache lines (measured: 256 MiB uploads about 20% slower at page
+        // offset 0x80), and share_memory() can put a segment in their place.
+        host = map_private_pages(bytes, storage->mapped_bytes);
+        if (!host) throw out_of_memory(entry, shape, dtype, bytes);
+        advise_huge_pages(host, storage->mapped_bytes);
+        storage->allocation = host;
+    } else {
+        void *allocation = std::calloc(bytes + kAlignment, 1);
+        if (!allocation) throw out_of_memory(entry, shape, dtype, bytes);
+        storage->allocation = allocation;
+        host = reinterpret_cast<uint8_t *>((reinterpret_cast<uintptr_t>(allocation) + kAlignment - 1) &
+                                           ~uintptr_t(kAlignment - 1));
+    }
     std::vector<int64_t> strides = dense_strides(shape, dtype.itemsize, order);
     normalize_strides(entry, shape, strides, dtype.itemsize, "use a smaller shape");
     return adopt_storage(std::move(storage), dtype, host, shape, std::move(strides));
@@ -542,6 +559,38 @@ Buffer Buffer::bits() const {
 
 Buffer Buffer::copy(const char *entry) const {
     return copy_of(entry, data_, shape_, strides_, *dtype_);
+}
+
+Buffer Buffer::copy_keeping_layout(const char *entry) const {
+    Buffer out = allocate_like(entry, *this, *dtype_);
+    if (out.size() > 0) copy_strided(out.data_, out.strides_, data_, strides_, shape_, dtype_->itemsize);
+    return out;
+}
+
+bool Buffer::is_dense() const {
+    if (size() == 0) return true;
+    std::vector<size_t> axes;  // the axes that address memory, innermost first
+    for (size_t i = 0; i < shape_.size(); ++i)
+        if (shape_[i] > 1) axes.push_back(i);
+    std::sort(axes.begin(), axes.end(), [&](size_t a, size_t b) { return strides_[a] < strides_[b]; });
+    int64_t expected = dtype_->itemsize;
+    for (size_t axis : axes) {
+        if (strides_[axis] != expected) return false;
+        expected *= shape_[axis];
+    }
+    return true;
+}
+
+Buffer Buffer::dense_bytes(const char *entry) const {
+    if (!is_dense())
+        throw BufferError(std::string(entry) + "(): the view has gaps or negative strides; make a dense copy "
+                          "first (copy.deepcopy(b))");
+    Buffer b = view();
+    b.dtype_ = dtype_by_name("uint8");
+    b.shape_ = {nbytes()};
+    b.strides_ = {1};
+    b.mins_ = {0};
+    return b;
 }
 
 }  // namespace hb

@@ -16,6 +16,7 @@
 #include "device_interface.h"
 #include "dtype.h"
 #include "halide_abi.h"
+#include "shared_segment.h"
 
 namespace hb {
 
@@ -23,6 +24,7 @@ namespace hb {
 enum class HostOwnership : uint8_t {
     owned,     ///< allocated here (128-byte aligned, zero-filled); freed with the Storage
     borrowed,  ///< someone else's; `owner` keeps it alive until the Storage dies
+    shared,    ///< a shared-memory segment (`segment`) other processes may map; unmapped with the Storage
 };
 
 /// Whose a Storage's device allocation is.
@@ -61,6 +63,8 @@ struct DeviceChoice {
 struct Storage {
     uint8_t *host = nullptr;          ///< element at index 0 of the first view (owned: aligned start)
     void *allocation = nullptr;       ///< what to free (owned storage only)
+    size_t mapped_bytes = 0;          ///< owned: pages of its own this long (unmapped, not freed); 0: a heap block
+    std::unique_ptr<SharedSegment> segment;  ///< shared storage: the segment `host` points into
     HostOwnership ownership = HostOwnership::owned;
     std::shared_ptr<void> owner;      ///< borrowed storage: releasing it releases the exporter
     bool readonly = false;            ///< the memory must not be written through us
@@ -82,6 +86,11 @@ struct Storage {
     std::atomic<bool> ever_on_device{false};  ///< read without the lock: may a lease copy?
     std::atomic<int> published_views{0};      ///< raw_views.size(), read without the lock
     std::atomic<bool> host_flag_cleared{false};  ///< host_dirty was ever cleared (read without the lock)
+    /// Who may hold a pointer into the host memory that no view accounts for: live buffer-protocol
+    /// exports, and whether an ndarray view was ever handed out (its lifetime is NumPy's).
+    /// share_memory() moves a heap block only when both are zero.
+    std::atomic<int> host_exports{0};
+    std::atomic<bool> ndarray_handed_out{false};
     std::vector<RawView *> raw_views;      ///< halide_buffer_t's handed to foreign code, still alive
     /// The owner's own halide_buffer_t (an hl.Buffer's, see Buffer::bind()), published for the
     /// storage's whole life; null for other storages.
@@ -147,6 +156,13 @@ std::vector<int64_t> c_strides(const std::vector<int64_t> &shape, int itemsize);
 /// "<entry>(): <what> must be a permutation of ...; <fix>".
 std::vector<int> permutation(const char *entry, const char *what, const std::vector<int> &axes, int n,
                              const char *fix);
+/// Element count of a shape, refusing (ValueError naming `entry`) anything Halide or a 64-bit
+/// address cannot describe: more than 64 axes, negative or int32-overflowing extents, 2**63 bytes.
+int64_t checked_count(const char *entry, const std::vector<int64_t> &shape, int itemsize);
+/// The bytes the elements of a non-empty array reach, relative to its element at index 0:
+/// [lo, hi). False when that overflows int64.
+bool byte_reach(const std::vector<int64_t> &shape, const std::vector<int64_t> &strides, int itemsize,
+                int64_t &lo, int64_t &hi);
 /// A shape or mins as Python writes a tuple, for messages: "(480, 640)", "(3,)".
 std::string tuple_text(const std::vector<int64_t> &values);
 
@@ -157,6 +173,9 @@ struct AxisIndex {
     int64_t step;    ///< slices only: distance between taken positions (may be negative)
     int64_t length;  ///< slices only: number of positions taken
 };
+
+/// Drops a dying shared storage from the table from_shared() finds storages in.
+void forget_shared_storage(uint64_t identity);
 
 /// Counters of live objects, so tests can prove every one is released exactly once.
 struct LiveCounts {
@@ -182,6 +201,14 @@ public:
     /// An owned C-contiguous copy of strided memory (any byte strides, even unaligned ones).
     static Buffer copy_of(const char *entry, const uint8_t *data, const std::vector<int64_t> &shape,
                           const std::vector<int64_t> &strides, const DType &dtype);
+    /// allocate() in a new shared-memory segment (is_shared() from the start).
+    static Buffer allocate_shared(const char *entry, const std::vector<int64_t> &shape, const DType &dtype,
+                                  const std::vector<int> &order);
+    /// A view of a segment another process handed over (`fd`, taken), whose element at index 0
+    /// of every axis lies `offset` bytes in: a view of this process's storage on it when there
+    /// is one, else a new shared storage. The geometry must lie inside the segment.
+    static Buffer from_shared(const char *entry, int fd, int64_t offset, const std::vector<int64_t> &shape,
+                              const std::vector<int64_t> &strides, const DType &dtype, bool readonly);
     /// A view of someone else's memory; `data` is the element at index 0 of every axis.
     static Buffer wrap(const char *entry, uint8_t *data, const std::vector<int64_t> &shape,
                        const std::vector<int64_t> &strides, const DType &dtype,
@@ -253,6 +280,36 @@ public:
     /// A C-contiguous owned copy of the host elements (a new storage, host dirty). The caller
     /// makes the host copy current first (begin_host_read()).
     Buffer copy(const char *entry) const;
+
+    /// An owned copy laid out densely in this view's memory order (NumPy's order 'K'), with
+    /// its mins: what copy.deepcopy() and pickling of a view with gaps make. The caller makes
+    /// the host copy current first.
+    Buffer copy_keeping_layout(const char *entry) const;
+    /// Whether the elements fill [lowest address, lowest + nbytes) exactly, strides positive
+    /// (any axis order): the bytes can travel as one run.
+    bool is_dense() const;
+    /// This dense view's bytes as a 1-d uint8 view of the same storage (see is_dense()).
+    Buffer dense_bytes(const char *entry) const;
+
+    // --- shared memory (buffer_shared.cpp) ---------------------------------------------------
+    bool is_shared() const { return storage_->ownership == HostOwnership::shared; }
+    /// Moves the storage into a shared-memory segment, once (a no-op when it is there); the
+    /// host copy is made current first and the device copy released. Pages of its own are
+    /// replaced in place, so every view, export and halide_buffer_t stays valid; a heap block
+    /// moves only while nothing else can point into it (BufferError otherwise, as for borrowed
+    /// memory and an hl.Buffer's).
+    void share_memory(const char *entry);
+    /// What another process needs to map this view: the segment's descriptor (owned by the
+    /// storage) and the byte offset of the view's element at index 0 in it.
+    struct SharedHandle {
+        int fd;
+        int64_t offset;
+    };
+    SharedHandle shared_handle(const char *entry) const;
+    /// Notes a buffer-protocol export of the host memory (taken or released) and an ndarray
+    /// view handed out, for share_memory()'s check.
+    void note_host_export(int delta) const { storage_->host_exports += delta; }
+    void note_ndarray_handed_out() const { storage_->ndarray_handed_out = true; }
 
     // --- residency (residency.cpp): each takes the storage's lock -----------------------------
     bool host_dirty();

@@ -94,8 +94,10 @@ std::string residency_of(const Buffer::MemoryFacts &f) {
     return "host and device";
 }
 
-/// Whose the host memory is, for repr: ours, or the Python object it was wrapped from.
+/// Whose the host memory is, for repr: ours (shared with other processes or not), or the
+/// Python object it was wrapped from.
 std::string host_memory_of(const Buffer::MemoryFacts &f) {
+    if (f.host_ownership == HostOwnership::shared) return "shared";
     Kept *kept = f.host_ownership == HostOwnership::borrowed ? kept_in(f.host_owner) : nullptr;
     py::handle origin = kept ? kept->origin() : py::handle();
     // Borrowed memory with no Python object behind it is another storage of ours (the host
@@ -341,16 +343,21 @@ void bind_buffer(py::module_ &m) {
 A Halide runtime buffer: host memory (owned or borrowed), a halide_buffer_t describing it in
 Halide's terms, and the residency state of its data shared by every view.
 
-Buffer(shape, dtype="float64") allocates owned, zero-filled, 128-byte aligned host memory.
+Buffer(shape, dtype="float64") allocates owned, zero-filled, 128-byte aligned host memory;
+order= chooses the memory layout ('C', 'F' or the axes outermost first), shared=True puts it
+in shared memory that multiprocessing hands to child processes as it is.
 )doc");
     buffer_type = reinterpret_cast<PyTypeObject *>(cls.ptr());
     install_buffer_protocol(cls);
 
-    cls.def(py::init([](py::handle shape, py::handle dtype, py::handle order) {
+    cls.def(py::init([](py::handle shape, py::handle dtype, py::handle order, bool shared) {
                 std::vector<int64_t> s = to_shape(shape, "Buffer");
-                return Buffer::allocate("Buffer", s, to_dtype(dtype, "Buffer"), to_order(order, s.size()));
+                const DType &t = to_dtype(dtype, "Buffer");
+                if (shared) return Buffer::allocate_shared("Buffer", s, t, to_order(order, s.size()));
+                return Buffer::allocate("Buffer", s, t, to_order(order, s.size()));
             }),
-            py::arg("shape"), py::arg("dtype") = "float64", py::kw_only(), py::arg("order") = "C")
+            py::arg("shape"), py::arg("dtype") = "float64", py::kw_only(), py::arg("order") = "C",
+            py::arg("shared") = false)
         .def_static("from_host", &buffer_from_host, py::arg("obj"), py::arg("copy") = false,
                     py::kw_only(), py::arg("external_writes") = true,
                     "Wrap (copy=False) or copy anything with the buffer protocol or an ndarray of "
@@ -473,6 +480,7 @@ Buffer(shape, dtype="float64") allocates owned, zero-filled, 128-byte aligned ho
         .def("__repr__", method(&repr_of));
     bind_numpy(cls);
     bind_buffer_data(cls);
+    bind_processes(cls, m);
     bind_residency(cls);
     bind_dlpack(cls, m);
     bind_dlpack_exchange(cls);

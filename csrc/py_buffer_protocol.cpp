@@ -82,11 +82,15 @@ int buffer_getbuffer(PyObject *self, Py_buffer *view, int flags) {
         view->suboffsets = nullptr;
         view->internal = nullptr;
         ++live_counts().exports;
+        b.note_host_export(1);
         return 0;
     });
 }
 
-void buffer_releasebuffer(PyObject *, Py_buffer *) { --live_counts().exports; }
+void buffer_releasebuffer(PyObject *self, Py_buffer *) {
+    --live_counts().exports;
+    buffer_of(self).note_host_export(-1);  // self is the Buffer getbuffer checked
+}
 
 }  // namespace
 

@@ -91,6 +91,31 @@ Exported from_buffer_protocol(py::handle obj) {
                     std::move(owner), view->readonly != 0};
 }
 
+}  // namespace
+
+HeldBytes hold_bytes(py::handle obj, bool writable) {
+    auto held = std::make_unique<HeldExport>();
+    Py_buffer *view = &held->view;
+    bool got = false;
+    if (writable) {
+        got = PyObject_GetBuffer(obj.ptr(), view, PyBUF_SIMPLE | PyBUF_WRITABLE) == 0;
+        if (!got) {
+            PyErr_Clear();  // read-only memory: the caller copies
+            view->obj = nullptr;
+        }
+    }
+    if (!got && PyObject_GetBuffer(obj.ptr(), view, PyBUF_SIMPLE) != 0) {
+        view->obj = nullptr;  // nothing to release
+        throw py::error_already_set();
+    }
+    auto *data = static_cast<uint8_t *>(view->buf);
+    size_t len = size_t(view->len);
+    bool readonly = view->readonly != 0;
+    return HeldBytes{data, len, readonly, keep(std::move(held))};
+}
+
+namespace {
+
 /// obj.__array__() under NumPy 2's rules: with copy=False the producer must share its memory
 /// or refuse. Producers that predate the copy keyword (PyTorch's, for one) are asked without
 /// it, and what they return is wrapped as it is.

@@ -161,6 +161,15 @@ void bind_halide(py::module_ &m);
 // py_from_host.cpp
 /// Buffer.from_host(): wrap (or copy) anything with the buffer protocol or an ndarray.
 Buffer buffer_from_host(py::handle obj, bool copy, bool external_writes);
+/// The bytes of a buffer-protocol object as one run (PyBUF_SIMPLE), writable when asked and the
+/// exporter allows it, held until `owner` is released.
+struct HeldBytes {
+    uint8_t *data;
+    size_t len;
+    bool readonly;
+    std::shared_ptr<void> owner;
+};
+HeldBytes hold_bytes(py::handle obj, bool writable);
 
 // py_buffer_protocol.cpp
 /// Replaces pybind11's buffer slots of `type` with ours.
@@ -172,5 +181,7 @@ py::array ndarray_view(py::handle self, Buffer &b, bool writable);
 void bind_numpy(py::class_<Buffer> &cls);
 // py_buffer_data.cpp
 void bind_buffer_data(py::class_<Buffer> &cls);
+// py_processes.cpp
+void bind_processes(py::class_<Buffer> &cls, py::module_ &m);
 
 }  // namespace hb

@@ -40,9 +40,9 @@ py::object array_protocol(py::handle self, py::object dtype, py::object copy) {
                          py::str(wanted).cast<std::string>() + " needs a copy; call with copy=None or copy=True");
     run_lease(b, [&] { b.begin_host_read(); });
     py::array view = ndarray_view(self, b, false);
-    if (never) return std::move(view);
     if (convert) return view.attr("astype")(wanted);
     if (always) return view.attr("copy")();
+    b.note_ndarray_handed_out();
     return std::move(view);
 }
 
@@ -52,6 +52,7 @@ py::object numpy_view(py::handle self, bool writable) {
         if (writable) b.begin_host_write("numpy");
         else b.begin_host_read();
     });
+    b.note_ndarray_handed_out();
     return ndarray_view(self, b, writable);
 }
 

@@ -67,7 +67,9 @@ Storage::~Storage() {
         TargetDevice target(device.get());
         root.device_interface->device_free(nullptr, &root);  // nothing to keep: no one can read it
     }
-    if (ownership == HostOwnership::owned) std::free(allocation);
+    if (ownership == HostOwnership::owned && mapped_bytes) unmap_pages(static_cast<uint8_t *>(allocation), mapped_bytes);
+    else if (ownership == HostOwnership::owned) std::free(allocation);
+    if (segment) forget_shared_storage(segment->identity());
     --live_counts().storages;
 }
 

@@ -8,7 +8,7 @@ every dtype of the table, bfloat16 and the float8 family included.
 
 import os as _os
 
-from . import aot, cuda, opencl
+from . import _processes, aot, cuda, opencl  # _processes: what multiprocessing sends
 from ._core import (Buffer, CudaDevice, Device, DeviceError, DType, OpenCLDevice, PipelineError,
                     Transfers, dtype, dtypes, from_dlpack, transfers)
 from ._version import __version__
