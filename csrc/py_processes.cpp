@@ -73,9 +73,10 @@ py::tuple state(py::object data, const Buffer &b, const std::vector<int64_t> &st
                           b.readonly());
 }
 
-/// The unpickling function, looked up once (and never released: pickles may be made at exit).
+/// The unpickling function (halide_buffer._processes._rebuild, a plain Python function that
+/// pickle records by name), looked up once and never released: pickles may be made at exit.
 py::handle rebuild_function() {
-    static py::handle rebuild = py::object(py::module_::import("halide_buffer._core").attr("_rebuild_buffer")).release();
+    static py::handle rebuild = py::object(py::module_::import("halide_buffer._processes").attr("_rebuild")).release();
     return rebuild;
 }
 

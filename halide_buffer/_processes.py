@@ -13,7 +13,13 @@ from __future__ import annotations
 import pickle
 from multiprocessing import reduction
 
-from ._core import Buffer, _rebuild_shared_buffer
+from ._core import Buffer, _rebuild_buffer, _rebuild_shared_buffer
+
+
+def _rebuild(*state):
+    """Unpickles a Buffer (``Buffer.__reduce_ex__`` names this function: a plain one, which
+    pickle records by name)."""
+    return _rebuild_buffer(*state)
 
 
 def _rebuild_shared(handle, offset, dtype, shape, strides, mins, readonly):
