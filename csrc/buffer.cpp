@@ -354,13 +354,17 @@ bool Buffer::contains(const std::vector<int64_t> &coords) const {
     return true;
 }
 
+void check_mins(const char *entry, const std::vector<int64_t> &shape, const std::vector<int64_t> &mins) {
+    for (size_t i = 0; i < mins.size(); ++i)
+        if (!coordinates_fit(mins[i], shape[i]))
+            throw ValueError(std::string(entry) + "(): min " + str(mins[i]) + " of axis " + str(int64_t(i)) +
+                             " (extent " + str(shape[i]) + ") leaves " + kInt32Coordinates +
+                             "; pass mins with min + extent - 1 inside them");
+}
+
 void Buffer::set_min(const std::vector<int64_t> &mins) {
     check_per_axis("set_min", "min", mins.size(), "pass one per axis, as in b.set_min(*b.mins)");
-    for (size_t i = 0; i < mins.size(); ++i)
-        if (!coordinates_fit(mins[i], shape_[i]))
-            throw ValueError("set_min(): min " + str(mins[i]) + " of axis " + str(int64_t(i)) + " (extent " +
-                             str(shape_[i]) + ") leaves " + kInt32Coordinates +
-                             "; pass mins with min + extent - 1 inside them");
+    check_mins("set_min", shape_, mins);
     // The storage's lock guards the published halide_buffer_t, and whoever holds it may be
     // reading this view's geometry (publishing it for a pipeline): refused, never raced.
     std::unique_lock<std::mutex> lock(storage_->mutex, std::try_to_lock);

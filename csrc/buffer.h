@@ -159,6 +159,9 @@ std::vector<int> permutation(const char *entry, const char *what, const std::vec
 /// Element count of a shape, refusing (ValueError naming `entry`) anything Halide or a 64-bit
 /// address cannot describe: more than 64 axes, negative or int32-overflowing extents, 2**63 bytes.
 int64_t checked_count(const char *entry, const std::vector<int64_t> &shape, int itemsize);
+/// ValueError naming `entry` unless every axis's [min, min + extent) fits Halide's int32
+/// coordinates (one min per axis).
+void check_mins(const char *entry, const std::vector<int64_t> &shape, const std::vector<int64_t> &mins);
 /// The bytes the elements of a non-empty array reach, relative to its element at index 0:
 /// [lo, hi). False when that overflows int64.
 bool byte_reach(const std::vector<int64_t> &shape, const std::vector<int64_t> &strides, int itemsize,

@@ -64,6 +64,7 @@ Geometry geometry_of(py::handle dtype, py::handle shape, py::handle strides, py:
                          " extents, " + std::to_string(g.strides.size()) + " strides and " +
                          std::to_string(g.mins.size()) + " mins; the pickle is damaged: pickle the buffer again");
     checked_count(kLoads, g.shape, g.dtype->itemsize);  // extents >= 0, at most 64 axes
+    check_mins(kLoads, g.shape, g.mins);
     return g;
 }
 
