@@ -1,0 +1,342 @@
+"""Shared memory: share_memory(), Buffer(shared=True), and what multiprocessing makes of a shared
+buffer under every start method and channel: the same memory, no copy, nothing left behind."""
+
+import gc
+import multiprocessing as mp
+import os
+import pickle
+import signal
+import subprocess
+import sys
+import tempfile
+import textwrap
+from concurrent.futures import ProcessPoolExecutor
+
+import numpy as np
+import pyopencl as cl
+import pytest
+
+import halide_buffer as hb
+import shared_children as children
+from conftest import NONE, Moves, bits_of, random_bits
+from halide_buffer import _core
+
+METHODS = ["fork", "spawn", "forkserver"]
+TIMEOUT = 60
+LARGE = (1024, 1024)  # 4 MiB of float32: pages of its own, replaced in place
+
+
+def segments(pid="self"):
+    """(mappings, descriptors) of halide_buffer segments in a process."""
+    with open(f"/proc/{pid}/maps") as f:
+        maps = sum("memfd:halide_buffer" in line for line in f)
+    fds = 0
+    for fd in os.listdir(f"/proc/{pid}/fd"):
+        try:
+            fds += "memfd:halide_buffer" in os.readlink(f"/proc/{pid}/fd/{fd}")
+        except OSError:
+            pass  # closed meanwhile
+    return maps, fds
+
+
+def dev_shm():
+    return sorted(os.listdir("/dev/shm")) if os.path.isdir("/dev/shm") else []
+
+
+@pytest.fixture
+def no_segments_left():
+    """Every segment a test made is gone from this process when it ends; /dev/shm is untouched."""
+    gc.collect()
+    before, shm = segments(), dev_shm()
+    yield before
+    gc.collect()
+    assert segments() == before and dev_shm() == shm
+
+
+def bfloat16_view():
+    """A transposed, translated bfloat16 view of a shared buffer of random bits, and those bits."""
+    a = random_bits((6, 4), "bfloat16", seed=3)
+    b = hb.Buffer((6, 4), "bfloat16", shared=True)
+    b[...] = a
+    return b, b.transposed().translated((5, -2)), a
+
+
+# --- share_memory() and Buffer(shared=True) ------------------------------------------------------
+
+@pytest.mark.parametrize("shape", [(3, 5), LARGE], ids=["heap block", "pages of its own"])
+def test_share_memory_moves_the_storage_once_and_keeps_the_data(shape, no_segments_left):
+    maps, fds = no_segments_left
+    b = hb.Buffer(shape, "float32")
+    b[...] = np.arange(b.size, dtype=np.float32).reshape(shape)
+    assert not b.is_shared and segments() == (maps, fds)
+    assert b.share_memory() is b and b.is_shared
+    assert segments() == (maps + 1, fds + 1)  # one mapping and one descriptor per storage
+    b.share_memory()  # a no-op now
+    assert segments() == (maps + 1, fds + 1)
+    assert np.array_equal(np.asarray(b), np.arange(b.size, dtype=np.float32).reshape(shape))
+    assert "memory=shared" in repr(b)
+    del b
+
+
+def test_a_large_buffer_is_replaced_in_place_so_views_and_exports_stay_valid(no_segments_left):
+    b = hb.Buffer(LARGE, "float32")
+    a = b.numpy(writable=True)
+    view = b[1:, 2:]
+    with memoryview(b) as m:
+        b.share_memory()
+        assert m.obj is b
+    assert view.is_shared and view.shares_storage_with(b)
+    a[1, 2] = 5
+    assert np.asarray(view)[0, 0] == 5  # the ndarray made before writes into the segment
+    b[0, 0] = 9
+    assert a[0, 0] == 9
+    del a, view, b
+
+
+def test_a_heap_block_moves_only_while_nothing_else_points_into_it(no_segments_left):
+    fix = r"call share_memory\(\) before making views, share a copy \(b.copy\(\).share_memory\(\)\)"
+    b = hb.Buffer((8,), "int32")
+    v = b[2:]
+    with pytest.raises(BufferError, match=r"share_memory\(\): other views or exports .* " + fix):
+        b.share_memory()
+    del v
+    with memoryview(b):
+        with pytest.raises(BufferError, match="other views or exports"):
+            b.share_memory()
+    b.share_memory()  # the view and the memoryview are gone
+    assert b.is_shared
+    c = hb.Buffer((8,), "int32")
+    kept = np.asarray(c)  # through the buffer protocol: released when the ndarray goes
+    with pytest.raises(BufferError, match="other views or exports"):
+        c.share_memory()
+    del kept
+    c.share_memory()
+    c = hb.Buffer((8,), "int32")
+    c.numpy()  # an ndarray view handed out lives as long as NumPy says: c never moves
+    with pytest.raises(BufferError, match="other views or exports"):
+        c.share_memory()
+    assert not c.is_shared
+    d = c.copy().share_memory()
+    assert d.is_shared
+    del b, c, d
+
+
+def test_borrowed_memory_and_hl_buffers_are_refused_with_what_to_do():
+    import halide as hl
+
+    a = np.zeros(4, np.float32)
+    with pytest.raises(BufferError, match=r"share_memory\(\): the buffer borrows its memory .* share a copy, "
+                                          r"b.copy\(\).share_memory\(\), or allocate shared memory: "
+                                          r"Buffer\(shape, dtype, shared=True\)"):
+        hb.Buffer.from_host(a).share_memory()
+    h = hl.Buffer(hl.Float(32), [4])
+    with pytest.raises(BufferError, match=r"share_memory\(\): the buffer's memory is an hl.Buffer's"):
+        hb.Buffer.from_halide(h).share_memory()
+
+
+def test_buffer_shared_allocates_zeroed_shared_memory_in_any_order(no_segments_left):
+    b = hb.Buffer((3, 4, 5), "uint16", order="F", shared=True)
+    assert b.is_shared and b.strides == (2, 6, 24) and not np.asarray(b).any()
+    assert "memory=shared" in repr(b) and b.external_writes
+    del b
+
+
+def test_the_segment_cannot_be_shrunk_underneath(no_segments_left):
+    b = hb.Buffer((1024,), "uint8", shared=True)
+    fd, offset = b._shared_handle()
+    assert offset == 0
+    with pytest.raises(PermissionError):
+        os.truncate(f"/proc/self/fd/{fd}", 0)  # sealed: no SIGBUS can follow
+    b[...] = 3
+    assert np.asarray(b).sum() == 3 * 1024
+    del b
+
+
+def test_share_memory_brings_a_newer_device_copy_home_once_and_drops_it(dev, queue, no_segments_left):
+    b = hb.Buffer((64,), "float32")
+    b.copy_to_device(dev)
+    a = hb.opencl.as_array(b)
+    a.fill(np.float32(2))
+    queue.finish()
+    del a
+    moves = Moves(b)
+    b.share_memory()
+    assert moves() == (0, 0, 1, 256) and not b.has_device_allocation()
+    assert np.asarray(b).tolist() == [2.0] * 64
+    # Other processes may write the host copy at any time: it counts as newer for every device use.
+    b.copy_to_device(dev)
+    b.copy_to_device(dev)
+    assert moves() == (2, 512, 0, 0)
+    b.device_free()
+    del b
+
+
+def test_a_device_copy_that_cannot_come_home_keeps_the_buffer_unshared(dev, ctx, queue):
+    mem = cl.Buffer(ctx, cl.mem_flags.READ_WRITE | cl.mem_flags.HOST_NO_ACCESS, 16)
+    cl.enqueue_fill_buffer(queue, mem, np.float32(7), 0, 16).wait()
+    b = hb.Buffer((4,), "float32")
+    b.device_wrap_native(mem)
+    with pytest.raises(hb.DeviceError, match="copying to the host failed with CL_INVALID_OPERATION"):
+        b.share_memory()
+    assert not b.is_shared and b.device_dirty() and b.has_device_allocation()
+    b.set_device_dirty(False)
+    b.device_free()
+
+
+# --- multiprocessing ------------------------------------------------------------------------------
+
+def check_seen(seen, view, a):
+    """The child saw the view's exact dtype, geometry and bits, in shared memory."""
+    dtype, shape, strides, mins, shared, first = seen
+    assert (dtype, shape, strides, mins, shared) == ("bfloat16", view.shape, view.strides, view.mins, True)
+    assert first == bytes(bits_of(a)[0, 0])
+
+
+def wrote(view):
+    return np.asarray(view)[0, 0] == 42
+
+
+@pytest.mark.parametrize("method", METHODS)
+def test_a_process_argument_arrives_as_the_same_memory(method, no_segments_left):
+    ctx = mp.get_context(method)
+    b, view, a = bfloat16_view()
+    outbox = ctx.Queue()
+    p = ctx.Process(target=children.report_to, args=(outbox, view))
+    p.start()
+    check_seen(outbox.get(timeout=TIMEOUT), view, a)
+    p.join(TIMEOUT)
+    assert p.exitcode == 0 and wrote(view)
+    del b, view
+
+
+@pytest.mark.parametrize("method", METHODS)
+def test_a_queue_and_a_pipe_carry_a_handle_not_the_data(method, no_segments_left):
+    ctx = mp.get_context(method)
+    b, view, a = bfloat16_view()
+    inbox, outbox = ctx.Queue(), ctx.Queue()
+    p = ctx.Process(target=children.serve_queue, args=(inbox, outbox))
+    p.start()
+    inbox.put(view)
+    check_seen(outbox.get(timeout=TIMEOUT), view, a)
+    p.join(TIMEOUT)
+    assert p.exitcode == 0 and wrote(view)
+    b[...] = 0
+    here, there = ctx.Pipe()
+    p = ctx.Process(target=children.serve_pipe, args=(there,))
+    p.start()
+    here.send(view)
+    assert here.poll(TIMEOUT)
+    dtype, shape, strides, mins, shared, first = here.recv()
+    assert (shape, strides, mins, shared) == (view.shape, view.strides, view.mins, True)
+    p.join(TIMEOUT)
+    assert p.exitcode == 0 and wrote(view)
+    del b, view
+
+
+@pytest.mark.parametrize("method", METHODS)
+def test_pools_return_a_view_of_the_parents_own_storage(method, no_segments_left):
+    ctx = mp.get_context(method)
+    b, view, a = bfloat16_view()
+    with ctx.Pool(1) as pool:
+        back = pool.apply(children.echo_after_write, (view,))
+    assert back.shares_storage_with(b) and wrote(view)  # one storage, one residency state
+    assert (back.shape, back.strides, back.mins) == (view.shape, view.strides, view.mins)
+    b[...] = 0
+    with ProcessPoolExecutor(1, mp_context=ctx) as pool:
+        back = pool.submit(children.echo_after_write, view).result(timeout=TIMEOUT)
+    assert back.shares_storage_with(b) and wrote(view)
+    del b, view, back
+
+
+def test_a_buffer_not_in_shared_memory_travels_by_value():
+    ctx = mp.get_context("spawn")
+    a = random_bits((6, 4), "bfloat16", seed=4)
+    b = hb.Buffer((6, 4), "bfloat16")
+    b.numpy(writable=True)[...] = a
+    with ProcessPoolExecutor(1, mp_context=ctx) as pool:
+        back = pool.submit(children.echo_after_write, b.translated((1, 1))).result(timeout=TIMEOUT)
+    assert not back.is_shared and not back.shares_storage_with(b) and back.mins == (1, 1)
+    assert np.asarray(back)[0, 0] == 42 and np.array_equal(bits_of(np.asarray(b)), bits_of(a))
+
+
+def test_a_child_killed_while_it_maps_a_segment_leaves_nothing_behind(no_segments_left):
+    ctx = mp.get_context("spawn")
+    b = hb.Buffer((256, 1024), "float32", shared=True)
+    inbox, outbox = ctx.Queue(), ctx.Queue()
+    p = ctx.Process(target=children.hold_until_killed, args=(inbox, outbox))
+    p.start()
+    inbox.put(b)
+    pid = outbox.get(timeout=TIMEOUT)
+    assert segments(pid)[0] >= 1  # the child maps it
+    os.kill(pid, signal.SIGKILL)
+    p.join(TIMEOUT)
+    assert p.exitcode == -signal.SIGKILL and np.asarray(b)[0, 0] == 7
+    del b  # the last buffer on the segment, in the last process that had it
+    inbox.close()
+    outbox.close()
+
+
+def test_no_resource_tracker_warnings_and_no_files_after_a_normal_run(tmp_path):
+    script = tmp_path / "run.py"
+    script.write_text(textwrap.dedent("""
+        import multiprocessing as mp
+        from concurrent.futures import ProcessPoolExecutor
+        import halide_buffer as hb
+        import shared_children as children
+
+        if __name__ == "__main__":
+            b = hb.Buffer((64, 64), "float32", shared=True)
+            with ProcessPoolExecutor(2, mp_context=mp.get_context("spawn")) as pool:
+                assert pool.submit(children.echo_after_write, b).result().shares_storage_with(b)
+            print("done")
+    """))
+    shm = dev_shm()
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([os.path.dirname(children.__file__)] + sys.path))
+    run = subprocess.run([sys.executable, "-W", "error", str(script)], capture_output=True, text=True,
+                         timeout=TIMEOUT, env=env)
+    assert run.returncode == 0 and run.stdout == "done\n" and run.stderr == ""
+    assert dev_shm() == shm
+
+
+# --- what a process receives is checked ----------------------------------------------------------
+
+def test_a_descriptor_that_is_not_a_sealed_segment_is_refused():
+    with tempfile.TemporaryFile() as f:
+        f.write(bytes(64))
+        f.flush()
+        fd = os.dup(f.fileno())
+        with pytest.raises(BufferError, match=r"pickle.loads\(\): the received descriptor is not a sealed "
+                                              r"shared-memory segment"):
+            _core._rebuild_shared_buffer(fd, 0, "uint8", (64,), (1,), (0,), False)
+        with pytest.raises(OSError):
+            os.fstat(fd)  # taken and closed
+
+
+@pytest.mark.parametrize("offset, shape, strides", [(4096, (1,), (1,)), (0, (4097,), (1,)), (-1, (1,), (1,)),
+                                                    (0, (2, 2), (-4, 1)), (0, (2,), (2**62,))])
+def test_a_geometry_outside_the_segment_is_refused(offset, shape, strides, no_segments_left):
+    b = hb.Buffer((4096,), "uint8", shared=True)
+    fd, _ = b._shared_handle()
+    with pytest.raises(ValueError, match=r"pickle.loads\(\): the received shape .* reach outside the shared "
+                                         r"segment of 4096 bytes"):
+        _core._rebuild_shared_buffer(os.dup(fd), offset, "uint8", shape, strides, (0,) * len(shape), False)
+    del b
+
+
+def test_a_damaged_handle_closes_the_descriptor(no_segments_left):
+    b = hb.Buffer((16,), "uint8", shared=True)
+    fd = os.dup(b._shared_handle()[0])
+    with pytest.raises(ValueError, match="dtype 'nope' is not one"):
+        _core._rebuild_shared_buffer(fd, 0, "nope", (16,), (1,), (0,), False)
+    with pytest.raises(OSError):
+        os.fstat(fd)
+    del b
+
+
+def test_plain_pickle_of_a_shared_buffer_copies_the_data():
+    b = hb.Buffer((4,), "int32", shared=True)
+    c = pickle.loads(pickle.dumps(b, protocol=4))
+    assert not c.is_shared and not c.shares_storage_with(b)
+    with pytest.raises(BufferError, match=r"_shared_handle\(\): the buffer is not in shared memory; call "
+                                          r"b.share_memory\(\) first"):
+        hb.Buffer((4,))._shared_handle()
