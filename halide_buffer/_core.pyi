@@ -111,8 +111,9 @@ def from_dlpack(obj: Any, *, device: Device | None = None, copy: bool | None = N
 class Buffer:
     """A Halide runtime buffer: host memory, its halide_buffer_t, and its residency state."""
     def __init__(self, shape: _ShapeLike, dtype: _DTypeLike = "float64", *,
-                 order: str | Sequence[SupportsIndex] = "C") -> None:
-        """Owned, zero-filled host memory; order: 'C', 'F', or the axes from outermost to innermost in memory."""
+                 order: str | Sequence[SupportsIndex] = "C", shared: bool = False) -> None:
+        """Owned, zero-filled host memory; order: 'C', 'F', or the axes from outermost to innermost in memory;
+        shared=True: in shared memory, which multiprocessing hands to other processes as it is."""
     @staticmethod
     def from_host(obj: Any, copy: bool = False, *, external_writes: bool = True) -> Buffer:
         """Wraps (copy=False) or copies an ndarray, a buffer-protocol object or an ``__array__`` producer;
@@ -213,6 +214,18 @@ class Buffer:
     def __dlpack_device__(self) -> tuple[int, int]: ...
     __dlpack_c_exchange_api__: Any  # capsule "dlpack_exchange_api": DLPack 1.3's C exchange API
     def _get_raw_halide_buffer_t(self) -> int: ...
+    # across processes (docs/processes.md)
+    def __reduce_ex__(self, protocol: SupportsIndex) -> tuple[Any, ...]:
+        """Exact dtype, shape, strides, mins, read-only flag and elements (the host copy, downloaded
+        once if the device copy is newer); protocol 5 hands the bytes out of band with no copy."""
+    def __copy__(self) -> Buffer:
+        """An owned host copy keeping shape, memory order and mins (as NumPy, the data is copied)."""
+    def __deepcopy__(self, memo: Any) -> Buffer: ...
+    def share_memory(self) -> Buffer:
+        """Moves the storage into shared memory, once; returns self."""
+    @property
+    def is_shared(self) -> bool: ...
+    def _shared_handle(self) -> tuple[int, int]: ...
     # Halide's own buffers (docs/halide.md)
     @staticmethod
     def from_halide(buffer: Any) -> Buffer:
@@ -238,3 +251,7 @@ def _cuda_wrap(data: int, shape: list[int], strides: list[int], dtype: Any, devi
                stream: int) -> Buffer: ...
 def _live_counts() -> dict[str, int]: ...
 def _aot_load(library_path: str, function_name: str) -> Pipeline: ...
+def _rebuild_buffer(data: Any, dtype: str, shape: tuple[int, ...], strides: tuple[int, ...],
+                    mins: tuple[int, ...], readonly: bool) -> Buffer: ...
+def _rebuild_shared_buffer(fd: int, offset: int, dtype: str, shape: tuple[int, ...], strides: tuple[int, ...],
+                           mins: tuple[int, ...], readonly: bool) -> Buffer: ...

@@ -185,6 +185,27 @@ def test_a_device_copy_that_cannot_come_home_keeps_the_buffer_unshared(dev, ctx,
 
 # --- multiprocessing ------------------------------------------------------------------------------
 
+FRESH = "HALIDE_BUFFER_FORK_TESTS"
+
+
+def context(method):
+    """The start method's context. Forking a process that has imported JAX or started PoCL's
+    threads risks deadlocks (JAX warns of it), so under fork these tests run in an interpreter of
+    their own (test_the_fork_start_method_in_a_fresh_interpreter)."""
+    if method == "fork" and not os.environ.get(FRESH):
+        pytest.skip("runs in a fresh interpreter: see test_the_fork_start_method_in_a_fresh_interpreter")
+    return mp.get_context(method)
+
+
+def test_the_fork_start_method_in_a_fresh_interpreter():
+    run = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", __file__, "-k",
+                          "fork and not forkserver and not fresh"],
+                         capture_output=True, text=True, timeout=4 * TIMEOUT, env=dict(os.environ, **{FRESH: "1"}),
+                         cwd=os.path.dirname(os.path.dirname(__file__)))
+    assert run.returncode == 0, run.stdout + run.stderr
+    assert "3 passed" in run.stdout and "skipped" not in run.stdout, run.stdout
+
+
 def check_seen(seen, view, a):
     """The child saw the view's exact dtype, geometry and bits, in shared memory."""
     dtype, shape, strides, mins, shared, first = seen
@@ -198,7 +219,7 @@ def wrote(view):
 
 @pytest.mark.parametrize("method", METHODS)
 def test_a_process_argument_arrives_as_the_same_memory(method, no_segments_left):
-    ctx = mp.get_context(method)
+    ctx = context(method)
     b, view, a = bfloat16_view()
     outbox = ctx.Queue()
     p = ctx.Process(target=children.report_to, args=(outbox, view))
@@ -211,7 +232,7 @@ def test_a_process_argument_arrives_as_the_same_memory(method, no_segments_left)
 
 @pytest.mark.parametrize("method", METHODS)
 def test_a_queue_and_a_pipe_carry_a_handle_not_the_data(method, no_segments_left):
-    ctx = mp.get_context(method)
+    ctx = context(method)
     b, view, a = bfloat16_view()
     inbox, outbox = ctx.Queue(), ctx.Queue()
     p = ctx.Process(target=children.serve_queue, args=(inbox, outbox))
@@ -235,7 +256,7 @@ def test_a_queue_and_a_pipe_carry_a_handle_not_the_data(method, no_segments_left
 
 @pytest.mark.parametrize("method", METHODS)
 def test_pools_return_a_view_of_the_parents_own_storage(method, no_segments_left):
-    ctx = mp.get_context(method)
+    ctx = context(method)
     b, view, a = bfloat16_view()
     with ctx.Pool(1) as pool:
         back = pool.apply(children.echo_after_write, (view,))
