@@ -583,3 +583,13 @@ def test_without_the_halide_package_nothing_is_an_hl_buffer_and_to_halide_says_w
 
 def test_load_library_names_the_loader_in_use(opencl):
     assert opencl == hb.opencl.loaded_library() == hb.opencl.load_library()
+
+
+def test_an_hl_buffers_memory_is_not_moved_into_shared_memory():
+    h = hl.Buffer(hl.Float(32), [4])
+    b = hb.Buffer.from_halide(h)
+    with pytest.raises(BufferError, match=r"share_memory\(\): the buffer's memory is an hl.Buffer's "
+                                          r"\(Buffer.from_halide\), .* copy it into a buffer of its own "
+                                          r"first: b.copy\(\)"):
+        b.share_memory()
+    assert not b.is_shared and b.copy().share_memory().is_shared

@@ -28,7 +28,7 @@ SUBSET=(tests/test_cli.py tests/test_stubs.py tests/test_exports.py tests/test_e
     tests/test_messages.py tests/test_ownership.py tests/test_residency_host.py
     tests/test_residency_device.py tests/test_residency_model.py tests/test_opencl_device.py
     tests/test_device_errors.py tests/test_device_threads.py tests/test_dlpack_malformed.py
-    tests/test_buffer_data.py)
+    tests/test_buffer_data.py tests/test_pickle.py tests/test_shared_memory.py)
 
 sdists=("$dist"/*.tar.gz)
 if [ ${#sdists[@]} -ne 1 ] || [ ! -f "${sdists[0]}" ]; then
