@@ -140,19 +140,33 @@ bool is_file(const std::string &path) {
     return stat(path.c_str(), &st) == 0 && !S_ISDIR(st.st_mode);
 }
 
-/// The library at `path`, opened. A bare name (no '/') names a file of the current directory
-/// when there is one: dlopen alone would look for it only in the system's directories.
-void *open_library(const std::string &path) {
+/// Where the library `path` names is opened from, kept with the pipeline for other processes
+/// (their working directory may differ): a path naming a file made absolute (a bare name too,
+/// when it names a file of the current directory: dlopen alone would look for it only in the
+/// system's directories); a bare name that names no file as given, for the system's search.
+std::string library_location(const std::string &path) {
     bool bare = path.find('/') == std::string::npos;
-    bool local = bare && is_file(path);
+    if ((!bare && path[0] == '/') || (bare && !is_file(path))) return path;
+    char cwd[4096];
+    if (!getcwd(cwd, sizeof cwd)) return bare ? "./" + path : path;  // relative, as dlopen takes it
+    std::string location = cwd;
+    if (location.back() != '/') location += '/';
+    size_t from = 0;  // "./lib.so" is "lib.so" of the current directory
+    while (from != std::string::npos && path.compare(from, 2, "./") == 0)
+        from = path.find_first_not_of('/', from + 2);
+    return from == std::string::npos ? location : location + path.substr(from);
+}
+
+/// The library at `location` (library_location() of `path`, which messages name), opened.
+void *open_library(const std::string &path, const std::string &location) {
     // RTLD_LOCAL: each pipeline library has its own Halide runtime; never closed (see aot.h).
-    void *library = dlopen((local ? "./" + path : path).c_str(), RTLD_NOW | RTLD_LOCAL);
+    void *library = dlopen(location.c_str(), RTLD_NOW | RTLD_LOCAL);
     if (library) return library;
     const char *error = dlerror();
     std::string why = error ? error : "unknown error";
-    if (why.rfind(path + ": ", 0) == 0) why.erase(0, path.size() + 2);  // dlerror repeats the path
+    if (why.rfind(location + ": ", 0) == 0) why.erase(0, location.size() + 2);  // dlerror repeats it
     std::string what = "aot.load(): cannot load " + path + ": ";
-    if (!bare || local)
+    if (location.find('/') != std::string::npos)
         throw ValueError(what + why + "; pass the path of a shared library built from Halide's "
                          "compile_to_object output");
     char cwd[4096];
@@ -170,9 +184,11 @@ std::shared_ptr<AotPipeline> AotPipeline::load(const std::string &path, const st
         throw ValueError(std::string(entry) + "(): the function name " + quoted(name) +
                          " is not a C identifier; pass the name the pipeline was compiled with "
                          "(letters, digits and '_')");
-    void *library = open_library(path);
+    std::string location = library_location(path);
+    void *library = open_library(path, location);
     auto p = std::shared_ptr<AotPipeline>(new AotPipeline());
     p->name_ = name;
+    p->library_path_ = location;
     p->argv_ = symbol<int (*)(void **)>(library, name + "_argv");
     auto metadata = symbol<const halide_filter_metadata_t *(*)()>(library, name + "_metadata");
     if (!p->argv_ || !metadata)

@@ -19,6 +19,10 @@ public:
     static std::shared_ptr<AotPipeline> load(const std::string &library_path, const std::string &name);
 
     const std::string &name() const { return name_; }
+    /// The path the library was opened by, which another process (another working directory)
+    /// opens the same file by: a path naming a file made absolute, a bare name that went to the
+    /// system's search as given.
+    const std::string &library_path() const { return library_path_; }
     const halide_filter_metadata_t &metadata() const { return *metadata_; }
     /// The device interface of the pipeline's runtime (OpenCL or CUDA targets), else null.
     const halide_device_interface_t *device_interface() const { return device_interface_; }
@@ -36,6 +40,7 @@ public:
 
 private:
     std::string name_;
+    std::string library_path_;
     int (*argv_)(void **) = nullptr;
     const halide_filter_metadata_t *metadata_ = nullptr;
     const halide_device_interface_t *device_interface_ = nullptr;

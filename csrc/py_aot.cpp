@@ -378,8 +378,13 @@ PyObject *pipeline_call(PyObject *self, PyObject *args, PyObject *kwargs) {
 
 void bind_aot(py::module_ &m) {
     py::class_<AotPipeline, std::shared_ptr<AotPipeline>>(
-        m, "Pipeline", "A Halide AOT pipeline loaded with halide_buffer.aot.load(); call it with Buffers.")
+        m, "Pipeline", "A Halide AOT pipeline loaded with halide_buffer.aot.load(); call it with Buffers. "
+                       "Immutable: copies are the pipeline itself; a pickle holds its library path and "
+                       "function name, and unpickling loads it again.")
         .def_property_readonly("name", &AotPipeline::name)
+        .def_property_readonly("library_path", &AotPipeline::library_path,
+                               "the library's path, absolute when it names a file (a name the system's "
+                               "library search found stays as given)")
         .def_property_readonly("target", [](const AotPipeline &p) { return std::string(p.metadata().target); },
                                "the Halide target string it was compiled for")
         .def_property_readonly("arguments", &arguments_of,
@@ -391,7 +396,13 @@ void bind_aot(py::module_ &m) {
            "fixes their size).")
         .def("__repr__", [](const AotPipeline &p) {
             return "Pipeline(" + p.name() + ", target=" + p.metadata().target + ")";
-        });
+        })
+        .def("__reduce__", [](const AotPipeline &p) {
+            py::object rebuild = py::module_::import("halide_buffer.aot").attr("_unpickle");
+            return py::make_tuple(rebuild, py::make_tuple(p.library_path(), p.name()));
+        }, "(halide_buffer.aot._unpickle, (library_path, name)): unpickling loads the pipeline again")
+        .def("__copy__", [](py::object self) { return self; })
+        .def("__deepcopy__", [](py::object self, py::handle) { return self; }, py::arg("memo"));
     // Calls skip pybind11's dispatch: the slot is ours (__call__ above stays for introspection).
     reinterpret_cast<PyTypeObject *>(m.attr("Pipeline").ptr())->tp_call = pipeline_call;
     m.def("_aot_load", [](const std::string &path, const std::string &name) {

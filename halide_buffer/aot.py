@@ -28,5 +28,20 @@ def load(library_path: str | os.PathLike[str], function_name: str) -> Pipeline:
     its first call opens the OpenCL loader ``halide_buffer.opencl`` uses (``DeviceError``
     saying what to install when there is none); a CUDA pipeline's call opens the CUDA driver.
     Raises ``ValueError`` naming what was tried when the library or function is not found.
+
+    The pipeline keeps the path (``Pipeline.library_path``), absolute when it names a file, and
+    is pickled as that path and ``function_name``: unpickling loads it again, so the library
+    must exist at the same path wherever it is unpickled.
     """
     return _aot_load(os.fspath(library_path), function_name)
+
+
+def _unpickle(library_path: str, function_name: str) -> Pipeline:
+    """A pickled Pipeline, loaded again in this process (``Pipeline.__reduce__`` names this)."""
+    try:
+        return load(library_path, function_name)
+    except ValueError as e:
+        raise ValueError(
+            f"aot.load(): cannot unpickle the Pipeline {function_name!r} of {library_path} ({e}); a pickled "
+            f"Pipeline holds only its library's path and function name: the library must exist at that same "
+            f"path, with that function, in every process and on every machine that unpickles it") from e

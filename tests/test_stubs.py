@@ -29,7 +29,8 @@ def runtime_names(obj):
     return {n for n in vars(obj) if not (n.startswith("__") and n.endswith("__")) or
             n in {"__len__", "__getitem__", "__setitem__", "__array__", "__eq__", "__hash__",
                     "__sub__", "__dlpack__", "__dlpack_device__", "__call__",
-                    "__cuda_array_interface__", "__reduce_ex__", "__copy__", "__deepcopy__"}} - IMPLICIT
+                    "__cuda_array_interface__", "__reduce__", "__reduce_ex__", "__copy__",
+                    "__deepcopy__"}} - IMPLICIT
 
 
 def test_module_functions_match():
