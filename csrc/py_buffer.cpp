@@ -480,11 +480,11 @@ in shared memory that multiprocessing hands to child processes as it is.
         .def("__repr__", method(&repr_of));
     bind_numpy(cls);
     bind_buffer_data(cls);
-    bind_processes(cls, m);
     bind_residency(cls);
     bind_dlpack(cls, m);
     bind_dlpack_exchange(cls);
     bind_cuda(m, cls);
+    bind_processes(cls, m);  // last: it also gives the other classes their pickling rule
 }
 
 }  // namespace hb

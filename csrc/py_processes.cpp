@@ -153,6 +153,17 @@ Buffer copy_of_buffer(py::handle self) {
     return b.copy_keeping_layout("__deepcopy__");
 }
 
+/// A class whose objects belong to this process (a device's context and queue, a process's
+/// counts): pickling them raises TypeError saying what to send instead. Without a rule of its
+/// own, a pybind11 object pickled with protocol 0 or 1 would abort the interpreter.
+void refuse_pickling(py::module_ &m, const char *name, const char *fix) {
+    std::string message = std::string("pickle: a halide_buffer.") + name + " belongs to this process; " + fix;
+    py::object cls = m.attr(name);
+    reinterpret_cast<py::class_<py::object> &>(cls).def(
+        "__reduce_ex__", [message](py::handle, py::handle) -> py::object { throw TypeError(message); },
+        py::arg("protocol"), "Refused: the object belongs to this process.");
+}
+
 }  // namespace
 
 void bind_processes(py::class_<Buffer> &cls, py::module_ &m) {
@@ -181,6 +192,15 @@ void bind_processes(py::class_<Buffer> &cls, py::module_ &m) {
             return py::make_tuple(h.fd, h.offset);
         }, "(descriptor, byte offset of the first element): what multiprocessing sends for a shared buffer.");
     m.def("_rebuild_buffer", &rebuild_buffer, "Unpickles a Buffer (see Buffer.__reduce_ex__).");
+    py::object dtype_class = m.attr("DType");
+    reinterpret_cast<py::class_<DType> &>(dtype_class).def("__reduce__", [](const DType &t) {
+        static py::handle by_name = py::object(py::module_::import("halide_buffer._processes").attr("_dtype")).release();
+        return py::make_tuple(by_name, py::make_tuple(t.name));
+    }, "Pickles the dtype by name: the same DType object in the receiving process.");
+    constexpr const char *device_fix =
+        "in the receiving process use its own device (halide_buffer.opencl.device(), halide_buffer.cuda.device())";
+    for (const char *name : {"Device", "OpenCLDevice", "CudaDevice"}) refuse_pickling(m, name, device_fix);
+    refuse_pickling(m, "Transfers", "send its counts: (t.to_device, t.to_device_bytes, t.to_host, t.to_host_bytes)");
     m.def("_rebuild_shared_buffer", &rebuild_shared,
           "A view of a shared segment another process sent (takes the descriptor).");
 }

@@ -1,7 +1,7 @@
 """Type stubs of the private extension halide_buffer._core (checked against it by tests/test_stubs.py)."""
 
 import sys
-from typing import Any, Sequence, SupportsIndex, overload
+from typing import Any, NoReturn, Sequence, SupportsIndex, overload
 
 import numpy as np
 
@@ -28,6 +28,8 @@ class DType:
     def numpy(self) -> np.dtype[Any]: ...
     def __eq__(self, other: object) -> bool: ...
     def __hash__(self) -> int: ...
+    def __reduce__(self) -> tuple[Any, tuple[str]]:
+        """Pickles by name: the same DType object where unpickled."""
 
 def dtype(obj: _DTypeLike) -> DType: ...
 def dtypes() -> list[DType]: ...
@@ -63,6 +65,8 @@ class Device:
     @property
     def kind(self) -> str: ...
     def synchronize(self) -> None: ...
+    def __reduce_ex__(self, protocol: SupportsIndex) -> NoReturn:
+        """Refused (TypeError): the object belongs to this process."""
 
 class OpenCLDevice(Device):
     """An OpenCL device with its context and in-order queue."""
@@ -80,6 +84,8 @@ class OpenCLDevice(Device):
     def context(self) -> int: ...
     @property
     def queue(self) -> int: ...
+    def __reduce_ex__(self, protocol: SupportsIndex) -> NoReturn:
+        """Refused (TypeError): the object belongs to this process."""
 
 class CudaDevice(Device):
     """A CUDA device through its primary context, with the stream copies run on."""
@@ -97,6 +103,8 @@ class CudaDevice(Device):
     def context(self) -> int: ...
     @property
     def stream(self) -> int: ...
+    def __reduce_ex__(self, protocol: SupportsIndex) -> NoReturn:
+        """Refused (TypeError): the object belongs to this process."""
 
 class Transfers:
     """Copies (count and bytes) in each direction, counted where they happen."""
@@ -111,6 +119,8 @@ class Transfers:
     def __eq__(self, other: object) -> bool: ...
     def __hash__(self) -> int: ...
     def __sub__(self, other: Transfers) -> Transfers: ...
+    def __reduce_ex__(self, protocol: SupportsIndex) -> NoReturn:
+        """Refused (TypeError): the object belongs to this process."""
 
 def transfers() -> Transfers: ...
 def from_dlpack(obj: Any, *, device: Device | None = None, copy: bool | None = None) -> Buffer: ...

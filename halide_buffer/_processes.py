@@ -13,13 +13,18 @@ from __future__ import annotations
 import pickle
 from multiprocessing import reduction
 
-from ._core import Buffer, _rebuild_buffer, _rebuild_shared_buffer
+from ._core import Buffer, DType, _rebuild_buffer, _rebuild_shared_buffer, dtype
 
 
 def _rebuild(*state):
     """Unpickles a Buffer (``Buffer.__reduce_ex__`` names this function: a plain one, which
     pickle records by name)."""
     return _rebuild_buffer(*state)
+
+
+def _dtype(name: str) -> DType:
+    """Unpickles a DType (the same object as ``halide_buffer.dtype(name)``)."""
+    return dtype(name)
 
 
 def _rebuild_shared(handle, offset, dtype, shape, strides, mins, readonly):
