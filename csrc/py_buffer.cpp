@@ -69,13 +69,6 @@ std::vector<int64_t> to_shape(py::handle shape, const char *entry) {
     return out;
 }
 
-template <typename T>
-py::tuple to_tuple(const std::vector<T> &v) {
-    py::tuple t(v.size());
-    for (size_t i = 0; i < v.size(); ++i) t[i] = py::int_(v[i]);
-    return t;
-}
-
 /// The qualified name of obj's type, as Python code spells it: "numpy.ndarray", "bytes".
 std::string qualified_type_name(py::handle obj) {
     py::handle type = reinterpret_cast<PyObject *>(Py_TYPE(obj.ptr()));

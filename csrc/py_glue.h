@@ -25,6 +25,14 @@ void run_lease(const Buffer &b, F &&lease) {
     lease();
 }
 
+/// A tuple of Python ints: a shape, strides, mins.
+template <typename T>
+py::tuple to_tuple(const std::vector<T> &v) {
+    py::tuple t(v.size());
+    for (size_t i = 0; i < v.size(); ++i) t[i] = py::int_(v[i]);
+    return t;
+}
+
 // py_module.cpp
 /// Sets the Python exception for a C++ exception of the core; false if it is not one of ours.
 bool set_python_error(std::exception_ptr error);

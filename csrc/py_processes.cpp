@@ -18,12 +18,6 @@ namespace {
 
 constexpr const char *kLoads = "pickle.loads";
 
-py::tuple ints(const std::vector<int64_t> &values) {
-    py::tuple t(values.size());
-    for (size_t i = 0; i < values.size(); ++i) t[i] = py::int_(values[i]);
-    return t;
-}
-
 /// A sequence of ints read back from a pickle, or ValueError: the state is damaged.
 std::vector<int64_t> ints_of(py::handle seq, const char *what) {
     std::vector<int64_t> out;
@@ -70,7 +64,7 @@ Geometry geometry_of(py::handle dtype, py::handle shape, py::handle strides, py:
 
 /// The state pickle records; `data` is the payload (PickleBuffer, bytes).
 py::tuple state(py::object data, const Buffer &b, const std::vector<int64_t> &strides) {
-    return py::make_tuple(std::move(data), b.dtype().name, ints(b.shape()), ints(strides), ints(b.mins()),
+    return py::make_tuple(std::move(data), b.dtype().name, to_tuple(b.shape()), to_tuple(strides), to_tuple(b.mins()),
                           b.readonly());
 }
 

@@ -213,16 +213,24 @@ def wrote(view):
     return np.asarray(view)[0, 0] == 42
 
 
+def child_sees_and_writes(ctx, target, args, send, receive, view, a):
+    """Runs target(*args) in a child, sends it the view (send), checks what it reports (receive)
+    and that its write is seen here."""
+    p = ctx.Process(target=target, args=args)
+    p.start()
+    send(view)
+    check_seen(receive(), view, a)
+    p.join(TIMEOUT)
+    assert p.exitcode == 0 and wrote(view)
+
+
 @pytest.mark.parametrize("method", METHODS)
 def test_a_process_argument_arrives_as_the_same_memory(method, no_segments_left):
     ctx = context(method)
     b, view, a = bfloat16_view()
     outbox = ctx.Queue()
-    p = ctx.Process(target=children.report_to, args=(outbox, view))
-    p.start()
-    check_seen(outbox.get(timeout=TIMEOUT), view, a)
-    p.join(TIMEOUT)
-    assert p.exitcode == 0 and wrote(view)
+    child_sees_and_writes(ctx, children.report_to, (outbox, view), lambda v: None,
+                          lambda: outbox.get(timeout=TIMEOUT), view, a)
     del b, view
 
 
@@ -231,22 +239,12 @@ def test_a_queue_and_a_pipe_carry_a_handle_not_the_data(method, no_segments_left
     ctx = context(method)
     b, view, a = bfloat16_view()
     inbox, outbox = ctx.Queue(), ctx.Queue()
-    p = ctx.Process(target=children.serve_queue, args=(inbox, outbox))
-    p.start()
-    inbox.put(view)
-    check_seen(outbox.get(timeout=TIMEOUT), view, a)
-    p.join(TIMEOUT)
-    assert p.exitcode == 0 and wrote(view)
-    b[...] = 0
+    child_sees_and_writes(ctx, children.serve_queue, (inbox, outbox), inbox.put,
+                          lambda: outbox.get(timeout=TIMEOUT), view, a)
+    b[...] = a
     here, there = ctx.Pipe()
-    p = ctx.Process(target=children.serve_pipe, args=(there,))
-    p.start()
-    here.send(view)
-    assert here.poll(TIMEOUT)
-    dtype, shape, strides, mins, shared, first = here.recv()
-    assert (shape, strides, mins, shared) == (view.shape, view.strides, view.mins, True)
-    p.join(TIMEOUT)
-    assert p.exitcode == 0 and wrote(view)
+    child_sees_and_writes(ctx, children.serve_pipe, (there,), here.send,
+                          lambda: here.recv() if here.poll(TIMEOUT) else None, view, a)
     del b, view
 
 
