@@ -169,13 +169,8 @@ void bind_processes(py::class_<Buffer> &cls, py::module_ &m) {
         .def("__deepcopy__", [](py::handle self, py::handle) { return copy_of_buffer(self); }, py::arg("memo"),
              "An owned host copy keeping shape, memory order and mins.")
         .def("share_memory", [](py::handle self) {
-            Buffer &b = buffer_of(self.ptr());
-            if (b.may_hold_device_copy()) {
-                py::gil_scoped_release nogil;
-                b.share_memory("share_memory");
-            } else {
-                b.share_memory("share_memory");
-            }
+            // With the GIL held throughout: no Python thread writes the memory while it moves.
+            buffer_of(self.ptr()).share_memory("share_memory");
             return py::reinterpret_borrow<py::object>(self);
         }, "Moves the storage into shared memory (once; returns self) so that multiprocessing sends a "
            "handle, not the data: child processes get views of the same memory.")

@@ -236,3 +236,13 @@ def test_a_dtype_pickles_by_name_and_process_bound_objects_are_refused(dev, prot
     with pytest.raises(TypeError, match=r"pickle: a halide_buffer.Transfers belongs to this process; send its "
                                         r"counts: \(t.to_device, "):
         pickle.dumps(hb.transfers(), protocol=protocol)
+
+
+@pytest.mark.parametrize("shape", [(), (0,), (3, 0, 2)])
+def test_scalar_and_empty_buffers_round_trip(shape):
+    b = hb.Buffer(shape, "float8_e4m3fn").translated((4,) * len(shape))
+    for protocol in PROTOCOLS:
+        c = pickle.loads(pickle.dumps(b, protocol=protocol))
+        assert (c.shape, c.mins, c.dtype) == (b.shape, b.mins, b.dtype)
+    s, buffers = out_of_band(b)
+    assert pickle.loads(s, buffers=buffers).shape == shape

@@ -254,8 +254,11 @@ def test_pools_return_a_view_of_the_parents_own_storage(method, no_segments_left
     b, view, a = bfloat16_view()
     with ctx.Pool(1) as pool:
         back = pool.apply(children.echo_after_write, (view,))
-    assert back.shares_storage_with(b) and wrote(view)  # one storage, one residency state
-    assert (back.shape, back.strides, back.mins) == (view.shape, view.strides, view.mins)
+        assert back.shares_storage_with(b) and wrote(view)  # one storage, one residency state
+        assert (back.shape, back.strides, back.mins) == (view.shape, view.strides, view.mins)
+        reversed_view = b[::-1, 1::2]  # negative strides: the first element lies at the end
+        back = pool.apply(children.echo_after_write, (reversed_view,))
+        assert back.strides == reversed_view.strides and np.asarray(b)[-1, 1] == 42
     b[...] = 0
     with ProcessPoolExecutor(1, mp_context=ctx) as pool:
         back = pool.submit(children.echo_after_write, view).result(timeout=TIMEOUT)
