@@ -122,7 +122,7 @@ Buffer rebuild_buffer(py::handle data, py::handle dtype, py::handle shape, py::h
     // out-of-band buffer) may be written by its owner at any time.
     bool private_copy = PyBytes_CheckExact(data.ptr()) || PyByteArray_CheckExact(data.ptr());
     Buffer b = Buffer::wrap(kLoads, held.data, g.shape, g.strides, *g.dtype, std::move(held.owner),
-                            held.readonly, !private_copy);
+                            readonly || held.readonly, !private_copy);
     // Writable data arrived in read-only memory (in band before protocol 5): one copy, as NumPy.
     if (held.readonly && !readonly) return b.copy_keeping_layout(kLoads).with_mins(g.mins);
     return b.with_mins(g.mins);

@@ -115,6 +115,8 @@ def test_the_read_only_flag_travels():
             c.numpy(writable=True)
     s, buffers = out_of_band(b)
     assert buffers[0].raw().readonly and pickle.loads(s, buffers=buffers).readonly
+    writable = [bytearray(buffers[0].raw())]  # a consumer handing back writable memory
+    assert pickle.loads(s, buffers=writable).readonly
 
 
 def test_writable_data_handed_back_read_only_is_copied_once():
