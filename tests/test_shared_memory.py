@@ -194,10 +194,11 @@ def context(method):
 
 
 def test_the_fork_start_method_in_a_fresh_interpreter():
+    # From this working directory: the halide_buffer this run imports is the one tested there
+    # too (an installed wheel's, when the tests run from elsewhere).
     run = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", __file__, "-k",
                           "fork and not forkserver and not fresh"],
-                         capture_output=True, text=True, timeout=4 * TIMEOUT, env=dict(os.environ, **{FRESH: "1"}),
-                         cwd=os.path.dirname(os.path.dirname(__file__)))
+                         capture_output=True, text=True, timeout=4 * TIMEOUT, env=dict(os.environ, **{FRESH: "1"}))
     assert run.returncode == 0, run.stdout + run.stderr
     assert "3 passed" in run.stdout and "skipped" not in run.stdout, run.stdout
 
