@@ -47,3 +47,8 @@ def hold_until_killed(inbox, outbox):
     b[(0,) * b.ndim] = 7
     outbox.put(os.getpid())
     time.sleep(120)
+
+
+def contents(b):
+    """A buffer's dtype, geometry, sharing and element bytes, as a child sees them."""
+    return b.dtype.name, b.shape, b.strides, b.mins, b.is_shared, np.asarray(b).tobytes()
