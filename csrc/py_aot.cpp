@@ -362,6 +362,86 @@ py::object call_with(const AotPipeline &p, PyObject *const *pos, size_t npos, Py
     return std::move(result);
 }
 
+/// An output region as required_regions() takes it: (mins, shape), sequences of ints.
+void region_arg(const AotPipeline &p, const halide_filter_argument_t &a, py::handle region, std::vector<int64_t> &mins,
+                std::vector<int64_t> &shape) {
+    auto fail = [&] {
+        return TypeError(where_of(p, a) + ": a region is (mins, shape), two sequences of ints, not " +
+                         py::repr(region).cast<std::string>() + "; pass e.g. ((0, 0), (480, 640))");
+    };
+    if (!py::isinstance<py::sequence>(region) || py::len(region) != 2) throw fail();
+    for (int part = 0; part < 2; ++part) {
+        py::handle values = py::reinterpret_borrow<py::sequence>(region)[part];
+        if (!py::isinstance<py::sequence>(values)) throw fail();
+        for (py::handle v : values) {
+            int64_t x;
+            if (!is_integer(v) || !as_int64(v, x)) throw fail();
+            (part ? shape : mins).push_back(x);
+        }
+    }
+}
+
+/// Halide's bounds query for given output regions: the region of each input buffer the pipeline
+/// reads to compute them. `scalars` maps scalar argument names to values (their defaults when
+/// absent); `outputs` maps every output's name to (mins, shape), NumPy's axis order. Returns
+/// {input name: (mins, shape)}. No memory is touched: every buffer is a query.
+py::dict required_regions(const AotPipeline &p, py::dict scalars, py::dict outputs) {
+    const halide_filter_metadata_t &m = p.metadata();
+    size_t n = size_t(m.num_arguments);
+    std::vector<halide_scalar_value_t> values(n);
+    std::vector<Query> queries(n);
+    std::vector<void *> argv(n, nullptr);
+    for (size_t i = 0; i < n; ++i) {
+        const halide_filter_argument_t &a = m.arguments[i];
+        if (is_user_context(a)) {
+            argv[i] = &values[i];
+            continue;
+        }
+        if (!is_buffer(a)) {
+            py::object v = scalars.contains(a.name) ? py::object(scalars[a.name]) : py::object(py::none());
+            if (v.is_none() && !a.scalar_def)
+                throw TypeError(where_of(p, a) + " is missing; pass a value of type " + type_text(a.type));
+            values[i] = v.is_none() ? *a.scalar_def : to_scalar(p, v, a);
+            argv[i] = &values[i];
+            continue;
+        }
+        Query &q = queries[i];
+        q.dims.assign(size_t(a.dimensions), halide_dimension_t{0, 0, 0, 0});
+        if (a.kind == halide_argument_kind_output_buffer) {
+            if (!outputs.contains(a.name))
+                throw TypeError(where_of(p, a) + ": no region asked for; pass the output's (mins, shape)");
+            std::vector<int64_t> mins, shape;
+            region_arg(p, a, outputs[a.name], mins, shape);
+            if (mins.size() != size_t(a.dimensions) || shape.size() != size_t(a.dimensions))
+                throw ValueError(where_of(p, a) + ": a region of " + std::to_string(shape.size()) +
+                                 " axes for an output of " + std::to_string(a.dimensions) + "; pass one min and "
+                                 "one extent per axis");
+            check_mins(p.name().c_str(), shape, mins);
+            checked_count(p.name().c_str(), shape, 1);
+            for (size_t d = 0; d < shape.size(); ++d)
+                q.dims[shape.size() - 1 - d] = halide_dimension_t{int32_t(mins[d]), int32_t(shape[d]), 0, 0};
+        }
+        q.buf.type = a.type;
+        q.buf.dimensions = a.dimensions;
+        q.buf.dim = q.dims.data();
+        argv[i] = &q.buf;
+    }
+    try {
+        py::gil_scoped_release nogil;
+        p.call(argv.data());
+    } catch (const PipelineError &e) {
+        throw PipelineError(std::string(e.what()) + "; this was the bounds query for the output regions asked for",
+                            e.code);
+    }
+    py::dict out;
+    for (size_t i = 0; i < n; ++i) {
+        if (m.arguments[i].kind != halide_argument_kind_input_buffer) continue;
+        Region r = region_of(queries[i]);
+        out[m.arguments[i].name] = py::make_tuple(to_tuple(r.mins), to_tuple(r.shape));
+    }
+    return out;
+}
+
 /// The type's call slot: `pipeline(...)` goes straight here (no pybind11 dispatch).
 PyObject *pipeline_call(PyObject *self, PyObject *args, PyObject *kwargs) {
     PyObject *result = nullptr;
@@ -394,6 +474,10 @@ void bind_aot(py::module_ &m) {
             return call_with(p, &PyTuple_GET_ITEM(args.ptr(), 0), args.size(), kwargs.ptr());
         }, "Runs the pipeline; returns its output buffer(s), allocated when not given (when the pipeline "
            "fixes their size).")
+        .def("required_regions", &required_regions, py::arg("scalars"), py::arg("outputs"),
+             "Halide's bounds query: {input name: (mins, shape)}, the region of each input buffer the "
+             "pipeline reads to compute the given output regions ({output name: (mins, shape)}); "
+             "scalars by name ({name: value}; defaults where absent).")
         .def("__repr__", [](const AotPipeline &p) {
             return "Pipeline(" + p.name() + ", target=" + p.metadata().target + ")";
         })

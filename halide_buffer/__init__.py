@@ -21,6 +21,15 @@ def get_include() -> str:
     return _os.path.join(_os.path.dirname(__file__), "include")
 
 
+def __getattr__(name: str):
+    # hb.dask needs the optional dask extra: imported on first use.
+    if name == "dask":
+        import importlib
+
+        return importlib.import_module(".dask", __name__)
+    raise AttributeError(f"module 'halide_buffer' has no attribute {name!r}")
+
+
 class Runtime:
     """Halide's C++ namespace name for the buffer: ``hb.Runtime.Buffer is hb.Buffer``."""
 
