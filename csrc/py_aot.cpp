@@ -382,9 +382,11 @@ void region_arg(const AotPipeline &p, const halide_filter_argument_t &a, py::han
 }
 
 /// Halide's bounds query for given output regions: the region of each input buffer the pipeline
-/// reads to compute them. `scalars` maps scalar argument names to values (their defaults when
-/// absent); `outputs` maps every output's name to (mins, shape), NumPy's axis order. Returns
-/// {input name: (mins, shape)}. No memory is touched: every buffer is a query.
+/// reads to compute them, and the region of each output it writes (the one asked for, or more:
+/// a vectorized or tiled schedule may round it up, and the output buffer must then cover that).
+/// `scalars` maps scalar argument names to values (their defaults when absent); `outputs` maps
+/// every output's name to (mins, shape), NumPy's axis order. Returns {buffer name: (mins,
+/// shape)}. No memory is touched: every buffer is a query.
 py::dict required_regions(const AotPipeline &p, py::dict scalars, py::dict outputs) {
     const halide_filter_metadata_t &m = p.metadata();
     size_t n = size_t(m.num_arguments);
@@ -435,7 +437,7 @@ py::dict required_regions(const AotPipeline &p, py::dict scalars, py::dict outpu
     }
     py::dict out;
     for (size_t i = 0; i < n; ++i) {
-        if (m.arguments[i].kind != halide_argument_kind_input_buffer) continue;
+        if (!is_buffer(m.arguments[i])) continue;
         Region r = region_of(queries[i]);
         out[m.arguments[i].name] = py::make_tuple(to_tuple(r.mins), to_tuple(r.shape));
     }
@@ -475,9 +477,10 @@ void bind_aot(py::module_ &m) {
         }, "Runs the pipeline; returns its output buffer(s), allocated when not given (when the pipeline "
            "fixes their size).")
         .def("required_regions", &required_regions, py::arg("scalars"), py::arg("outputs"),
-             "Halide's bounds query: {input name: (mins, shape)}, the region of each input buffer the "
-             "pipeline reads to compute the given output regions ({output name: (mins, shape)}); "
-             "scalars by name ({name: value}; defaults where absent).")
+             "Halide's bounds query: {buffer name: (mins, shape)}, the region of each input buffer the "
+             "pipeline reads to compute the given output regions ({output name: (mins, shape)}), and the "
+             "region of each output it writes (at least the one asked for); scalars by name ({name: "
+             "value}; defaults where absent).")
         .def("__repr__", [](const AotPipeline &p) {
             return "Pipeline(" + p.name() + ", target=" + p.metadata().target + ")";
         })

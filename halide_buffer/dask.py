@@ -74,8 +74,9 @@ def map_pipeline(pipeline: Pipeline, *inputs: Any, chunks: Any = None, boundary:
             pieces.append(piece)
             keys.append((piece.name,) + (0,) * piece.ndim)
             piece_mins.append(tuple(lo))
+        written = tuple(regions[index][a["name"]] for a in outputs)  # may be larger than the chunk
         run = functools.partial(_run_block, pipeline, tuple(padded), tuple(piece_mins), scalars,
-                                tuple((a["name"], a["dtype"]) for a in outputs), mins, shape, index)
+                                tuple((a["name"], a["dtype"]) for a in outputs), written, mins, shape, index)
         layer[(name,) + index] = (run,) + tuple(keys)
     graph = HighLevelGraph.from_collections(name, layer, dependencies=pieces)
     if len(outputs) == 1:
@@ -188,19 +189,25 @@ def _meta(argument: dict, ndim: int) -> np.ndarray:
     return np.empty((0,) * ndim, dtype=dtype(argument["dtype"]).numpy)
 
 
-def _run_block(pipeline, names, piece_mins, scalars, outputs, mins, shape, index, *pieces):
-    """One output chunk: the pipeline on the pieces (at their global mins), outputs home as ndarrays."""
+def _run_block(pipeline, names, piece_mins, scalars, outputs, written, mins, shape, index, *pieces):
+    """One output chunk: the pipeline on the pieces (at their global mins) writing the regions its
+    bounds query named (``written``: the chunk, or more), the chunk's part home as ndarrays."""
     args = dict(scalars)
     for input_name, lo, piece in zip(names, piece_mins, pieces):
         args[input_name] = Buffer.from_host(np.asarray(piece)).translated(lo)
     results = {}
-    for output_name, output_dtype in outputs:
-        results[output_name] = Buffer(shape, output_dtype).translated(mins)
+    for (output_name, output_dtype), (lo, extent) in zip(outputs, written):
+        results[output_name] = Buffer(extent, output_dtype).translated(lo)
     try:
         pipeline(**args, **results)
     except PipelineError as e:
         error = PipelineError(f"{e} (hb.dask.map_pipeline: the output chunk {index} at mins {mins}, shape {shape})")
         error.code = getattr(e, "code", None)
         raise error from e
-    arrays = tuple(np.asarray(results[output_name]) for output_name, _ in outputs)  # each comes home once
-    return arrays[0] if len(arrays) == 1 else arrays
+    arrays = []
+    for (output_name, _), (lo, extent) in zip(outputs, written):
+        whole = np.asarray(results[output_name])  # comes home once
+        if tuple(extent) != tuple(shape):  # written beyond the chunk: keep only the chunk
+            whole = whole[tuple(slice(m - w, m - w + n) for m, n, w in zip(mins, shape, lo))].copy()
+        arrays.append(whole)
+    return arrays[0] if len(arrays) == 1 else tuple(arrays)

@@ -1,0 +1,303 @@
+"""hb.dask.map_pipeline: Halide AOT pipelines over dask arrays, each output chunk fed exactly the
+input region the pipeline's bounds query names. The bar: bit-identical to one call of the
+pipeline on the whole array, for irregular chunks, every boundary mode, several dtypes, inputs
+and outputs, on the threaded scheduler and on a dask.distributed cluster of processes."""
+
+import os
+import signal
+import time
+
+import dask
+import dask.array as da
+import halide as hl  # required test dependency: the test fails, not skips, without it
+import numpy as np
+import pytest
+
+import halide_buffer as hb
+from conftest import bits_of, random_bits
+from test_aot import OPENCL_TARGET, compile_and_load
+from test_halide_pipeline import TARGET, c_compiler
+
+STRICT = TARGET + "-strict_float"
+PAD_MODES = {"nearest": "edge", "reflect": "symmetric", "periodic": "wrap"}
+IRREGULAR = ((37, 64, 27), (50, 19, 71, 3))  # a 128 x 143 array in uneven chunks
+
+
+def blur_func(t, name, gpu=False):
+    """out(x, y) = the mean of the 3 x 3 neighbourhood, in t (uint8: integer sum // 9);
+    vectorized, or in 8 x 8 tiles on the device."""
+    x, y = hl.Var("x"), hl.Var("y")
+    inp = hl.ImageParam(t, 2, "inp")
+    wide = hl.UInt(16) if t == hl.UInt(8) else hl.Float(32)
+    total = sum(hl.cast(wide, inp[x + i, y + j]) for i in (-1, 0, 1) for j in (-1, 0, 1))
+    out = hl.Func(name)
+    out[x, y] = hl.cast(t, total / 9)
+    if gpu:
+        xo, yo, xi, yi = hl.Var("xo"), hl.Var("yo"), hl.Var("xi"), hl.Var("yi")
+        out.gpu_tile(x, y, xo, yo, xi, yi, 8, 8)
+    else:
+        out.vectorize(x, 8)
+    return out, [inp]
+
+
+def asymmetric_func():
+    """A stencil reaching 2 right and 1 up in x/y only: halos differ per side."""
+    x, y = hl.Var("x"), hl.Var("y")
+    inp = hl.ImageParam(hl.UInt(8), 2, "inp")
+    out = hl.Func("dask_asymmetric")
+    out[x, y] = inp[x + 2, y] - inp[x, y - 1] * 2 + inp[x - 1, y + 3]
+    return out, [inp]
+
+
+def stencil3d_func():
+    """A float32 3-D stencil: different reaches on each axis."""
+    x, y, z = hl.Var("x"), hl.Var("y"), hl.Var("z")
+    inp = hl.ImageParam(hl.Float(32), 3, "inp")
+    out = hl.Func("dask_stencil3d")
+    out[x, y, z] = inp[x - 1, y, z] * 0.5 + inp[x, y + 2, z] - inp[x, y, z + 1] * 0.25
+    return out, [inp]
+
+
+def two_inputs_func():
+    """Two inputs read with different stencils, and a float32 scalar."""
+    x, y = hl.Var("x"), hl.Var("y")
+    a = hl.ImageParam(hl.Float(32), 2, "a")
+    b = hl.ImageParam(hl.Float(32), 2, "b")
+    gain = hl.Param(hl.Float(32), "gain")
+    out = hl.Func("dask_two_inputs")
+    out[x, y] = a[x - 2, y] + a[x + 2, y] + gain * b[x, y + 1]
+    return out, [a, b, gain]
+
+
+def two_outputs_pipeline():
+    """Two uint8 outputs of one input: horizontal and vertical differences."""
+    x, y = hl.Var("x"), hl.Var("y")
+    inp = hl.ImageParam(hl.UInt(8), 2, "inp")
+    across, down = hl.Func("across"), hl.Func("down")
+    across[x, y] = inp[x + 1, y] - inp[x - 1, y]
+    down[x, y] = inp[x, y + 1] - inp[x, y - 2]
+    return hl.Pipeline([across, down]), [inp]
+
+
+def own_boundary_func():
+    """A blur that clamps its reads to the whole array itself (its extents as parameters), plus an
+    offset: needs no padding, so it runs with boundary='none'."""
+    x, y = hl.Var("x"), hl.Var("y")
+    inp = hl.ImageParam(hl.UInt(8), 2, "inp")
+    width, height, offset = hl.Param(hl.Int(32), "width"), hl.Param(hl.Int(32), "height"), hl.Param(hl.UInt(8), "offset")
+    clamped = hl.BoundaryConditions.repeat_edge(inp, [(0, width), (0, height)])
+    total = sum(hl.u16(clamped[x + i, y + j]) for i in (-1, 0, 1) for j in (-1, 0, 1))
+    out = hl.Func("dask_own_boundary")
+    out[x, y] = hl.u8(total / 9) + offset
+    return out, [inp, width, height, offset]
+
+
+def strict_func():
+    """Fails (a Halide require) where the input holds 255."""
+    x, y = hl.Var("x"), hl.Var("y")
+    inp = hl.ImageParam(hl.UInt(8), 2, "inp")
+    out = hl.Func("dask_strict")
+    out[x, y] = hl.require(inp[x, y] != 255, inp[x, y])
+    return out, [inp]
+
+
+@pytest.fixture(scope="session")
+def pipes(tmp_path_factory):
+    directory = tmp_path_factory.mktemp("dask_pipelines")
+    cc = c_compiler()
+    built = {}
+    # strict_float: without it Halide may reassociate float math differently in the code for a
+    # chunk's edges and the whole array's, and bits differ (docs/dask.md).
+    for key, (func, args) in {
+        "uint8": blur_func(hl.UInt(8), "dask_blur_u8"),
+        "float32": blur_func(hl.Float(32), "dask_blur_f32"),
+        "bfloat16": blur_func(hl.BFloat(16), "dask_blur_bf16"),
+        "asymmetric": asymmetric_func(),
+        "stencil3d": stencil3d_func(),
+        "two_inputs": two_inputs_func(),
+        "two_outputs": two_outputs_pipeline(),
+        "own_boundary": own_boundary_func(),
+        "strict": strict_func(),
+    }.items():
+        built[key] = compile_and_load(directory, cc, func, args, f"hb_dask_{key}", target=STRICT)
+    return built
+
+
+def whole_call(pipeline, inputs, boundary="none", **scalars):
+    """The reference: one call of the pipeline on the whole array (inputs padded as far as the
+    whole output's bounds query reaches, as boundary says); outputs shaped like the first input."""
+    shape = next(iter(inputs.values())).shape
+    outputs = [a for a in pipeline.arguments if a["kind"] == "output_buffer"]
+    needed = pipeline.required_regions(scalars, {a["name"]: ((0,) * len(shape), shape) for a in outputs})
+    args = dict(scalars)
+    for name, a in inputs.items():
+        (lo, extent) = needed[name]
+        pad = [(max(0, -m), max(0, m + e - n)) for m, e, n in zip(lo, extent, a.shape)]
+        if boundary == "none":
+            assert not any(p for side in pad for p in side)
+            padded = a
+        elif boundary in PAD_MODES:
+            padded = np.pad(a, pad, mode=PAD_MODES[boundary])
+        else:
+            padded = np.pad(a, pad, mode="constant", constant_values=boundary)
+        args[name] = hb.Buffer.from_host(padded).translated(tuple(-p for p, _ in pad))
+    for a in outputs:
+        args[a["name"]] = hb.Buffer(shape, a["dtype"])
+    pipeline(**args)
+    result = tuple(np.asarray(args[a["name"]]) for a in outputs)
+    return result[0] if len(result) == 1 else result
+
+
+def same_bits(got, expected):
+    assert got.dtype == expected.dtype and got.shape == expected.shape
+    assert np.array_equal(bits_of(got), bits_of(expected))
+
+
+# --- the correctness bar -------------------------------------------------------------------------
+
+@pytest.mark.parametrize("dtype", ["uint8", "float32", "bfloat16"])
+@pytest.mark.parametrize("boundary", ["nearest", "reflect", "periodic", 3])
+def test_a_stencil_over_irregular_chunks_equals_one_whole_call(pipes, dtype, boundary):
+    a = random_bits((128, 143), dtype, seed=1)
+    if dtype != "uint8":
+        a = np.nan_to_num(a.astype(np.float32), nan=0, posinf=1, neginf=-1).clip(-1e4, 1e4).astype(a.dtype)
+    out = hb.dask.map_pipeline(pipes[dtype], da.from_array(a, chunks=IRREGULAR), boundary=boundary)
+    assert out.chunks == IRREGULAR and out.dtype == a.dtype
+    same_bits(out.compute(), whole_call(pipes[dtype], {"inp": a}, boundary))
+
+
+def test_an_asymmetric_stencil_gets_different_halos_per_side(pipes):
+    a = random_bits((90, 70), "uint8", seed=2)
+    x = da.from_array(a, chunks=(13, 22))
+    p = pipes["asymmetric"]
+    (lo, extent) = p.required_regions({}, {"dask_asymmetric": ((20, 30), (10, 5))})["inp"]
+    assert (lo, extent) == ((19, 29), (14, 8))  # 1 up, 3 down; 1 left, 2 right
+    same_bits(hb.dask.map_pipeline(p, x, boundary="reflect").compute(), whole_call(p, {"inp": a}, "reflect"))
+
+
+def test_a_3d_stencil(pipes):
+    a = np.random.default_rng(3).standard_normal((9, 20, 31)).astype(np.float32)
+    x = da.from_array(a, chunks=((4, 5), (7, 13), (16, 15)))
+    p = pipes["stencil3d"]
+    same_bits(hb.dask.map_pipeline(p, x, boundary="nearest").compute(), whole_call(p, {"inp": a}, "nearest"))
+
+
+def test_two_inputs_with_different_stencils_and_a_scalar_by_name(pipes):
+    rng = np.random.default_rng(4)
+    a, b = rng.standard_normal((40, 60)).astype(np.float32), rng.standard_normal((40, 60)).astype(np.float32)
+    p = pipes["two_inputs"]
+    got = hb.dask.map_pipeline(p, da.from_array(a, chunks=(15, 25)), b=da.from_array(b, chunks=(7, 60)),
+                               gain=0.5, boundary="periodic")
+    same_bits(got.compute(), whole_call(p, {"a": a, "b": b}, "periodic", gain=0.5))
+    got = hb.dask.map_pipeline(p, da.from_array(a, chunks=(15, 25)), b, 0.5, boundary="periodic")  # b: NumPy
+    same_bits(got.compute(), whole_call(p, {"a": a, "b": b}, "periodic", gain=0.5))
+
+
+def test_two_outputs_come_back_as_a_tuple(pipes):
+    a = random_bits((50, 41), "uint8", seed=5)
+    p = pipes["two_outputs"]
+    across, down = hb.dask.map_pipeline(p, da.from_array(a, chunks=(12, 17)), boundary="nearest",
+                                        chunks=(20, 41))
+    assert across.chunks == ((20, 20, 10), (41,))
+    expected = whole_call(p, {"inp": a}, "nearest")
+    across, down = dask.compute(across, down)
+    same_bits(across, expected[0])
+    same_bits(down, expected[1])
+
+
+def test_a_pipeline_handling_its_own_boundary_needs_no_padding(pipes):
+    a = random_bits((64, 80), "uint8", seed=6)
+    p = pipes["own_boundary"]
+    scalars = dict(width=80, height=64, offset=5)
+    got = hb.dask.map_pipeline(p, da.from_array(a, chunks=(17, 30)), **scalars)  # boundary='none'
+    same_bits(got.compute(), whole_call(p, {"inp": a}, **scalars))
+    same_bits(got.compute(), whole_call(pipes["uint8"], {"inp": a}, "nearest") + np.uint8(5))
+
+
+# --- engines -----------------------------------------------------------------------------------
+
+def test_an_opencl_pipeline_brings_each_output_chunk_home_once(tmp_path, dev):
+    p = compile_and_load(tmp_path, c_compiler(), *blur_func(hl.UInt(8), "dask_blur_opencl", gpu=True),
+                         "hb_dask_blur_opencl", target=OPENCL_TARGET)
+    a = random_bits((64, 96), "uint8", seed=7)
+    x = da.from_array(a, chunks=(32, 48))
+    out = hb.dask.map_pipeline(p, x, boundary="nearest")
+    before = hb.transfers()
+    got = out.compute(scheduler="synchronous")
+    moved = hb.transfers() - before
+    assert moved.to_host == 4 and moved.to_host_bytes == a.nbytes  # 4 chunks, each home once
+    # (the inputs go up through the pipeline runtime's own copies, which hb.transfers() does not see)
+    same_bits(got, whole_call(p, {"inp": a}, "nearest"))
+
+
+@pytest.fixture(scope="module")
+def cluster():
+    distributed = pytest.importorskip("distributed")
+    with distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None,
+                                  silence_logs=50) as c, distributed.Client(c) as client:
+        yield client
+
+
+def test_a_cluster_of_processes_gives_the_same_bits(pipes, cluster):
+    a = random_bits((200, 150), "bfloat16", seed=8)
+    a = np.nan_to_num(a.astype(np.float32), nan=0, posinf=1, neginf=-1).clip(-1e4, 1e4).astype(a.dtype)
+    out = hb.dask.map_pipeline(pipes["bfloat16"], da.from_array(a, chunks=(64, 50)), boundary="reflect")
+    same_bits(cluster.compute(out).result(), whole_call(pipes["bfloat16"], {"inp": a}, "reflect"))
+    across, down = hb.dask.map_pipeline(pipes["two_outputs"], da.from_array(random_bits((60, 60), "uint8"),
+                                                                            chunks=25), boundary=0)
+    got = cluster.compute([across, down], sync=True)
+    expected = whole_call(pipes["two_outputs"], {"inp": random_bits((60, 60), "uint8")}, 0)
+    same_bits(got[0], expected[0])
+    same_bits(got[1], expected[1])
+
+
+def test_a_worker_killed_mid_computation_is_retried_and_the_result_is_identical(pipes, cluster):
+    a = random_bits((1024, 1024), "uint8", seed=9)
+    x = da.from_array(a, chunks=(64, 64))  # 256 chunks
+    out = hb.dask.map_pipeline(pipes["uint8"], x, boundary="nearest")
+    future = cluster.compute(out)
+    pids = cluster.run(os.getpid)
+    victim = next(iter(pids.values()))
+    deadline = time.monotonic() + 30
+    while not cluster.processing() and time.monotonic() < deadline:  # tasks under way
+        time.sleep(0.01)
+    os.kill(victim, signal.SIGKILL)
+    same_bits(future.result(timeout=120), whole_call(pipes["uint8"], {"inp": a}, "nearest"))
+    assert victim not in cluster.run(os.getpid).values()  # the nanny started another one
+
+
+# --- bad input, refused before any task runs ----------------------------------------------------
+
+def test_bad_input_is_refused_before_any_task_runs(pipes):
+    p = pipes["uint8"]
+    x = da.from_array(np.zeros((20, 20), np.uint8), chunks=10)
+    with pytest.raises(TypeError, match=r"hb.dask.map_pipeline\(\): input 'inp' of hb_dask_uint8 is float32, the "
+                                        r"pipeline takes uint8; convert it first"):
+        hb.dask.map_pipeline(p, x.astype(np.float32), boundary="nearest")
+    with pytest.raises(ValueError, match=r"input 'inp' of hb_dask_uint8 has 3 axes, the pipeline takes 2"):
+        hb.dask.map_pipeline(p, x[None], boundary="nearest")
+    unknown = x[x[:, 0] == 0]  # rows chosen by value: their count is unknown until computed
+    with pytest.raises(ValueError, match=r"input 'inp' has unknown chunk sizes; call x.compute_chunk_sizes\(\)"):
+        hb.dask.map_pipeline(p, unknown, boundary="nearest")
+    with pytest.raises(TypeError, match=r"hb_dask_own_boundary\(\): argument 'width' is missing"):
+        hb.dask.map_pipeline(pipes["own_boundary"], x, height=20, offset=0)
+    with pytest.raises(TypeError, match=r"input 'inp' of hb_dask_uint8 is missing"):
+        hb.dask.map_pipeline(p, boundary="nearest")
+    with pytest.raises(TypeError, match=r"hb_dask_uint8 has no input or scalar named 'out'"):
+        hb.dask.map_pipeline(p, x, out=x)
+    with pytest.raises(ValueError, match=r"boundary 'mirror' is not one of 'none', 'nearest'"):
+        hb.dask.map_pipeline(p, x, boundary="mirror")
+    with pytest.raises(ValueError, match=r"hb_dask_uint8 reads input 'inp' over mins \(-1, -1\), shape \(12, 12\) "
+                                         r"for the output chunk \(0, 0\), outside the input's shape \(20, 20\), "
+                                         r"and boundary is 'none'"):
+        hb.dask.map_pipeline(p, x)
+
+
+def test_a_halide_error_in_one_chunk_names_the_chunk(pipes):
+    a = np.zeros((30, 40), np.uint8)
+    a[25, 33] = 255
+    out = hb.dask.map_pipeline(pipes["strict"], da.from_array(a, chunks=(10, 20)))
+    with pytest.raises(hb.PipelineError, match=r"(?s)255.* \(hb.dask.map_pipeline: the output chunk \(2, 1\) "
+                                               r"at mins \(20, 20\), shape \(10, 20\)\)") as e:
+        out.compute()
+    assert e.value.code == -27  # halide_error_code_requirement_failed
