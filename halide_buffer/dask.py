@@ -82,12 +82,12 @@ def map_pipeline(pipeline: Pipeline, *inputs: Any, chunks: Any = None, boundary:
     if len(outputs) == 1:
         return da.Array(graph, name, out_chunks, meta=_meta(outputs[0], first.ndim))
     results = []
-    for k, a in enumerate(outputs):
+    for k, a in enumerate(outputs):  # each output: its item of every block's tuple
         out_name = f"{name}-{a['name']}"
         getters = {(out_name,) + index: (operator.getitem, (name,) + index, k) for index in blocks}
-        out_graph = HighLevelGraph.from_collections(out_name, getters, dependencies=[])
-        results.append(da.Array(HighLevelGraph.merge(graph, out_graph), out_name, out_chunks,
-                                meta=_meta(a, first.ndim)))
+        out_graph = HighLevelGraph({**graph.layers, out_name: getters},
+                                   {**graph.dependencies, out_name: {name}})
+        results.append(da.Array(out_graph, out_name, out_chunks, meta=_meta(a, first.ndim)))
     return tuple(results)
 
 
