@@ -301,3 +301,31 @@ def test_a_halide_error_in_one_chunk_names_the_chunk(pipes):
                                                r"at mins \(20, 20\), shape \(10, 20\)\)") as e:
         out.compute()
     assert e.value.code == -27  # halide_error_code_requirement_failed
+
+
+# --- the bounds query map_pipeline asks --------------------------------------------------------
+
+def test_required_regions_answers_with_the_regions_read_and_written(pipes):
+    p = pipes["uint8"]  # a 3 x 3 stencil, vectorized by 8 along x (the last axis)
+    assert p.required_regions({}, {"dask_blur_u8": ((10, 20), (4, 16))}) == {
+        "inp": ((9, 19), (6, 18)), "dask_blur_u8": ((10, 20), (4, 16))}
+    # A chunk narrower than the vectors: the schedule writes 8 columns, shifted inwards.
+    narrow = p.required_regions({}, {"dask_blur_u8": ((0, 30), (2, 3))})
+    assert narrow["dask_blur_u8"] == ((0, 25), (2, 8)) and narrow["inp"] == ((-1, 24), (4, 10))
+    two = pipes["two_inputs"].required_regions({"gain": 2.0}, {"dask_two_inputs": ((0, 0), (5, 8))})
+    assert two["a"] == ((0, -2), (5, 12)) and two["b"] == ((1, 0), (5, 8))
+
+
+def test_required_regions_refuses_what_it_cannot_ask(pipes):
+    p = pipes["uint8"]
+    with pytest.raises(TypeError, match=r"hb_dask_uint8\(\): argument 'dask_blur_u8': no region asked for; pass "
+                                        r"the output's \(mins, shape\)"):
+        p.required_regions({}, {})
+    with pytest.raises(ValueError, match=r"argument 'dask_blur_u8': a region of 3 axes for an output of 2"):
+        p.required_regions({}, {"dask_blur_u8": ((0, 0, 0), (1, 1, 1))})
+    with pytest.raises(TypeError, match=r"a region is \(mins, shape\), two sequences of ints, not \(0, 1\)"):
+        p.required_regions({}, {"dask_blur_u8": (0, 1)})
+    with pytest.raises(ValueError, match=r"min 2147483647 of axis 0 \(extent 2\) leaves Halide's int32"):
+        p.required_regions({}, {"dask_blur_u8": ((2**31 - 1, 0), (2, 2))})
+    with pytest.raises(TypeError, match=r"argument 'gain' is missing"):
+        pipes["two_inputs"].required_regions({}, {"dask_two_inputs": ((0, 0), (5, 8))})
