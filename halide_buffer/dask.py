@@ -105,7 +105,8 @@ def _bind(pipeline: Pipeline, inputs: tuple, kwargs: dict) -> dict:
     bound = {a["name"]: value for a, value in zip(takes, inputs)}
     for key, value in kwargs.items():
         if not any(a["name"] == key for a in takes):
-            raise TypeError(f"{_ENTRY}: {pipeline.name} has no input or scalar named '{key}'; its are {names}")
+            raise TypeError(f"{_ENTRY}: {pipeline.name} has no input or scalar named '{key}'; its inputs and scalars "
+                            f"are {names} (outputs are returned, never passed)")
         if key in bound:
             raise TypeError(f"{_ENTRY}: got two values for '{key}'; pass it by position or by name, not both")
         bound[key] = value
@@ -194,7 +195,10 @@ def _run_block(pipeline, names, piece_mins, scalars, outputs, written, mins, sha
     bounds query named (``written``: the chunk, or more), the chunk's part home as ndarrays."""
     args = dict(scalars)
     for input_name, lo, piece in zip(names, piece_mins, pieces):
-        args[input_name] = Buffer.from_host(np.asarray(piece)).translated(lo)
+        piece = np.asarray(piece)
+        if piece.ndim and piece.strides[-1] != piece.itemsize:  # Halide expects dense rows by default
+            piece = np.ascontiguousarray(piece)
+        args[input_name] = Buffer.from_host(piece).translated(lo)
     results = {}
     for (output_name, output_dtype), (lo, extent) in zip(outputs, written):
         results[output_name] = Buffer(extent, output_dtype).translated(lo)

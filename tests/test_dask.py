@@ -166,6 +166,13 @@ def test_a_stencil_over_irregular_chunks_equals_one_whole_call(pipes, dtype, bou
     same_bits(out.compute(), whole_call(pipes[dtype], {"inp": a}, boundary))
 
 
+def test_a_transposed_input_reaches_the_pipeline_with_dense_rows(pipes):
+    a = random_bits((70, 90), "uint8", seed=10)
+    x = da.from_array(a, chunks=(30, 40)).T  # each chunk a transposed view: rows not dense
+    got = hb.dask.map_pipeline(pipes["uint8"], x, boundary="nearest").compute()
+    same_bits(got, whole_call(pipes["uint8"], {"inp": np.ascontiguousarray(a.T)}, "nearest"))
+
+
 def test_an_asymmetric_stencil_gets_different_halos_per_side(pipes):
     a = random_bits((90, 70), "uint8", seed=2)
     x = da.from_array(a, chunks=(13, 22))
@@ -283,7 +290,8 @@ def test_bad_input_is_refused_before_any_task_runs(pipes):
         hb.dask.map_pipeline(pipes["own_boundary"], x, height=20, offset=0)
     with pytest.raises(TypeError, match=r"input 'inp' of hb_dask_uint8 is missing"):
         hb.dask.map_pipeline(p, boundary="nearest")
-    with pytest.raises(TypeError, match=r"hb_dask_uint8 has no input or scalar named 'out'"):
+    with pytest.raises(TypeError, match=r"hb_dask_uint8 has no input or scalar named 'out'; its inputs and "
+                                        r"scalars are 'inp' \(outputs are returned, never passed\)"):
         hb.dask.map_pipeline(p, x, out=x)
     with pytest.raises(ValueError, match=r"boundary 'mirror' is not one of 'none', 'nearest'"):
         hb.dask.map_pipeline(p, x, boundary="mirror")
