@@ -11,6 +11,7 @@ Install with ``pip install 'halide_buffer[dask]'``. See docs/dask.md.
 from __future__ import annotations
 
 import functools
+import itertools
 import math
 import operator
 from typing import Any
@@ -59,26 +60,27 @@ def map_pipeline(pipeline: Pipeline, *inputs: Any, chunks: Any = None, boundary:
     blocks = _blocks(out_chunks)
     regions = {index: pipeline.required_regions(scalars, {a["name"]: (mins, shape) for a in outputs})
                for index, (mins, shape) in blocks.items()}
-    padded = {name: _padded(pipeline, name, x, regions, pad_mode, boundary) for name, x in buffers.items()}
+    for input_name, x in buffers.items():
+        if pad_mode is None:
+            _check_inside(pipeline, input_name, x, regions)
 
     token = tokenize(pipeline.library_path, pipeline.name, sorted(scalars.items()), boundary, out_chunks,
                      *(x.name for x in buffers.values()))
     name = f"halide-{pipeline.name}-{token}"
-    layer, pieces = {}, []
+    layer = {}
     for index, (mins, shape) in blocks.items():
-        keys, piece_mins = [], []
-        for input_name, (x, pad) in padded.items():
-            lo, extent = regions[index][input_name]
-            piece = x[tuple(slice(m + p, m + p + e) for m, p, e in zip(lo, pad, extent))]
-            piece = piece.rechunk(piece.shape or ())  # one ndarray: the region as the pipeline reads it
-            pieces.append(piece)
-            keys.append((piece.name,) + (0,) * piece.ndim)
-            piece_mins.append(tuple(lo))
+        # One task per output chunk: it takes the input chunks its regions touch and cuts the
+        # regions out of them itself (no intermediate arrays, no padded copy of the inputs).
+        plans, keys = [], []
+        for input_name, x in buffers.items():
+            plan = _RegionPlan(x, *regions[index][input_name], pad_mode, boundary)
+            plans.append((input_name, plan))
+            keys.extend((x.name,) + chunk for chunk in plan.chunks)
         written = tuple(regions[index][a["name"]] for a in outputs)  # may be larger than the chunk
-        run = functools.partial(_run_block, pipeline, tuple(padded), tuple(piece_mins), scalars,
+        run = functools.partial(_run_block, pipeline, tuple(plans), scalars,
                                 tuple((a["name"], a["dtype"]) for a in outputs), written, mins, shape, index)
         layer[(name,) + index] = (run,) + tuple(keys)
-    graph = HighLevelGraph.from_collections(name, layer, dependencies=pieces)
+    graph = HighLevelGraph.from_collections(name, layer, dependencies=list(buffers.values()))
     if len(outputs) == 1:
         return da.Array(graph, name, out_chunks, meta=_meta(outputs[0], first.ndim))
     results = []
@@ -158,47 +160,92 @@ def _blocks(chunks: tuple) -> dict:
     return blocks
 
 
-def _padded(pipeline: Pipeline, name: str, x: da.Array, regions: dict, mode: str | None,
-            boundary: Any) -> tuple[da.Array, tuple[int, ...]]:
-    """The input padded as far as any block's region leaves it, and the padding before each axis."""
-    before, after = [0] * x.ndim, [0] * x.ndim
-    leaving = None
+def _check_inside(pipeline: Pipeline, name: str, x: da.Array, regions: dict) -> None:
+    """boundary='none': ValueError naming the first output chunk whose region leaves the input."""
     for index, needed in regions.items():
         lo, extent = needed[name]
-        if any(e == 0 for e in extent):
-            continue
-        for axis, (m, e, n) in enumerate(zip(lo, extent, x.shape)):
-            if m < 0 or m + e > n:
-                leaving = leaving or (index, lo, extent)
-            before[axis] = max(before[axis], -m)
-            after[axis] = max(after[axis], m + e - n)
-    if leaving is None:
-        return x, tuple(before)
-    if mode is None:
-        index, lo, extent = leaving
-        raise ValueError(f"{_ENTRY}: {pipeline.name} reads input '{name}' over mins {tuple(lo)}, shape "
-                         f"{tuple(extent)} for the output chunk {index}, outside the input's shape "
-                         f"{x.shape}, and boundary is 'none'; pass boundary='nearest', 'reflect', 'periodic' "
-                         "or a constant, or write the pipeline to stay inside (docs/dask.md)")
-    pad = list(zip(before, after))
+        if all(e > 0 for e in extent) and any(m < 0 or m + e > n for m, e, n in zip(lo, extent, x.shape)):
+            raise ValueError(f"{_ENTRY}: {pipeline.name} reads input '{name}' over mins {tuple(lo)}, shape "
+                             f"{tuple(extent)} for the output chunk {index}, outside the input's shape "
+                             f"{x.shape}, and boundary is 'none'; pass boundary='nearest', 'reflect', "
+                             "'periodic' or a constant, or write the pipeline to stay inside (docs/dask.md)")
+
+
+def _source_indices(lo: int, extent: int, n: int, mode: str | None) -> np.ndarray:
+    """For each position of [lo, lo + extent) along an axis of n elements, the element it takes
+    (numpy.pad's modes; -1 where a constant goes)."""
+    i = np.arange(lo, lo + extent, dtype=np.int64)
+    if mode == "edge":
+        return np.clip(i, 0, n - 1)
+    if mode == "wrap":
+        return i % n
+    if mode == "symmetric":
+        j = i % (2 * n)
+        return np.where(j < n, j, 2 * n - 1 - j)
     if mode == "constant":
-        return da.pad(x, pad, mode=mode, constant_values=boundary), tuple(before)
-    return da.pad(x, pad, mode=mode), tuple(before)
+        return np.where((i >= 0) & (i < n), i, -1)
+    return i  # 'none': checked inside
+
+
+def _runs(positions: np.ndarray, sources: np.ndarray) -> list[tuple[slice, slice]]:
+    """Splits (position, source) pairs into runs where both go up by one: slice pairs to copy."""
+    breaks = np.nonzero((np.diff(positions) != 1) | (np.diff(sources) != 1))[0] + 1
+    return [(slice(int(p[0]), int(p[-1]) + 1), slice(int(q[0]), int(q[-1]) + 1))
+            for p, q in zip(np.split(positions, breaks), np.split(sources, breaks))]
+
+
+class _RegionPlan:
+    """How one input's region for one output chunk is cut out of the input's chunks: which
+    chunks it touches (block indices) and, in the task, the copies from each."""
+
+    def __init__(self, x: da.Array, lo, extent, mode: str | None, constant: Any):
+        self.lo, self.extent, self.mode, self.shape = tuple(lo), tuple(extent), mode, x.shape
+        self.constant = constant if mode == "constant" else None
+        self.starts = tuple(tuple(np.cumsum((0,) + c).tolist()) for c in x.chunks)
+        self.dtype = x.dtype
+        per_axis = []  # the chunks each axis's source elements lie in
+        for axis, src in enumerate(self._sources()):
+            taken = src[src >= 0]
+            per_axis.append(np.unique(np.searchsorted(self.starts[axis], taken, side="right") - 1).tolist())
+        self.chunks = list(itertools.product(*per_axis))  # block indices of the input's chunks
+
+    def _sources(self) -> list[np.ndarray]:
+        return [_source_indices(m, e, n, self.mode) for m, e, n in zip(self.lo, self.extent, self.shape)]
+
+    def assemble(self, chunks: list[np.ndarray]) -> np.ndarray:
+        """The region as one ndarray, from the chunks listed in self.chunks (in that order)."""
+        sources = self._sources()
+        outside = any((s < 0).any() for s in sources)
+        if len(chunks) == 1 and not outside and chunks[0].shape == self.extent and all(
+                s[0] == self.starts[axis][b] for axis, (s, b) in enumerate(zip(sources, self.chunks[0]))):
+            return np.ascontiguousarray(chunks[0])  # the region is the chunk: no copy (unless rows are not dense)
+        out = (np.full(self.extent, self.constant, self.dtype) if outside else np.empty(self.extent, self.dtype))
+        for block, chunk in zip(self.chunks, chunks):
+            runs = []
+            for axis, b in enumerate(block):
+                c0, c1 = self.starts[axis][b], self.starts[axis][b + 1]
+                src = sources[axis]
+                positions = np.nonzero((src >= c0) & (src < c1))[0]
+                runs.append(_runs(positions, src[positions] - c0))
+            for pieces in itertools.product(*runs):
+                out[tuple(dst for dst, _ in pieces)] = chunk[tuple(src for _, src in pieces)]
+        return out
 
 
 def _meta(argument: dict, ndim: int) -> np.ndarray:
     return np.empty((0,) * ndim, dtype=dtype(argument["dtype"]).numpy)
 
 
-def _run_block(pipeline, names, piece_mins, scalars, outputs, written, mins, shape, index, *pieces):
-    """One output chunk: the pipeline on the pieces (at their global mins) writing the regions its
-    bounds query named (``written``: the chunk, or more), the chunk's part home as ndarrays."""
+def _run_block(pipeline, plans, scalars, outputs, written, mins, shape, index, *chunks):
+    """One output chunk: each input's region cut out of its chunks, the pipeline on those regions
+    (at their global mins) writing the regions its bounds query named (``written``: the chunk,
+    or more), and the chunk's part home as ndarrays."""
     args = dict(scalars)
-    for input_name, lo, piece in zip(names, piece_mins, pieces):
-        piece = np.asarray(piece)
-        if piece.ndim and piece.strides[-1] != piece.itemsize:  # Halide expects dense rows by default
-            piece = np.ascontiguousarray(piece)
-        args[input_name] = Buffer.from_host(piece).translated(lo)
+    taken = 0
+    for input_name, plan in plans:
+        piece = plan.assemble(chunks[taken:taken + len(plan.chunks)])
+        taken += len(plan.chunks)
+        args[input_name] = Buffer.from_host(piece).translated(plan.lo)
     results = {}
     for (output_name, output_dtype), (lo, extent) in zip(outputs, written):
         results[output_name] = Buffer(extent, output_dtype).translated(lo)
