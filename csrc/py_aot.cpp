@@ -385,9 +385,11 @@ void region_arg(const AotPipeline &p, const halide_filter_argument_t &a, py::han
 /// reads to compute them, and the region of each output it writes (the one asked for, or more:
 /// a vectorized or tiled schedule may round it up, and the output buffer must then cover that).
 /// `scalars` maps scalar argument names to values (their defaults when absent); `outputs` maps
-/// every output's name to (mins, shape), NumPy's axis order. Returns {buffer name: (mins,
-/// shape)}. No memory is touched: every buffer is a query.
-py::dict required_regions(const AotPipeline &p, py::dict scalars, py::dict outputs) {
+/// every output's name to (mins, shape), NumPy's axis order; `inputs` (optional, same form) gives
+/// the region an input covers, which a pipeline clamping to its input's own bounds needs (its
+/// answer is then clipped to it). Returns {buffer name: (mins, shape)}. No memory is touched:
+/// every buffer is a query.
+py::dict required_regions(const AotPipeline &p, py::dict scalars, py::dict outputs, py::dict inputs) {
     const halide_filter_metadata_t &m = p.metadata();
     size_t n = size_t(m.num_arguments);
     std::vector<halide_scalar_value_t> values(n);
@@ -409,14 +411,16 @@ py::dict required_regions(const AotPipeline &p, py::dict scalars, py::dict outpu
         }
         Query &q = queries[i];
         q.dims.assign(size_t(a.dimensions), halide_dimension_t{0, 0, 0, 0});
-        if (a.kind == halide_argument_kind_output_buffer) {
-            if (!outputs.contains(a.name))
-                throw TypeError(where_of(p, a) + ": no region asked for; pass the output's (mins, shape)");
+        bool output = a.kind == halide_argument_kind_output_buffer;
+        if (output && !outputs.contains(a.name))
+            throw TypeError(where_of(p, a) + ": no region asked for; pass the output's (mins, shape)");
+        py::dict &given = output ? outputs : inputs;
+        if (given.contains(a.name)) {
             std::vector<int64_t> mins, shape;
-            region_arg(p, a, outputs[a.name], mins, shape);
+            region_arg(p, a, given[a.name], mins, shape);
             if (mins.size() != size_t(a.dimensions) || shape.size() != size_t(a.dimensions))
                 throw ValueError(where_of(p, a) + ": a region of " + std::to_string(shape.size()) +
-                                 " axes for an output of " + std::to_string(a.dimensions) + "; pass one min and "
+                                 " axes for a buffer of " + std::to_string(a.dimensions) + "; pass one min and "
                                  "one extent per axis");
             check_mins(p.name().c_str(), shape, mins);
             checked_count(p.name().c_str(), shape, 1);
@@ -477,10 +481,12 @@ void bind_aot(py::module_ &m) {
         }, "Runs the pipeline; returns its output buffer(s), allocated when not given (when the pipeline "
            "fixes their size).")
         .def("required_regions", &required_regions, py::arg("scalars"), py::arg("outputs"),
+             py::arg("inputs") = py::dict(),
              "Halide's bounds query: {buffer name: (mins, shape)}, the region of each input buffer the "
              "pipeline reads to compute the given output regions ({output name: (mins, shape)}), and the "
              "region of each output it writes (at least the one asked for); scalars by name ({name: "
-             "value}; defaults where absent).")
+             "value}; defaults where absent); inputs: the region each input covers ({name: (mins, "
+             "shape)}), for pipelines that clamp to their inputs' own bounds.")
         .def("__repr__", [](const AotPipeline &p) {
             return "Pipeline(" + p.name() + ", target=" + p.metadata().target + ")";
         })

@@ -58,7 +58,10 @@ def map_pipeline(pipeline: Pipeline, *inputs: Any, chunks: Any = None, boundary:
                              f"the first input {first.ndim}; every output takes the first input's shape")
 
     blocks = _blocks(out_chunks)
-    regions = {index: pipeline.required_regions(scalars, {a["name"]: (mins, shape) for a in outputs})
+    # Each input covers its whole array: a pipeline clamping to its input's own bounds is answered
+    # with regions clipped to the array.
+    covered = {name: ((0,) * x.ndim, x.shape) for name, x in buffers.items()}
+    regions = {index: pipeline.required_regions(scalars, {a["name"]: (mins, shape) for a in outputs}, covered)
                for index, (mins, shape) in blocks.items()}
     for input_name, x in buffers.items():
         if pad_mode is None:
@@ -216,8 +219,9 @@ class _RegionPlan:
         """The region as one ndarray, from the chunks listed in self.chunks (in that order)."""
         sources = self._sources()
         outside = any((s < 0).any() for s in sources)
-        if len(chunks) == 1 and not outside and chunks[0].shape == self.extent and all(
-                s[0] == self.starts[axis][b] for axis, (s, b) in enumerate(zip(sources, self.chunks[0]))):
+        if len(chunks) == 1 and chunks[0].shape == self.extent and all(
+                s[0] == self.starts[axis][b] and (np.diff(s) == 1).all()
+                for axis, (s, b) in enumerate(zip(sources, self.chunks[0]))):
             return np.ascontiguousarray(chunks[0])  # the region is the chunk: no copy (unless rows are not dense)
         out = (np.full(self.extent, self.constant, self.dtype) if outside else np.empty(self.extent, self.dtype))
         for block, chunk in zip(self.chunks, chunks):

@@ -92,6 +92,19 @@ def own_boundary_func():
     return out, [inp, width, height, offset]
 
 
+def implicit_edge_func():
+    """A blur clamping to its input's own bounds (repeat_edge without bounds): in each chunk the
+    input is the region map_pipeline hands it, clipped to the array, so the clamp still lands on
+    the array's edges."""
+    x, y = hl.Var("x"), hl.Var("y")
+    inp = hl.ImageParam(hl.UInt(8), 2, "inp")
+    clamped = hl.BoundaryConditions.repeat_edge(inp)
+    total = sum(hl.u16(clamped[x + i, y + j]) for i in (-1, 0, 1) for j in (-1, 0, 1))
+    out = hl.Func("dask_implicit_edge")
+    out[x, y] = hl.u8(total / 9)
+    return out, [inp]
+
+
 def strict_func():
     """Fails (a Halide require) where the input holds 255."""
     x, y = hl.Var("x"), hl.Var("y")
@@ -117,6 +130,7 @@ def pipes(tmp_path_factory):
         "two_inputs": two_inputs_func(),
         "two_outputs": two_outputs_pipeline(),
         "own_boundary": own_boundary_func(),
+        "implicit_edge": implicit_edge_func(),
         "strict": strict_func(),
     }.items():
         built[key] = compile_and_load(directory, cc, func, args, f"hb_dask_{key}", target=STRICT)
@@ -219,6 +233,15 @@ def test_a_pipeline_handling_its_own_boundary_needs_no_padding(pipes):
     got = hb.dask.map_pipeline(p, da.from_array(a, chunks=(17, 30)), **scalars)  # boundary='none'
     same_bits(got.compute(), whole_call(p, {"inp": a}, **scalars))
     same_bits(got.compute(), whole_call(pipes["uint8"], {"inp": a}, "nearest") + np.uint8(5))
+
+
+def test_a_pipeline_clamping_to_its_inputs_own_bounds_is_fed_regions_clipped_to_the_array(pipes):
+    a = random_bits((64, 80), "uint8", seed=11)
+    p = pipes["implicit_edge"]
+    got = hb.dask.map_pipeline(p, da.from_array(a, chunks=(17, 30)))  # boundary='none': nothing to pad
+    same_bits(got.compute(), whole_call(pipes["uint8"], {"inp": a}, "nearest"))
+    asked = {"dask_implicit_edge": ((0, 0), (17, 30))}
+    assert p.required_regions({}, asked, {"inp": ((0, 0), (64, 80))})["inp"] == ((0, 0), (18, 31))
 
 
 # --- engines -----------------------------------------------------------------------------------
@@ -329,7 +352,7 @@ def test_required_regions_refuses_what_it_cannot_ask(pipes):
     with pytest.raises(TypeError, match=r"hb_dask_uint8\(\): argument 'dask_blur_u8': no region asked for; pass "
                                         r"the output's \(mins, shape\)"):
         p.required_regions({}, {})
-    with pytest.raises(ValueError, match=r"argument 'dask_blur_u8': a region of 3 axes for an output of 2"):
+    with pytest.raises(ValueError, match=r"argument 'dask_blur_u8': a region of 3 axes for a buffer of 2"):
         p.required_regions({}, {"dask_blur_u8": ((0, 0, 0), (1, 1, 1))})
     with pytest.raises(TypeError, match=r"a region is \(mins, shape\), two sequences of ints, not \(0, 1\)"):
         p.required_regions({}, {"dask_blur_u8": (0, 1)})
@@ -337,3 +360,13 @@ def test_required_regions_refuses_what_it_cannot_ask(pipes):
         p.required_regions({}, {"dask_blur_u8": ((2**31 - 1, 0), (2, 2))})
     with pytest.raises(TypeError, match=r"argument 'gain' is missing"):
         pipes["two_inputs"].required_regions({}, {"dask_two_inputs": ((0, 0), (5, 8))})
+
+
+def test_a_region_as_large_as_a_chunk_but_shifted_by_the_boundary_is_not_the_chunk(pipes):
+    # Chunks of 8 rows, a pipeline reading one row up: the first chunk's region is rows -1..6,
+    # eight rows all taken from chunk 0 ('nearest' repeats row 0): shaped like the chunk, not it.
+    x = np.arange(16 * 8, dtype=np.float32).reshape(16, 8)
+    p = pipes["stencil3d"]
+    a = np.repeat(x[None], 3, axis=0)
+    got = hb.dask.map_pipeline(p, da.from_array(a, chunks=(3, 8, 8)), boundary="nearest").compute()
+    same_bits(got, whole_call(p, {"inp": a}, "nearest"))
