@@ -12,8 +12,8 @@ image: the nine neighbours summed in uint16, divided by 9, cast to uint8, schedu
 explicit target of ``bench_aot.py`` and linked into a shared library in a temporary directory
 for ``hb.aot.load``; worker processes load it again from there when the pipeline is unpickled.
 The image is ``--size`` square (default 8192), random, as a dask array of ``--chunk`` square
-chunks (default 2048; ``--size`` a multiple of it, and at least 64: the schedule's
-parallel loop takes rows 64 at a time). The pipeline reads one pixel beyond each side of its output, so
+chunks (default 2048; it must divide ``--size`` and be at least 64, the rows the schedule's
+parallel loop takes at a time). The pipeline reads one pixel beyond each side of its output, so
 ``map_pipeline`` runs with ``boundary="nearest"``.
 
 * On a ``distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True)``:
@@ -51,7 +51,6 @@ its largest difference from ours is printed, and must be at most 1. A failed che
 from __future__ import annotations
 
 import argparse
-import statistics
 import sys
 import tempfile
 import warnings
@@ -64,6 +63,7 @@ import halide_buffer as hb
 from bench_aot import TARGET, BuildError, c_compiler, run_tool
 from bench_common import (Case, environment, environment_line, fmt_ratio, noisy_timings, print_noise_note,
                           ratio, run_cases, write_json)
+from bench_pickle import paired
 
 NAME = "hb_bench_box3"
 SPEEDUP_TARGET = 3.0      # dask-image's time / ours, on the two-worker cluster
@@ -138,11 +138,6 @@ def print_ms_table(cases, by_key):
         print(f"{c.label:<{w}}  {c.rounds_ns.best / 1e6:9.1f}  {c.rounds_ns.median / 1e6:9.1f}  "
               f"{fmt_ratio(r):>7}  {ref.key if ref and ref is not c else ''}")
     print()
-
-
-def paired(by_key, key, ref):
-    """The median of per-round ratios of two interleaved cases."""
-    return statistics.median(x / y for x, y in zip(by_key[key].rounds_ns, by_key[ref].rounds_ns))
 
 
 def main(argv=None):
