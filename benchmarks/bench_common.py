@@ -133,6 +133,29 @@ def print_case_table(cases, ref_ns, peer_ns, ref_title):
     print()
 
 
+def paired(by_key, key, ref):
+    """The median of per-round ratios key / ref of two interleaved cases, or None if either did
+    not run."""
+    if key not in by_key or ref not in by_key:
+        return None
+    return statistics.median(x / y for x, y in zip(by_key[key].rounds_ns, by_key[ref].rounds_ns))
+
+
+def print_ms_table(cases, by_key):
+    """Slow cases in milliseconds: each one's best and median, and its ratio to its own reference
+    (Case.ref; 1/N when it is under 0.01)."""
+    w = max(len(c.label) for c in cases)
+    print(f"{'case':<{w}}  {'best ms':>9}  {'median':>9}  {'vs ref':>7}  ref")
+    print("-" * (w + 2 + 9 + 2 + 9 + 2 + 7 + 2 + 3))
+    for c in cases:
+        ref = by_key[c.ref] if c.ref else None
+        r = ratio(c.rounds_ns.best, ref.rounds_ns.best if ref else None)
+        shown = f"1/{1 / r:.0f}" if r is not None and r < 0.01 else fmt_ratio(r)
+        print(f"{c.label:<{w}}  {c.rounds_ns.best / 1e6:9.2f}  {c.rounds_ns.median / 1e6:9.2f}  "
+              f"{shown:>7}  {ref.key if ref and ref is not c else ''}")
+    print()
+
+
 def write_json(path, report):
     """Keeps a run's figures (--json)."""
     Path(path).write_text(json.dumps(report, indent=2) + "\n")

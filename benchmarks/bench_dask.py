@@ -61,9 +61,8 @@ import numpy as np
 import halide_buffer as hb
 
 from bench_aot import TARGET, BuildError, c_compiler, run_tool
-from bench_common import (Case, environment, environment_line, fmt_ratio, noisy_timings, print_noise_note,
-                          ratio, run_cases, write_json)
-from bench_pickle import paired
+from bench_common import (Case, environment, environment_line, noisy_timings, paired, print_ms_table,
+                          print_noise_note, run_cases, write_json)
 
 NAME = "hb_bench_box3"
 SPEEDUP_TARGET = 3.0      # dask-image's time / ours, on the two-worker cluster
@@ -125,19 +124,6 @@ def check(problems, what, got, want):
     got = np.asarray(got)
     if got.shape != want.shape or got.dtype != want.dtype or not np.array_equal(got, want):
         problems.append(f"{what} is not bit-identical to the NumPy reference")
-
-
-def print_ms_table(cases, by_key):
-    """Each case's best and median ms, and its ratio to its own reference (Case.ref)."""
-    w = max(len(c.label) for c in cases)
-    print(f"{'case':<{w}}  {'best ms':>9}  {'median':>9}  {'vs ref':>7}  ref")
-    print("-" * (w + 2 + 9 + 2 + 9 + 2 + 7 + 2 + 3))
-    for c in cases:
-        ref = by_key[c.ref] if c.ref else None
-        r = ratio(c.rounds_ns.best, ref.rounds_ns.best if ref else None)
-        print(f"{c.label:<{w}}  {c.rounds_ns.best / 1e6:9.1f}  {c.rounds_ns.median / 1e6:9.1f}  "
-              f"{fmt_ratio(r):>7}  {ref.key if ref and ref is not c else ''}")
-    print()
 
 
 def main(argv=None):

@@ -41,7 +41,6 @@ import importlib.util
 import os
 import shlex
 import shutil
-import statistics
 import subprocess
 import sys
 import sysconfig
@@ -53,8 +52,8 @@ import numpy as np
 
 import halide_buffer as hb
 
-from bench_common import (Case, environment, environment_line, fmt_ratio, noisy_timings, print_noise_note,
-                          ratio, run_cases, write_json)
+from bench_common import (Case, environment, environment_line, fmt_ratio, noisy_timings, paired,
+                          print_noise_note, ratio, run_cases, write_json)
 
 try:
     import torch
@@ -317,13 +316,6 @@ def make_cases(b, b_bf16, a, t, capsule_only, peer_obj):
 # --------------------------------------------------------------------------------------------
 # Report
 # --------------------------------------------------------------------------------------------
-
-
-def paired(by_key, ours, ref):
-    """The median of per-round ratios ours / ref, or None if either case did not run."""
-    if ours not in by_key or ref not in by_key:
-        return None
-    return statistics.median(x / y for x, y in zip(by_key[ours].rounds_ns, by_key[ref].rounds_ns))
 
 
 def main(argv=None):

@@ -31,7 +31,6 @@ from __future__ import annotations
 
 import argparse
 import pickle
-import statistics
 import sys
 from concurrent.futures import ProcessPoolExecutor
 
@@ -39,8 +38,8 @@ import numpy as np
 
 import halide_buffer as hb
 
-from bench_common import (Case, environment, environment_line, fmt_ratio, noisy_timings, print_case_table,
-                          print_noise_note, ratio, run_cases, write_json)
+from bench_common import (Case, environment, environment_line, noisy_timings, paired, print_case_table,
+                          print_ms_table, print_noise_note, run_cases, write_json)
 
 KiB, MiB = 1 << 10, 1 << 20
 OOB_TARGET = 1.2        # ours / NumPy's time, each out-of-band case
@@ -134,23 +133,6 @@ def out_of_band_cases(size, b, a):
             cases.append(Case(f"oob_{op}_{key}_{size}", f"pickle.{op}({name}){tag}",
                               stmt, env, group, ref=f"oob_{op}_ndarray_{size}"))
     return cases
-
-
-def print_ms_table(cases, by_key):
-    """The slow cases in milliseconds, each against its own reference (Case.ref)."""
-    w = max(len(c.label) for c in cases)
-    print(f"{'case':<{w}}  {'best ms':>9}  {'median':>9}  {'vs NumPy':>9}")
-    print("-" * (w + 2 + 9 + 2 + 9 + 2 + 9))
-    for c in cases:
-        r = ratio(c.rounds_ns.best, by_key[c.ref].rounds_ns.best if c.ref else None)
-        shown = f"1/{1 / r:.0f}" if r is not None and r < 0.01 else fmt_ratio(r)
-        print(f"{c.label:<{w}}  {c.rounds_ns.best / 1e6:9.2f}  {c.rounds_ns.median / 1e6:9.2f}  {shown:>9}")
-    print()
-
-
-def paired(by_key, key, ref):
-    """The median of per-round ratios of two interleaved cases."""
-    return statistics.median(x / y for x, y in zip(by_key[key].rounds_ns, by_key[ref].rounds_ns))
 
 
 def main(argv=None):
