@@ -65,7 +65,7 @@ import numpy as np
 
 import halide_buffer as hb
 
-from bench_common import (Case, Rounds, environment, environment_line, fmt_ratio, noisy_timings,
+from bench_common import (Case, Rounds, cases_json, environment, environment_line, fmt_ratio, noisy_timings,
                           print_noise_note, ratio, run_cases, write_json)
 
 TARGET = "x86-64-linux-avx-avx2-f16c-fma-sse41"
@@ -773,11 +773,7 @@ def main(argv=None):
             "shape": list(SMALL),
             "environment": environment(),
             "peer": {"available": ext is not None, "reason": built.extension_reason},
-            "cases": {
-                c.key: {"label": c.label, "group": c.group, "best_ns": c.rounds_ns.best,
-                        "median_ns": c.rounds_ns.median, "rounds_ns": c.rounds_ns}
-                for c in cases
-            },
+            "cases": cases_json(cases),
             "ratios": ratios,
             "call_target": target,
             "opencl": opencl,

@@ -156,6 +156,12 @@ def print_ms_table(cases, by_key):
     print()
 
 
+def cases_json(cases):
+    """Every case as the JSON reports keep it: label, group, reference, best and median ns, rounds."""
+    return {c.key: {"label": c.label, "group": c.group, "ref": c.ref, "best_ns": c.rounds_ns.best,
+                    "median_ns": c.rounds_ns.median, "rounds_ns": list(c.rounds_ns)} for c in cases}
+
+
 def write_json(path, report):
     """Keeps a run's figures (--json)."""
     Path(path).write_text(json.dumps(report, indent=2) + "\n")

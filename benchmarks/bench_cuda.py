@@ -52,7 +52,7 @@ import numpy as np
 
 import halide_buffer as hb
 
-from bench_common import (Case, CopyCase, environment, environment_line, fmt_ratio, ratio, run_cases,
+from bench_common import (Case, CopyCase, cases_json, environment, environment_line, fmt_ratio, ratio, run_cases,
                           run_copy_cases, write_json)
 
 MiB = 1 << 20
@@ -376,11 +376,7 @@ def main(argv=None):
             "environment": env,
             "copies": copy_rows,
             "targets": targets,
-            "exports": {
-                c.key: {"label": c.label, "group": c.group, "ref": c.ref, "best_ns": c.rounds_ns.best,
-                        "median_ns": c.rounds_ns.median, "rounds_ns": list(c.rounds_ns)}
-                for c in cases
-            },
+            "exports": cases_json(cases),
             "export_ratios": export_ratios,
             "torch_reason": torch_why,
             "problems": problems,

@@ -61,7 +61,7 @@ import numpy as np
 import halide_buffer as hb
 
 from bench_aot import TARGET, BuildError, c_compiler, run_tool
-from bench_common import (Case, environment, environment_line, noisy_timings, paired, print_ms_table,
+from bench_common import (Case, cases_json, environment, environment_line, noisy_timings, paired, print_ms_table,
                           print_noise_note, run_cases, write_json)
 
 NAME = "hb_bench_box3"
@@ -269,8 +269,7 @@ def main(argv=None):
             "repeat": args.repeat,
             "target_string": TARGET,
             "environment": {**environment(), "dask": dask.__version__, "distributed": distributed.__version__},
-            "cases": {c.key: {"label": c.label, "group": c.group, "ref": c.ref, "best_ns": c.rounds_ns.best,
-                              "median_ns": c.rounds_ns.median, "rounds_ns": c.rounds_ns} for c in cases},
+            "cases": cases_json(cases),
             "ratios": ratios,
             "target": {"speedup_cluster2_min": SPEEDUP_TARGET, "chunking_threads_max": CHUNKING_TARGET,
                        "met": met},

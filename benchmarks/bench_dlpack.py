@@ -52,7 +52,7 @@ import numpy as np
 
 import halide_buffer as hb
 
-from bench_common import (Case, environment, environment_line, fmt_ratio, noisy_timings, paired,
+from bench_common import (Case, cases_json, environment, environment_line, fmt_ratio, noisy_timings, paired,
                           print_noise_note, ratio, run_cases, write_json)
 
 try:
@@ -443,12 +443,7 @@ def main(argv=None):
                      "nanobind": peer_mod.nanobind_version if peer_mod is not None else None},
             "torch": {"available": torch is not None, "reason": TORCH_REASON,
                       "exchange_api": torch is not None and hasattr(type(t), EXCHANGE_API)},
-            "cases": {
-                c.key: {"label": c.label, "group": c.group, "ref": c.ref,
-                        "best_ns": c.rounds_ns.best, "median_ns": c.rounds_ns.median,
-                        "rounds_ns": c.rounds_ns}
-                for c in cases
-            },
+            "cases": cases_json(cases),
             "ratios": {
                 "np_from_dlpack_vs_nanobind": r_nb,
                 "np_from_dlpack_vs_nanobind_net_of_floor": r_nb_net,

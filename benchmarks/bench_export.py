@@ -41,7 +41,7 @@ import numpy as np
 
 import halide_buffer as hb
 
-from bench_common import (Case, environment, environment_line, fmt_ratio, noisy_timings, print_case_table,
+from bench_common import (Case, cases_json, environment, environment_line, fmt_ratio, noisy_timings, print_case_table,
                           print_noise_note, ratio, run_cases, write_json)
 
 HERE = Path(__file__).resolve().parent
@@ -233,11 +233,7 @@ def main(argv=None):
             "big_shape": list(big_shape),
             "environment": environment(),
             "peer": {"available": peer_mod is not None, "reason": peer_reason},
-            "cases": {
-                c.key: {"label": c.label, "group": c.group, "best_ns": c.rounds_ns.best,
-                        "median_ns": c.rounds_ns.median, "rounds_ns": c.rounds_ns}
-                for c in cases
-            },
+            "cases": cases_json(cases),
             "ratios": {
                 "asarray_vs_numpy": r_np,
                 "asarray_vs_numpy_net_of_floor": r_np_net,

@@ -31,7 +31,7 @@ import numpy as np
 
 import halide_buffer as hb
 
-from bench_common import (Case, environment, environment_line, noisy_timings, print_case_table,
+from bench_common import (Case, cases_json, environment, environment_line, noisy_timings, print_case_table,
                           print_noise_note, ratio, run_cases, write_json)
 
 EXTENTS = [4, 4]  # Halide's order; NumPy shape (4, 4)
@@ -124,8 +124,7 @@ def main(argv=None):
             "repeat": args.repeat,
             "extents": EXTENTS,
             "environment": environment(),
-            "cases": {c.key: {"label": c.label, "group": c.group, "best_ns": c.rounds_ns.best,
-                              "median_ns": c.rounds_ns.median, "rounds_ns": c.rounds_ns} for c in cases},
+            "cases": cases_json(cases),
             "ratios": {"from_halide_asarray_vs_hl": r_ref, "paired_median": r_paired,
                        "vs_from_host_peer": r_peer, "floor_vs_hl": r_floor},
             "target": {"from_halide_asarray_vs_hl_max": TARGET, "met": r_ref <= TARGET},

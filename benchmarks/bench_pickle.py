@@ -38,7 +38,7 @@ import numpy as np
 
 import halide_buffer as hb
 
-from bench_common import (Case, environment, environment_line, noisy_timings, paired, print_case_table,
+from bench_common import (Case, cases_json, environment, environment_line, noisy_timings, paired, print_case_table,
                           print_ms_table, print_noise_note, run_cases, write_json)
 
 KiB, MiB = 1 << 10, 1 << 20
@@ -238,8 +238,7 @@ def main(argv=None):
             "shared_calls": SHARED_CALLS,
             "large_bytes": large,
             "environment": environment(),
-            "cases": {c.key: {"label": c.label, "group": c.group, "ref": c.ref, "best_ns": c.rounds_ns.best,
-                              "median_ns": c.rounds_ns.median, "rounds_ns": c.rounds_ns} for c in cases},
+            "cases": cases_json(cases),
             "ratios": ratios,
             "target": {"out_of_band_max": OOB_TARGET, "round_trip_shared_speedup_min": SHARED_TARGET, "met": met},
             "problems": problems,
