@@ -5,6 +5,9 @@ and outputs, on the threaded scheduler and on a dask.distributed cluster of proc
 
 import os
 import signal
+import subprocess
+import sys
+import textwrap
 import time
 
 import dask
@@ -294,6 +297,38 @@ def test_a_worker_killed_mid_computation_is_retried_and_the_result_is_identical(
     os.kill(victim, signal.SIGKILL)
     same_bits(future.result(timeout=120), whole_call(pipes["uint8"], {"inp": a}, "nearest"))
     assert victim not in cluster.run(os.getpid).values()  # the nanny started another one
+
+
+@pytest.mark.skipif(bool(os.environ.get("HALIDE_BUFFER_SANITIZER")),
+                    reason="RSS under ASan measures its quarantine and shadow memory")
+def test_a_zarr_array_goes_through_with_far_less_memory_than_its_size(pipes, tmp_path):
+    zarr = pytest.importorskip("zarr")
+    n = 16384  # 256 MiB of uint8, 1,024 chunks
+    source = zarr.create_array(str(tmp_path / "in.zarr"), shape=(n, n), chunks=(512, 512), dtype="uint8")
+    da.store(da.fromfunction(lambda i, j: (7 * i + 13 * j) % 251, shape=(n, n), chunks=2048,
+                             dtype=np.int32).astype(np.uint8), source)
+    p = pipes["uint8"]
+    script = tmp_path / "run.py"
+    script.write_text(textwrap.dedent(f"""
+        import resource, sys
+        import dask.array as da, zarr
+        import halide_buffer as hb, halide_buffer.dask
+        if sys.argv[1:] != ["--baseline"]:
+            p = hb.aot.load({p.library_path!r}, {p.name!r})
+            src = da.from_zarr(zarr.open_array({str(tmp_path / "in.zarr")!r}, mode="r"))
+            da.to_zarr(hb.dask.map_pipeline(p, src, boundary="nearest"), {str(tmp_path / "out.zarr")!r})
+        print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)  # KiB
+    """))
+    peak_kib = {}
+    for mode in ("--baseline", "--run"):
+        run = subprocess.run([sys.executable, str(script), mode], capture_output=True, text=True, timeout=300)
+        assert run.returncode == 0, run.stderr
+        peak_kib[mode] = int(run.stdout)
+    extra_mib = (peak_kib["--run"] - peak_kib["--baseline"]) / 1024
+    assert extra_mib < n * n / 2**20 / 2, f"{extra_mib:.0f} MiB over the imports for a 256 MiB array"
+    out = zarr.open_array(str(tmp_path / "out.zarr"), mode="r")
+    corner = source[:65, :65]
+    same_bits(out[:64, :64], whole_call(p, {"inp": corner}, "nearest")[:64, :64])
 
 
 # --- bad input, refused before any task runs ----------------------------------------------------
