@@ -98,13 +98,12 @@ Buffer Buffer::from_shared(const char *entry, int fd, int64_t offset, const std:
                          tuple_text(strides) + " and offset " + std::to_string(offset) +
                          " reach outside the shared segment of " + std::to_string(segment.size()) +
                          " bytes; the message was damaged: send the buffer again");
-    uint8_t *data = segment.base() + offset;
+    // wrap() checks and normalizes the strides; its storage becomes the shared one.
+    Buffer b = wrap(entry, segment.base() + offset, shape, strides, dtype, nullptr, readonly, false);
     if (known) {
-        Buffer b = wrap(entry, data, shape, strides, dtype, nullptr, readonly, false);  // checks the strides
         b.storage_ = std::move(known);  // a view of the storage already over the segment
         return b;
     }
-    Buffer b = wrap(entry, data, shape, strides, dtype, nullptr, readonly, false);
     make_shared_storage(*b.storage_, std::move(opened));
     remember(b.storage_);
     return b;
