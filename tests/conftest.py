@@ -5,6 +5,10 @@ import pytest
 
 import halide_buffer as hb
 
+import cuda_standin
+
+cuda_standin.install()  # before any test opens a CUDA driver: the stand-in, unless one is named
+
 ALL_DTYPES = [t.name for t in hb.dtypes()]
 
 
@@ -82,3 +86,15 @@ def up(nbytes):
 def down(nbytes):
     """One device->host copy of nbytes."""
     return (0, 0, 1, nbytes)
+
+
+@pytest.fixture(autouse=True)
+def cuda_standin_strict():
+    """Fails a test whose CUDA driver calls misused the driver stand-in (its strict mode)."""
+    yield
+    if cuda_standin.active():
+        found = cuda_standin.violations()
+        cuda_standin.clear_violations()
+        cuda_standin.clear_faults()
+        if found:
+            pytest.fail("CUDA driver stand-in: misuse of the driver:\n  " + "\n  ".join(found), pytrace=False)
