@@ -56,6 +56,9 @@ private:
 struct DeviceChoice {
     std::shared_ptr<Device> device;
     bool required = false;
+    /// An export for a consumer of `device`'s kind: a storage found on a device of another kind
+    /// (another thread moved it since the caller looked) is refused before any lease is taken.
+    bool same_kind = false;
 };
 
 /// Memory and residency state shared by a buffer and every view of it. `mutex` guards all of

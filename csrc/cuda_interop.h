@@ -2,6 +2,7 @@
 // buffers over memory a framework allocated (the CUDA array interface and DLPack imports).
 #pragma once
 
+#include <functional>
 #include <memory>
 #include <vector>
 
@@ -11,7 +12,13 @@
 namespace hb {
 
 /// The CUDA device holding the buffer's device copy, or null (no device copy, or another kind).
+/// Exports lease it afterwards with DeviceChoice::same_kind: another thread may move the
+/// storage in between.
 std::shared_ptr<CudaDevice> cuda_device_of(Buffer &b);
+
+/// Tests only: `hook` runs (on the looking thread, GIL held) right after cuda_device_of(Buffer&)
+/// found a CUDA device, to force the interleaving above; an empty function removes it.
+void set_after_device_lookup(std::function<void()> hook);
 
 /// The CUDA device a device lease ended on (another thread may have moved the storage since
 /// the caller looked); BufferError naming `entry` if it is no longer a CUDA device.

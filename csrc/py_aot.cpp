@@ -241,7 +241,7 @@ std::shared_ptr<CudaDevice> call_device(const halide_filter_metadata_t &m, const
     for (size_t i = 0; i < given.size() && !device; ++i) {
         if (given[i] && is_buffer(m.arguments[i])) device = cuda_device_of(buffer_of(given[i].ptr()));
     }
-    if (!device) device = cuda_device(0);
+    if (!device) device = cuda_device(0, "hb.aot");
     remember_pipeline_device(device);
     return device;
 }

@@ -146,7 +146,7 @@ py::capsule cuda_export(Buffer &b, const std::shared_ptr<CudaDevice> &device, co
     Buffer::DeviceView v;
     {
         py::gil_scoped_release nogil;
-        v = b.begin_device_use(kExport, DeviceChoice{device, false}, !b.readonly());
+        v = b.begin_device_use(kExport, DeviceChoice{device, false, true}, !b.readonly());
     }
     std::shared_ptr<CudaDevice> on = cuda_device_of(v, kExport);  // where the lease ended
     if (stream) {
@@ -261,8 +261,14 @@ std::shared_ptr<void> import_owner(DLManagedTensorVersioned *v, DLManagedTensor 
     return keep(std::make_unique<ImportOwner>(v, l, std::move(producer)));
 }
 
-std::shared_ptr<CudaDevice> cuda_device(int ordinal) {
-    return py::module_::import("halide_buffer.cuda").attr("device")(ordinal).cast<std::shared_ptr<CudaDevice>>();
+std::shared_ptr<CudaDevice> cuda_device(int ordinal, const char *entry) {
+    try {
+        return py::module_::import("halide_buffer.cuda").attr("device")(ordinal).cast<std::shared_ptr<CudaDevice>>();
+    } catch (py::error_already_set &e) {
+        if (!e.matches(PyExc_ValueError)) throw;
+        throw BufferError(std::string(entry) + "(): the data is on CUDA device " + std::to_string(ordinal) +
+                          ", which this machine does not have (" + py::str(e.value()).cast<std::string>() + ")");
+    }
 }
 
 namespace {
@@ -276,7 +282,7 @@ Buffer adopt_cuda(const DLImport &in, std::shared_ptr<void> owner, int copy, boo
     if (in.readonly && copy != 1)
         throw BufferError(std::string(kImport) + "(): the CUDA tensor is read-only, and a buffer's device "
                           "copy is written by uploads; pass copy=True for a copy of its values");
-    std::shared_ptr<CudaDevice> device = cuda_device(in.device.device_id);
+    std::shared_ptr<CudaDevice> device = cuda_device(in.device.device_id, kImport);
     std::vector<int64_t> bytes(in.strides.size());
     for (size_t i = 0; i < bytes.size(); ++i) bytes[i] = in.strides[i] * in.dtype->itemsize;
     bool copy_now = copy == 1 && !in.copied && !producer_copied;
@@ -384,7 +390,7 @@ py::object capsule_from(py::handle obj, int copy, bool &copied) {
     py::object device_of = py::getattr(obj, "__dlpack_device__", py::none());
     if (!device_of.is_none()) {
         DLDevice where = producer_device(obj, device_of());
-        if (where.device_type == kDLCUDA) stream["stream"] = cuda_device(where.device_id)->stream_number();
+        if (where.device_type == kDLCUDA) stream["stream"] = cuda_device(where.device_id, kImport)->stream_number();
     }
     kwargs["max_version"] = py::make_tuple(kDLPackMajor, kDLPackMinor);
     if (copy != -1) kwargs["copy"] = py::bool_(copy == 1);

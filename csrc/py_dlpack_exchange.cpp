@@ -57,7 +57,7 @@ int from_py_object(void *py_object, DLManagedTensorVersioned **out) {
         // What __dlpack__() does: a writable lease unless the memory is read-only.
         if (std::shared_ptr<CudaDevice> device = cuda_device_of(b)) {
             py::gil_scoped_release nogil;
-            Buffer::DeviceView v = b.begin_device_use("__dlpack__", DeviceChoice{device, false}, !b.readonly());
+            Buffer::DeviceView v = b.begin_device_use("__dlpack__", DeviceChoice{device, false, true}, !b.readonly());
             // "No sync" leaves ordering to the consumer, who knows its stream only as the
             // current one: our stream's work is finished before the tensor is handed over.
             std::shared_ptr<CudaDevice> on = cuda_device_of(v, "__dlpack__");  // where the lease ended
@@ -86,7 +86,9 @@ int to_py_object(DLManagedTensorVersioned *tensor, void **out) {
 int current_work_stream(DLDeviceType type, int32_t id, void **out) {
     return c_call([&] {
         // Host memory has no stream to order work on; a CUDA device's is its default device's.
-        *out = type == kDLCUDA ? reinterpret_cast<void *>(cuda_device(id)->stream_number()) : nullptr;
+        *out = type == kDLCUDA
+                   ? reinterpret_cast<void *>(cuda_device(id, "DLPackCurrentWorkStream")->stream_number())
+                   : nullptr;
         return 0;
     });
 }
@@ -165,7 +167,7 @@ std::optional<Buffer> exchange_import(py::handle obj, int copy) {
             throw error;
         }
         try {
-            cuda_device(where.device_id)->order_after(stream_of_number(reinterpret_cast<uintptr_t>(stream)));
+            cuda_device(where.device_id, "from_dlpack")->order_after(stream_of_number(reinterpret_cast<uintptr_t>(stream)));
         } catch (...) {
             if (m->deleter) m->deleter(m);
             throw;

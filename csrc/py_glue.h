@@ -146,8 +146,10 @@ std::shared_ptr<void> import_owner(DLManagedTensorVersioned *versioned, DLManage
 /// A buffer over a checked tensor: wrapped; or copied when `copy` is 1 (unless the producer
 /// copied it for us already) or the values are packed, releasing `owner`.
 Buffer adopt_import(const DLImport &in, std::shared_ptr<void> owner, int copy, bool producer_copied = false);
-/// halide_buffer.cuda.device(ordinal): the default device of that ordinal (DeviceError without CUDA).
-std::shared_ptr<CudaDevice> cuda_device(int ordinal);
+/// halide_buffer.cuda.device(ordinal): the default device of that ordinal (DeviceError without
+/// CUDA). An ordinal this machine does not have is a BufferError naming `entry`, whose data
+/// (a tensor, a stream) named it.
+std::shared_ptr<CudaDevice> cuda_device(int ordinal, const char *entry);
 
 // py_dlpack_exchange.cpp
 /// DLPack 1.3's C exchange API: our table on the Buffer type.

@@ -6,6 +6,7 @@
 // One transfer moves the whole storage (every view of it shares one state), so a crop's host
 // read downloads its parent too: simple, exact, and never stale.
 #include <algorithm>
+#include <cstring>
 #include <string>
 #include <utility>
 
@@ -556,6 +557,9 @@ Buffer::DeviceView Buffer::begin_device_use(const char *entry, const DeviceChoic
     if (write && s.readonly)
         throw BufferError(std::string(entry) + "(): the buffer wraps read-only memory; pass "
                           "writable=False for a device view to read");
+    if (on.same_kind && s.device && std::strcmp(s.device->kind(), on.device->kind()) != 0)
+        throw BufferError(std::string(entry) + "(): the buffer left " + on.device->description() + " meanwhile "
+                          "(another thread moved it to " + s.device->description() + "); export it again");
     s.upload(entry, on);
     if (write) s.root.flags = kDeviceDirty;  // the consumer may write: a lease
     Device::Lease l = s.device->lease(s.root, data_ - s.root.host);

@@ -88,6 +88,7 @@ def lib() -> ctypes.CDLL:
             ("hb_standin_pending", c.c_long, []),
             ("cuStreamCreate", c.c_int, [c.POINTER(c.c_void_p), c.c_uint]),
             ("cuStreamDestroy_v2", c.c_int, [c.c_void_p]),
+            ("cuStreamSynchronize", c.c_int, [c.c_void_p]),
             ("cuDevicePrimaryCtxRetain", c.c_int, [c.POINTER(c.c_void_p), c.c_int]),
             ("cuDevicePrimaryCtxRelease_v2", c.c_int, [c.c_int]),
             ("cuCtxPushCurrent_v2", c.c_int, [c.c_void_p]),
@@ -199,6 +200,12 @@ def stream_create(ordinal: int = 0, non_blocking: bool = False) -> int:
 def stream_destroy(stream: int, ordinal: int = 0) -> None:
     with Context(ordinal):
         assert lib().cuStreamDestroy_v2(stream) == 0
+
+
+def stream_synchronize(stream: int, ordinal: int = 0) -> None:
+    """Waits for `stream`, as a consumer synchronising its own stream would."""
+    with Context(ordinal):
+        assert lib().cuStreamSynchronize(stream) == 0
 
 
 def mem_alloc(nbytes: int, ordinal: int = 0) -> int:

@@ -392,8 +392,22 @@ def test_a_cuda_tensor_is_taken_and_a_device_refusal_deletes_it_once(ordinal):
     so the backend refuses: no driver, or (with one) a pointer the driver does not know."""
     t = Tensor(device=(CUDA, ordinal))
     capsule = t.capsule()
-    message = "no CUDA driver found" if not hb.cuda.is_available() else ""
+    message = (r"no CUDA driver found" if not hb.cuda.is_available()
+               else r"CUDA_ERROR_INVALID_VALUE \(1\): cuPointerGetAttribute; pass a live CUDA device pointer")
     with pytest.raises(hb.DeviceError, match=message):
+        hb.from_dlpack(capsule)
+    assert capsule_name(capsule) == "used_dltensor_versioned"
+    settle()
+    assert t.deletes == 1
+
+
+@pytest.mark.skipif(not hb.cuda.is_available(), reason="no CUDA driver: the refusal comes before the ordinal is looked up")
+@pytest.mark.parametrize("ordinal", [-1, 4096])
+def test_a_cuda_tensor_on_a_device_this_machine_lacks_is_refused_by_from_dlpack(ordinal):
+    t = Tensor(device=(CUDA, ordinal))
+    capsule = t.capsule()
+    with pytest.raises(BufferError, match=rf"^from_dlpack\(\): the data is on CUDA device {ordinal}, which this machine "
+                                          rf"does not have \(cuda.device\(\): there is no CUDA device {ordinal}; "):
         hb.from_dlpack(capsule)
     assert capsule_name(capsule) == "used_dltensor_versioned"
     settle()

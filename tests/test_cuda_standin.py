@@ -1,0 +1,565 @@
+"""The CUDA backend against the driver stand-in (tests/drivers/cuda_standin.c), on every machine.
+
+What these tests prove is halide_buffer's own bookkeeping: residency flags, every copy counted
+and made once, views and crops at the right device addresses, wrapped and lent memory kept and
+freed at the right time, the CUDA array interface and DLPack as we hand them out, streams
+ordered by events, driver failures turned into DeviceErrors with the data intact, two devices.
+The stand-in keeps device memory on the host, checks every call strictly (a misuse fails the
+test: conftest.py) and runs queued work only when something waits for it, so a missing
+synchronisation reads stale bytes here. It proves nothing about CUDA itself: no kernel runs, no
+GPU peer reads its memory. That is tests/test_cuda.py's part on a GPU (tests/gpu/run_checks.sh).
+
+Every test id carries ``cuda-driver-standin``. Device memory is read and written through the
+stand-in's control API, standing for a consumer or a producer's kernel.
+"""
+
+import gc
+import re
+import threading
+import weakref
+
+import numpy as np
+import pytest
+
+import halide_buffer as hb
+
+import cuda_standin as standin
+from conftest import ALL_DTYPES, NONE, Moves, bits_of, down, random_bits, up
+
+
+@pytest.fixture(scope="module", autouse=True, params=["cuda-driver-standin"])
+def driver(request):
+    if not standin.active():
+        pytest.skip(standin.why_inactive())
+    return request.param
+
+
+@pytest.fixture(autouse=True)
+def no_leaked_device_memory():
+    """Every allocation a test made is freed once its buffers are gone."""
+    gc.collect()
+    before = standin.live_allocations()
+    yield
+    gc.collect()
+    assert standin.live_allocations() == before, "device memory outlived every buffer that used it"
+
+
+@pytest.fixture(scope="module")
+def gpu():
+    return hb.cuda.device()
+
+
+@pytest.fixture(scope="module")
+def gpu1():
+    return hb.cuda.device(1)
+
+
+def filled(name, shape=(3, 5), seed=1):
+    src = random_bits(shape, name, seed)
+    b = hb.Buffer(shape, name)
+    b.numpy(writable=True)[...] = src
+    return b, src
+
+
+def ramp(shape, dtype="float32"):
+    b = hb.Buffer(shape, dtype)
+    b.numpy(writable=True)[...] = np.arange(int(np.prod(shape))).reshape(shape)
+    return b
+
+
+def device_bytes(address, nbytes):
+    """What device memory holds now, as a consumer would read it."""
+    return np.frombuffer(standin.read(address, nbytes), np.uint8)
+
+
+def interface_of(b):
+    return b.__cuda_array_interface__
+
+
+class Producer:
+    """A foreign producer's device array in stand-in memory (what CuPy is on a GPU): it owns the
+    allocation, frees it when it dies, and exposes only __cuda_array_interface__."""
+
+    def __init__(self, values, ordinal=0, stream=None, version=3):
+        self.values = np.ascontiguousarray(values)
+        self.ordinal = ordinal
+        self.ptr = standin.mem_alloc(max(self.values.nbytes, 1), ordinal)
+        standin.write(self.ptr, self.values.tobytes())
+        self.__cuda_array_interface__ = {"shape": self.values.shape, "typestr": hb.dtype(self.values.dtype).typestr,
+                                         "data": (self.ptr, False), "strides": None, "version": version}
+        if version >= 3:
+            self.__cuda_array_interface__["stream"] = stream
+
+    def get(self):
+        return np.frombuffer(standin.read(self.ptr, self.values.nbytes), self.values.dtype).reshape(self.values.shape)
+
+    def __del__(self):
+        standin.mem_free(self.ptr, self.ordinal)
+
+
+# ---------------------------------------------------------------------------------------------
+# Residency and counted copies
+# ---------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("name", ALL_DTYPES)
+def test_every_dtype_goes_up_and_comes_home_bit_for_bit_once(gpu, name):
+    b, src = filled(name, (6, 9), seed=21)
+    moves = Moves(b)
+    b.copy_to_device(gpu)
+    assert moves() == up(src.nbytes) and b.device is gpu and not b.host_dirty() and not b.device_dirty()
+    d = interface_of(b)
+    np.testing.assert_array_equal(device_bytes(d["data"][0], src.nbytes), bits_of(src).reshape(-1))
+    assert b.device_dirty() and moves() == NONE  # the interface is a write lease
+    other = random_bits((6, 9), name, seed=22)
+    standin.write(d["data"][0], bits_of(other).tobytes())  # a consumer's kernel writes it
+    np.testing.assert_array_equal(bits_of(np.asarray(b)), bits_of(other))
+    assert moves() == down(src.nbytes)
+    np.asarray(b)
+    assert moves() == NONE
+
+
+def test_copies_are_made_once_and_only_when_needed(gpu):
+    b = ramp((64, 32))
+    nbytes = 64 * 32 * 4
+    moves = Moves(b)
+    calls = standin.calls("cuMemcpyHtoDAsync")
+    b.copy_to_device(gpu)
+    b.copy_to_device(gpu)
+    b.copy_to_device()
+    assert moves() == up(nbytes) and standin.calls("cuMemcpyHtoDAsync") == calls + 1
+    b.set_device_dirty()
+    b.copy_to_host()
+    b.copy_to_host()
+    assert moves() == down(nbytes)
+    b.device_free()
+    assert moves() == NONE and not b.has_device_allocation() and b.device is None
+    m = ramp((16,))
+    allocs = standin.calls("cuMemAlloc")
+    m.device_malloc(gpu)
+    assert standin.calls("cuMemAlloc") == allocs + 1 and m.host_dirty() and Moves(m)() == NONE
+    m.copy_to_device()
+    assert m.transfers.to_device == 1 and m.transfers.to_device_bytes == 64
+
+
+def test_device_free_brings_a_newer_device_copy_home_first_and_frees(gpu):
+    b = ramp((4, 64))
+    b.copy_to_device(gpu)
+    address = interface_of(b)["data"][0]
+    standin.write(address, np.full(256, 7.5, np.float32).tobytes())
+    live = standin.live_allocations()
+    moves = Moves(b)
+    b.device_free()
+    assert moves() == down(1024) and not b.has_device_allocation()
+    np.testing.assert_array_equal(np.asarray(b), np.full((4, 64), 7.5, np.float32))
+    # Lent (the interface handed its pointer out): kept until the storage dies, not freed now.
+    assert standin.live_allocations() == live
+    del b, moves
+    gc.collect()
+    assert standin.live_allocations() == live - 1
+
+
+def test_unlent_device_memory_is_freed_at_once(gpu):
+    b = ramp((128,))
+    live = standin.live_allocations()
+    b.copy_to_device(gpu)
+    assert standin.live_allocations() == live + 1
+    b.device_free()
+    assert standin.live_allocations() == live
+
+
+def test_views_and_crops_are_at_their_device_addresses(gpu):
+    b = ramp((8, 16))
+    ref = np.arange(128, dtype=np.float32).reshape(8, 16)
+    b.copy_to_device(gpu)
+    base = interface_of(b)["data"][0]
+    moves = Moves(b)
+    v = interface_of(b[2:6, 4:12])
+    assert v["data"][0] == base + (2 * 16 + 4) * 4 and v["strides"] == (64, 4) and v["shape"] == (4, 8)
+    crop = b.cropped(1, 4, 8)
+    assert interface_of(crop)["data"][0] == base + 16
+    r = interface_of(b[::-1, ::2])
+    assert r["data"][0] == base + 7 * 16 * 4 and r["strides"] == (-64, 8)
+    for row in range(8):  # what the device holds, read at the view's addresses
+        got = np.frombuffer(standin.read(base + row * 64, 64), np.float32)
+        np.testing.assert_array_equal(got, ref[row])
+    assert moves() == NONE
+    standin.write(v["data"][0], np.zeros(8, np.float32).tobytes())  # a write through one view
+    ref[2, 4:12] = 0
+    np.testing.assert_array_equal(np.asarray(b[0]), ref[0])
+    assert moves() == down(512)  # the whole storage, once, for a read of one row
+    np.testing.assert_array_equal(np.asarray(b), ref)
+
+
+def test_a_negative_stride_storage_uploads_its_own_values(gpu):
+    src = np.arange(40, dtype=np.int16).reshape(5, 8)
+    b = hb.Buffer.from_host(src.copy())[::-1, ::-1]
+    b.copy_to_device(gpu)
+    d = interface_of(b)
+    assert d["strides"] == (-16, -2)
+    # The first element of the view is the storage's last; the storage's bytes start 39 elements lower.
+    np.testing.assert_array_equal(np.frombuffer(standin.read(d["data"][0] - 78, 80), np.int16), src.reshape(-1))
+
+
+def test_a_strided_view_uploads_the_span_and_reads_back_exactly(gpu):
+    base = np.arange(10 * 12, dtype=np.float64).reshape(10, 12)
+    b = hb.Buffer.from_host(base, external_writes=False)[1:9:3, 2:11:4]
+    b.copy_to_device(gpu)
+    b.set_device_dirty()
+    b.copy_to_host()
+    np.testing.assert_array_equal(np.asarray(b), base[1:9:3, 2:11:4])
+
+
+def test_fills_and_device_copies_run_on_the_device(gpu):
+    b = hb.Buffer((16, 16), "int32")
+    b.copy_to_device(gpu)
+    sets = standin.calls("cuMemsetD32Async") + standin.calls("cuMemsetD2D32Async")
+    b.fill(7)
+    assert standin.calls("cuMemsetD32Async") + standin.calls("cuMemsetD2D32Async") > sets
+    assert b.device_dirty() and np.asarray(b).tolist() == [[7] * 16] * 16
+    c = hb.Buffer((16, 16), "int32")
+    c.copy_to_device(gpu)
+    d2d = standin.calls("cuMemcpyDtoDAsync") + standin.calls("cuMemcpy3DAsync")
+    b.set_device_dirty()
+    c.copy_from(b)
+    assert standin.calls("cuMemcpyDtoDAsync") + standin.calls("cuMemcpy3DAsync") > d2d
+    np.testing.assert_array_equal(np.asarray(c), np.full((16, 16), 7, np.int32))
+
+
+# ---------------------------------------------------------------------------------------------
+# The CUDA array interface and DLPack, our side
+# ---------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("name", ALL_DTYPES)
+def test_the_interface_dict_of_every_dtype(gpu, name):
+    b, src = filled(name, (4, 6), seed=23)
+    b.copy_to_device(gpu)
+    d = interface_of(b)
+    assert d["shape"] == (4, 6) and d["typestr"] == hb.dtype(name).typestr and d["version"] == 3
+    assert d["strides"] is None and d["stream"] == 1 and d["data"][1] is False
+    np.testing.assert_array_equal(device_bytes(d["data"][0], src.nbytes), bits_of(src).reshape(-1))
+
+
+@pytest.mark.parametrize("name", ALL_DTYPES)
+def test_a_producers_memory_is_wrapped_and_read_back_once(gpu, name):
+    src = random_bits((7, 5), name, seed=24)
+    p = Producer(src)
+    b = hb.cuda.wrap(p, dtype=name)
+    assert b.dtype == name and b.device is gpu and b.device_dirty() and interface_of(b)["data"][0] == p.ptr
+    moves = Moves(b)
+    np.testing.assert_array_equal(bits_of(np.asarray(b)), bits_of(src))
+    assert moves() == down(src.nbytes)
+    b.numpy(writable=True)[...] = random_bits((7, 5), name, seed=25)
+    b.copy_to_device()
+    assert moves() == up(src.nbytes)
+    np.testing.assert_array_equal(bits_of(p.get()), bits_of(random_bits((7, 5), name, seed=25)))
+
+
+def test_a_wrapped_producer_lives_as_long_as_the_buffer(gpu):
+    p = Producer(np.arange(64, dtype=np.float32))
+    alive = weakref.ref(p)
+    b = hb.cuda.wrap(p)
+    del p
+    gc.collect()
+    assert alive() is not None  # its memory is the buffer's device copy
+    np.testing.assert_array_equal(np.asarray(b), np.arange(64, dtype=np.float32))
+    del b
+    gc.collect()
+    assert alive() is None
+
+
+@pytest.mark.parametrize("name", ALL_DTYPES)
+def test_dlpack_on_the_device_both_ways(gpu, name):
+    b, src = filled(name, (4, 10), seed=26)
+    b.copy_to_device(gpu)
+    assert b.__dlpack_device__() == (2, 0)
+    moves = Moves(b)
+    back = hb.from_dlpack(b)  # our own consumer: the same device memory, no copy
+    assert moves() == NONE and back.device is gpu and back.dtype == name
+    assert interface_of(back)["data"][0] == interface_of(b)["data"][0]
+    np.testing.assert_array_equal(bits_of(np.asarray(back)), bits_of(src))
+
+
+def test_dlpack_arguments_of_a_device_buffer(gpu):
+    b = ramp((4,))
+    b.copy_to_device(gpu)
+    with pytest.raises(BufferError, match=r"__dlpack__\(\): stream=0 is ambiguous"):
+        b.__dlpack__(stream=0)
+    with pytest.raises(BufferError, match=r"__dlpack__\(\): copy=True of data on a CUDA device is not supported"):
+        b.__dlpack__(copy=True)
+    with pytest.raises(BufferError, match=r"__dlpack__\(\): dl_device \(2, 1\) is not where the data is \(2, 0\)"):
+        b.__dlpack__(dl_device=(2, 1))
+    for stream in (None, -1, 1, 2):
+        b.__dlpack__(stream=stream, max_version=(1, 0), dl_device=(2, 0))
+    b.set_device_dirty()
+    moves = Moves(b)
+    host = hb.from_dlpack(b.__dlpack__(dl_device=(1, 0), max_version=(1, 0)))
+    assert moves() == down(16) and host.__dlpack_device__() == (1, 0)
+    np.testing.assert_array_equal(np.asarray(host), np.arange(4))
+
+
+def test_device_wrap_native_at_an_offset_and_detach(gpu):
+    p = Producer(np.arange(64, dtype=np.float32))
+    b = hb.Buffer((16,), "float32")
+    b.device_wrap_native(p.ptr, device=gpu, offset=8 * 4)
+    assert b.device is gpu and b.device_dirty() and interface_of(b)["data"][0] == p.ptr + 32
+    moves = Moves(b)
+    np.testing.assert_array_equal(np.asarray(b), np.arange(8, 24))
+    assert moves() == down(64)
+    b.numpy(writable=True)[:] = -1
+    b.copy_to_device()
+    got = p.get()
+    assert (got[8:24] == -1).all() and (got[:8] == np.arange(8)).all() and (got[24:] == np.arange(24, 64)).all()
+    b.device_detach_native()
+    assert not b.has_device_allocation() and b.device is None
+    big = hb.Buffer((1 << 12,), "float32")
+    with pytest.raises(ValueError, match=r"device_wrap_native\(\): the device memory holds 256 bytes, the buffer "
+                                         r"needs 16384 from offset 0; wrap a larger allocation"):
+        big.device_wrap_native(p.ptr, device=gpu)
+    assert not big.has_device_allocation() and big.host_dirty()
+
+
+def test_a_host_pointer_is_refused_as_device_memory(gpu):
+    host = np.zeros(16, np.float32)
+    b = hb.Buffer((16,), "float32")
+    with pytest.raises(hb.DeviceError, match=r"device_wrap_native\(\): wrapping the device memory failed with "
+                                             r"CUDA_ERROR_INVALID_VALUE \(1\): cuPointerGetAttribute; pass a live CUDA "
+                                             r"device pointer"):
+        b.device_wrap_native(host.ctypes.data, device=gpu)
+    assert not b.has_device_allocation()
+
+
+# ---------------------------------------------------------------------------------------------
+# Streams
+# ---------------------------------------------------------------------------------------------
+
+
+def test_a_producers_stream_is_waited_for_before_we_read(gpu):
+    stream = standin.stream_create(non_blocking=True)
+    try:
+        p = Producer(np.zeros(256, np.float32), stream=stream)
+        standin.enqueue_write(stream, p.ptr, np.full(256, 3.0, np.float32).tobytes())  # its kernel, queued
+        assert standin.pending() >= 1 and (p.get() == 0).all()  # not run yet: nobody waited
+        b = hb.cuda.wrap(p)
+        np.testing.assert_array_equal(np.asarray(b), np.full(256, 3.0, np.float32))
+        del b, p
+    finally:
+        standin.stream_destroy(stream)
+
+
+def test_without_its_stream_a_producers_queued_work_is_not_seen(gpu):
+    # The stand-in's own check: what the test above relies on is real.
+    stream = standin.stream_create(non_blocking=True)
+    try:
+        p = Producer(np.zeros(64, np.float32), stream=None)
+        standin.enqueue_write(stream, p.ptr, np.ones(64, np.float32).tobytes())
+        b = hb.cuda.wrap(p)  # version 3, stream None: "nothing to wait for"
+        assert (np.asarray(b) == 0).all()
+        del b
+        standin.stream_synchronize(stream)
+        assert (p.get() == 1).all()
+        del p
+    finally:
+        standin.stream_destroy(stream)
+
+
+def test_a_consumer_stream_waits_for_work_queued_on_ours(gpu):
+    ours = standin.stream_create(non_blocking=True)
+    theirs = standin.stream_create(non_blocking=True)
+    try:
+        dev = hb.cuda.device(stream=ours, trust_handle=True)
+        b = ramp((64,))
+        b.copy_to_device(dev)
+        address = interface_of(b)["data"][0]
+        standin.enqueue_write(ours, address, np.full(64, 9.0, np.float32).tobytes())  # a pipeline's kernel
+        b.__dlpack__(stream=theirs)  # the consumer's stream waits for ours (an event)
+        assert not (device_bytes(address, 256).view(np.float32) == 9).all()  # still queued
+        standin.stream_synchronize(theirs)
+        assert (device_bytes(address, 256).view(np.float32) == 9).all()
+        del b, dev
+        gc.collect()
+    finally:
+        standin.stream_destroy(theirs)
+        standin.stream_destroy(ours)
+
+
+def test_a_device_on_another_stream_takes_the_memory_over(gpu):
+    stream = standin.stream_create(non_blocking=True)
+    try:
+        dev = hb.cuda.device(stream=stream, trust_handle=True)
+        assert dev is not gpu and dev.stream == stream and dev.context == gpu.context
+        b = ramp((1000,))
+        b.copy_to_device(dev)
+        assert interface_of(b)["stream"] == stream
+        address, moves = interface_of(b)["data"][0], Moves(b)
+        b.copy_to_device(gpu)
+        assert b.device is gpu and interface_of(b)["data"][0] == address and moves() == NONE
+        assert interface_of(b)["stream"] == 1
+        del b, dev
+        gc.collect()
+    finally:
+        standin.stream_destroy(stream)
+
+
+# ---------------------------------------------------------------------------------------------
+# Lifetimes: lent memory, contexts
+# ---------------------------------------------------------------------------------------------
+
+
+def test_lent_memory_outlives_device_free_and_dies_with_the_storage(gpu):
+    b = ramp((1 << 10,))
+    b.copy_to_device(gpu)
+    address = interface_of(b)["data"][0]
+    view = b[:]
+    b.device_free()
+    live = standin.live_allocations()
+    assert standin.read(address, 4) == np.float32(0).tobytes()  # still readable: not freed
+    del b
+    gc.collect()
+    assert standin.live_allocations() == live  # the view keeps the storage
+    del view
+    gc.collect()
+    assert standin.live_allocations() == live - 1
+
+
+def test_devices_retain_and_release_the_primary_context():
+    refs = standin.context_refs(0)
+    stream = standin.stream_create(non_blocking=True)
+    try:
+        dev = hb.cuda.device(stream=stream, trust_handle=True)
+        assert standin.context_refs(0) == refs + 1
+        del dev
+        gc.collect()
+        assert standin.context_refs(0) == refs
+    finally:
+        standin.stream_destroy(stream)
+
+
+# ---------------------------------------------------------------------------------------------
+# Two devices
+# ---------------------------------------------------------------------------------------------
+
+
+def test_a_buffer_moves_between_two_devices_through_the_host(gpu, gpu1):
+    assert gpu1.ordinal == 1 and gpu1.context != gpu.context
+    b = ramp((32,))
+    b.copy_to_device(gpu)
+    b.set_device_dirty()
+    moves = Moves(b)
+    with pytest.raises(ValueError, match=r"copy_to_device\(\): the buffer's device copy is on .*CUDA device 0.*, "
+                                         r"not .*CUDA device 1.*; call device_free\(\) first to move it"):
+        b.copy_to_device(gpu1)
+    b.device_free()  # the newer device copy comes home first
+    b.copy_to_device(gpu1)
+    assert b.device is gpu1 and moves() == (1, 128, 1, 128)
+    np.testing.assert_array_equal(np.frombuffer(standin.read(interface_of(b)["data"][0], 128), np.float32),
+                                  np.arange(32, dtype=np.float32))
+
+
+def test_memory_of_the_second_device_is_wrapped_on_it(gpu, gpu1):
+    p = Producer(np.arange(8, dtype=np.int32), ordinal=1)
+    b = hb.cuda.wrap(p)
+    assert b.device is gpu1 and b.__dlpack_device__() == (2, 1)
+    np.testing.assert_array_equal(np.asarray(b), np.arange(8))
+    c = hb.Buffer((8,), "int32")
+    with pytest.raises(hb.DeviceError, match=r"the memory is on CUDA device 1; pass halide_buffer.cuda.device\(1\)"):
+        c.device_wrap_native(p.ptr, device=gpu)
+    del b
+
+
+# ---------------------------------------------------------------------------------------------
+# Driver failures: a DeviceError with the driver's code, the data intact, the buffer usable
+# ---------------------------------------------------------------------------------------------
+
+
+def test_out_of_memory_changes_nothing_and_a_later_upload_works(gpu):
+    b = ramp((64,))
+    moves = Moves(b)
+    with standin.failing("cuMemAlloc", standin.OUT_OF_MEMORY):
+        with pytest.raises(hb.DeviceError, match=r"copy_to_device\(\): allocating device memory failed with "
+                                                 r"CUDA_ERROR_OUT_OF_MEMORY \(2\)") as info:
+            b.copy_to_device(gpu)
+    assert info.value.code == 2 and info.value.name == "CUDA_ERROR_OUT_OF_MEMORY"
+    assert moves() == NONE and not b.has_device_allocation() and b.host_dirty() and b.device is None
+    b.copy_to_device(gpu)
+    assert moves() == up(256)
+
+
+def test_a_failed_upload_keeps_the_host_copy(gpu):
+    b = ramp((64,))
+    moves = Moves(b)
+    with standin.failing("cuMemcpyHtoDAsync", standin.ILLEGAL_ADDRESS):
+        with pytest.raises(hb.DeviceError, match=r"CUDA_ERROR_ILLEGAL_ADDRESS \(700\)") as info:
+            b.copy_to_device(gpu)
+    assert info.value.code == 700
+    assert moves() == NONE and b.host_dirty() and not b.device_dirty()
+    np.testing.assert_array_equal(np.asarray(b), np.arange(64))
+    b.copy_to_device(gpu)
+    assert moves() == up(256) and not b.host_dirty()
+
+
+def test_a_failed_download_keeps_the_device_copy_and_a_retry_works(gpu):
+    b = ramp((64,))
+    b.copy_to_device(gpu)
+    standin.write(interface_of(b)["data"][0], np.full(64, 5, np.float32).tobytes())
+    moves = Moves(b)
+    for entry in ("cuMemcpyDtoHAsync", "cuStreamSynchronize"):
+        with standin.failing(entry, standin.LAUNCH_FAILED, repeat=True):
+            with pytest.raises(hb.DeviceError, match=r"CUDA_ERROR_LAUNCH_FAILED \(719\)"):
+                b.copy_to_host()
+            with pytest.raises(hb.DeviceError, match=r"CUDA_ERROR_LAUNCH_FAILED"):
+                b.device_free()  # never loses the only current copy
+        assert b.device_dirty() and not b.host_dirty() and b.has_device_allocation() and moves() == NONE
+    np.testing.assert_array_equal(np.asarray(b), np.full(64, 5, np.float32))
+    assert moves() == down(256)
+
+
+def test_a_lost_context_fails_every_call_until_it_comes_back(gpu):
+    b = ramp((16,))
+    b.copy_to_device(gpu)
+    b.set_device_dirty()
+    with standin.failing("cuCtxPushCurrent", standin.LAUNCH_FAILED, repeat=True):
+        for call in (b.copy_to_host, b.device_sync, lambda: np.asarray(b), b.device_free):
+            with pytest.raises(hb.DeviceError, match="CUDA_ERROR_LAUNCH_FAILED"):
+                call()
+        assert b.device_dirty() and not b.host_dirty()
+    np.testing.assert_array_equal(np.asarray(b), np.arange(16))
+
+
+# ---------------------------------------------------------------------------------------------
+# A storage that leaves CUDA while an export looks it up
+# ---------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("export", ["__cuda_array_interface__", "__dlpack__"])
+def test_an_export_racing_a_move_to_opencl_leaks_nothing(gpu, export):
+    ocl = hb.opencl.device()
+    b = ramp((256,))
+    b.copy_to_device(gpu)
+
+    def move_to_opencl():
+        b.device_free()
+        b.copy_to_device(ocl)
+
+    def move():  # another thread, between the export's device lookup and its lease
+        t = threading.Thread(target=move_to_opencl)
+        t.start()
+        t.join()
+
+    hb._core._set_after_device_lookup(move)
+    try:
+        with pytest.raises(BufferError, match=rf"{export}\(\): the buffer left .* meanwhile") as info:
+            getattr(b, export) if export.startswith("__cuda") else b.__dlpack__()
+    finally:
+        hb._core._set_after_device_lookup(None)
+    assert b.device is ocl
+    # No lease was taken on the OpenCL memory: device_free releases its only reference.
+    import pyopencl as cl
+
+    native, _, _ = b._device_view(ocl, False, "test")
+    mem = cl.MemoryObject.from_int_ptr(native, retain=False)
+    refs = mem.get_info(cl.mem_info.REFERENCE_COUNT)
+    assert refs == 2, refs  # the storage's own and the view just taken
+    assert re.fullmatch(rf"{re.escape(export)}\(\): the buffer left {re.escape(gpu.name)} \(CUDA device 0\) meanwhile "
+                        rf"\(another thread moved it to {re.escape(ocl.name)}.*\); export it again", str(info.value))
