@@ -227,7 +227,7 @@ AREAS = [
                                          r"|refuses_an_object|checks_the_interface|host_only|of_a_host_buffer"),
     ("glue (halide_buffer_cuda.c)", "test_cuda_glue", r""),
     ("DLPack checks", "test_dlpack_malformed", r""),
-    ("pipelines (hb.aot)", None, r"pipeline"),
+    ("pipelines (hb.aot)", None, r"pipeline|runtime"),
     ("device out of memory", None, r"out_of_device_memory|larger_than_the_gpu"),
     ("JAX", None, r"jax"),
     ("streams", None, r"stream|waits_for"),
