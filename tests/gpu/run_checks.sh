@@ -51,10 +51,15 @@ left() {  # seconds left of the current step's limit, at least 1
     local n=$((STEP_END - SECONDS))
     echo $((n > 1 ? n : 1))
 }
+within() {  # N: N seconds, or what is left of the step when less
+    local n
+    n=$(left)
+    echo $((n < $1 ? n : $1))
+}
 importable() { timeout "$(left)" "$PY" -c "import $1" >/dev/null 2>&1; }
 
 step "machine" 20
-timeout 10 nvidia-smi -L 2>&1 || echo "nvidia-smi: not available"
+timeout "$(within 10)" nvidia-smi -L 2>&1 || echo "nvidia-smi: not available"
 timeout "$(left)" "$PY" - <<'EOF' 2>&1
 import importlib, platform, warnings
 warnings.simplefilter("ignore")
@@ -104,9 +109,9 @@ MISSING=$(sed -n 's/^install //p' <<<"$PEERS")
 if [ -z "$MISSING" ]; then
     echo "nothing to install"
 else
-    INDEX=${PIP_INDEX_URL:-$(timeout 5 "$PY" -m pip config get global.index-url 2>/dev/null)}
+    INDEX=${PIP_INDEX_URL:-$(timeout "$(within 5)" "$PY" -m pip config get global.index-url 2>/dev/null)}
     INDEX=${INDEX:-https://pypi.org/simple}
-    if [ -n "${PIP_NO_INDEX:-}" ] || ! timeout 6 "$PY" -c "import sys, urllib.request; \
+    if [ -n "${PIP_NO_INDEX:-}" ] || ! timeout "$(within 6)" "$PY" -c "import sys, urllib.request; \
 urllib.request.urlopen(sys.argv[1], timeout=5).close()" "$INDEX/pip/" >/dev/null 2>&1; then
         echo "no package index answers ($INDEX): not installing $(echo "$MISSING" | tr '\n' ' ')"
         echo "(their tests skip, saying which peer is missing)"
@@ -201,7 +206,8 @@ else
     echo "the prebuilt *_glue libraries of test_cuda.py run the same glue)"
 fi
 rm -f "$RESULTS/gpu_tests.xml"
-timeout "$(left)" "$PY" -m pytest -q -p no:cacheprovider "${GPU_TESTS[@]}" -rfE --durations=8 \
+# At the limit pytest is interrupted (SIGINT), so that it still writes the XML of what ran.
+timeout -s INT -k 10 $(($(left) - 10)) "$PY" -m pytest -q -p no:cacheprovider "${GPU_TESTS[@]}" -rfE --durations=8 \
     --junitxml="$RESULTS/gpu_tests.xml" >"$RESULTS/gpu_tests.log" 2>&1
 TESTS_RC=$?
 tail -30 "$RESULTS/gpu_tests.log"
