@@ -81,6 +81,8 @@ struct Storage {
     std::vector<halide_dimension_t> root_dims;
     DeviceOwnership device_ownership = DeviceOwnership::none;
     std::shared_ptr<Device> device;  ///< owned / wrapped: the device it lives on
+    /// foreign: the device of the pipeline call whose runtime allocated it (null: none known).
+    std::shared_ptr<Device> runtime_device;
     std::shared_ptr<void> device_owner;    ///< wrapped: the native handle's owner
     /// Device memory consumers were handed without a reference of their own, freed since:
     /// released when the storage dies (see Device::retire_lent).
@@ -118,6 +120,10 @@ struct Storage {
     void upload(const char *entry, const DeviceChoice &on);
     std::shared_ptr<void> free_device(const char *entry);
     void adopt_allocation();     ///< our new allocation: its copies move and count this storage
+    /// The device every operation on the device copy runs with (TargetDevice): the one it lives
+    /// on, or for a pipeline runtime's allocation the device of the call that made it, whose
+    /// context that runtime's hooks must be given.
+    Device *operation_device() const { return device ? device.get() : runtime_device.get(); }
     void forget_view_handles();
     /// BufferError naming `entry` for a bound storage: our device memory never goes into its
     /// owner's halide_buffer_t, whose device copy only Halide's runtime makes.
@@ -136,6 +142,9 @@ struct RawView {
     uint64_t published_device = 0;  ///< device as last written into buf
     std::unique_ptr<DeviceHandle> handle;  ///< our handle into the storage's allocation, if any
     const halide_device_interface_t *shown_as = nullptr;  ///< see Buffer::raw()
+    /// The device of the pipeline call it was last handed to (TargetDevice then; null outside
+    /// one): a runtime's allocation in it is copied home and freed with that device.
+    std::shared_ptr<Device> call_device;
     /// A halide_buffer_t someone else owns describing the same memory (an hl.Buffer's, see
     /// Buffer::bind()): its device, device_interface, flags and padding are taken into `buf`
     /// before each absorb (pull) and written back after each publish (push). Cleared for good

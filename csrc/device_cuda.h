@@ -77,9 +77,11 @@ private:
 const halide_device_interface_t *cuda_interface();
 
 /// Handlers for a Halide CUDA pipeline's runtime (halide_set_cuda_acquire_context & co.):
-/// the primary context and stream of the call's device (TargetDevice), or, outside a call (a
-/// runtime freeing memory later), of the device of the last call. Halide pushes and pops the
-/// context itself.
+/// the primary context and stream of the device an operation names (TargetDevice): the call's,
+/// and, when memory a runtime allocated is copied home or freed later, the device of the call
+/// that allocated it (recorded with the allocation, residency.cpp). Without one (a runtime
+/// acting on a halide_buffer_t handed out otherwise), the device of the last call. Halide pushes
+/// and pops the context itself.
 int pipeline_acquire_context(void *user_context, void **context, bool create);
 int pipeline_release_context(void *user_context);
 int pipeline_get_stream(void *user_context, void *context, void **stream);

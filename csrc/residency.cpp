@@ -65,7 +65,7 @@ Storage::~Storage() {
     // What the owner's own halide_buffer_t shows is the owner's to free (an hl.Buffer does).
     bool owners = bound && bound->external && bound->external->device == root.device;
     if (root.device && root.device_interface && !owners) {
-        TargetDevice target(device.get());
+        TargetDevice target(operation_device());
         root.device_interface->device_free(nullptr, &root);  // nothing to keep: no one can read it
     }
     if (ownership == HostOwnership::owned && mapped_bytes) unmap_pages(static_cast<uint8_t *>(allocation), mapped_bytes);
@@ -95,6 +95,7 @@ void Storage::absorb(RawView &r) {
             root.device = r.published_device = r.buf.device;
             root.device_interface = r.buf.device_interface;
             device_ownership = DeviceOwnership::foreign;
+            runtime_device = r.call_device;
             ever_on_device = true;
         } else if (!bring_home(r)) {
             return;  // tried again by the next operation; until then its flags describe its own copy
@@ -117,6 +118,7 @@ void Storage::let_go(RawView &r) {
     root.device_interface = nullptr;
     root.flags &= ~kDeviceDirty;
     device_ownership = DeviceOwnership::none;
+    runtime_device.reset();
     forget_view_handles();
 }
 
@@ -124,6 +126,7 @@ bool Storage::bring_home(RawView &r) {
     // A pipeline's allocation for part of the storage. The storage keeps one device copy, so
     // the part comes home at once, onto a host copy made current first, and is freed.
     if ((root.flags & kDeviceDirty) && copy_root_home() != 0) return false;
+    TargetDevice target(r.call_device.get());  // the device of the call whose runtime made it
     const halide_device_interface_t *interface = r.buf.device_interface;
     bool newer = r.buf.flags & kDeviceDirty;
     int64_t bytes = byte_span(&r.buf).size();
@@ -138,7 +141,7 @@ bool Storage::bring_home(RawView &r) {
 }
 
 int Storage::copy_root_home() {
-    TargetDevice target(device.get());
+    TargetDevice target(operation_device());
     int64_t bytes = byte_span(&root).size();
     last_failure() = DeviceFailure{};
     int rc = root.device_interface->copy_to_host(nullptr, &root);
@@ -192,7 +195,7 @@ void Storage::upload(const char *entry, const DeviceChoice &on) {
     uint64_t flags = effective_flags();
     if (!(flags & kHostDirty)) return;
     root.flags = flags;
-    TargetDevice target(device.get());
+    TargetDevice target(operation_device());
     int64_t bytes = byte_span(&root).size();
     last_failure() = DeviceFailure{};
     check(root.device_interface->copy_to_device(nullptr, &root, root.device_interface), entry,
@@ -204,7 +207,7 @@ std::shared_ptr<void> Storage::free_device(const char *entry) {
     if (!root.device) return nullptr;
     download(entry);  // freeing never loses data: a newer device copy comes home first
     forget_view_handles();
-    TargetDevice target(device.get());
+    TargetDevice target(operation_device());
     if (std::shared_ptr<void> lent = device ? device->retire_lent(root) : nullptr) {
         // Consumers may still use it: freed with the storage, and whoever owns it kept till then.
         lent_memory.push_back(std::move(lent));
@@ -215,6 +218,7 @@ std::shared_ptr<void> Storage::free_device(const char *entry) {
     }
     device_ownership = DeviceOwnership::none;
     device.reset();
+    runtime_device.reset();
     return std::exchange(device_owner, nullptr);
 }
 
@@ -441,7 +445,7 @@ void Buffer::device_sync() {
     StorageOp op(*storage_);
     Storage &s = *storage_;
     if (!s.root.device) return;
-    TargetDevice target(s.device.get());
+    TargetDevice target(s.operation_device());
     last_failure() = DeviceFailure{};
     check(s.root.device_interface->device_sync(nullptr, &s.root), "device_sync", "waiting for the device");
 }
@@ -701,6 +705,9 @@ halide_buffer_t *Buffer::raw(const char *entry, const halide_device_interface_t 
         ++storage_->published_views;
     }
     raw_->shown_as = shown_as;
+    // After the StorageOp took in what the view held: that was the previous call's.
+    Device *call = TargetDevice::current();
+    raw_->call_device = call ? call->shared_from_this() : nullptr;
     storage_->publish(*raw_, true);
     return &raw_->buf;
 }

@@ -16,6 +16,7 @@ Device-side values are read back through the peers' own copies (`cupy.ndarray.ge
 are used sparingly: each is compiled on first use, which costs seconds on a fresh machine.
 """
 
+import contextlib
 import ctypes
 import gc
 import importlib
@@ -897,18 +898,26 @@ FORMULAS = {
 }
 
 
+def artifacts_missing():
+    """Why there is no prebuilt CUDA pipeline, or None."""
+    if not ARTIFACTS:
+        return ("HALIDE_BUFFER_GPU_ARTIFACTS is not set: no prebuilt CUDA pipeline (build them with "
+                "python tests/gpu/prepare.py DIR on a machine with the halide wheel)")
+    if not (Path(ARTIFACTS) / "manifest.json").is_file():
+        return f"HALIDE_BUFFER_GPU_ARTIFACTS={ARTIFACTS} holds no manifest.json (run tests/gpu/prepare.py)"
+    return None
+
+
+def manifest_entries():
+    return json.loads((Path(ARTIFACTS) / "manifest.json").read_text())["pipelines"]
+
+
 def prebuilt():
     """One parameter per library of the manifest, or one that skips saying what is missing."""
-    why = None
-    if not ARTIFACTS:
-        why = ("HALIDE_BUFFER_GPU_ARTIFACTS is not set: no prebuilt CUDA pipeline (build them with "
-               "python tests/gpu/prepare.py DIR on a machine with the halide wheel)")
-    elif not (Path(ARTIFACTS) / "manifest.json").is_file():
-        why = f"HALIDE_BUFFER_GPU_ARTIFACTS={ARTIFACTS} holds no manifest.json (run tests/gpu/prepare.py)"
+    why = artifacts_missing()
     if why:
         return [pytest.param(None, id="no-artifacts", marks=pytest.mark.skip(reason=why))]
-    manifest = json.loads((Path(ARTIFACTS) / "manifest.json").read_text())
-    return [pytest.param(e, id=e["library"]) for e in manifest["pipelines"]]
+    return [pytest.param(e, id=e["library"]) for e in manifest_entries()]
 
 
 def pipeline_input(entry, seed=41):
@@ -1051,3 +1060,79 @@ def test_a_consumer_of_wrapped_memory_keeps_it_after_device_free(gpu, cupy):
     others = [cupy.full(n, i, cupy.float32) for i in range(4)]  # would reuse freed memory
     np.testing.assert_array_equal(t.get(), np.arange(n, dtype=np.float32))
     assert all(float(o.get()[0]) == i for i, o in enumerate(others))
+
+
+# ---------------------------------------------------------------------------------------------
+# On a GPU: a pipeline runtime's own allocation, later, on the device of the call that made it
+# ---------------------------------------------------------------------------------------------
+
+ACQUIRE = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p, ctypes.POINTER(ctypes.c_void_p), ctypes.c_bool)
+GET_STREAM = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p, ctypes.POINTER(ctypes.c_void_p))
+
+
+@contextlib.contextmanager
+def runtime_answers(library):
+    """Records what the handlers hb.aot.load installed in a pipeline library's Halide CUDA
+    runtime answer the runtime itself: ("context", CUcontext) and ("stream", CUstream) pairs,
+    appended to the list yielded, in order. halide_set_cuda_* hand back the handler they
+    replace, which each recorder calls; the handlers are put back on leaving."""
+    lib = ctypes.CDLL(str(library))  # the handle hb.aot.load opened
+    set_acquire, set_stream = lib.halide_set_cuda_acquire_context, lib.halide_set_cuda_get_stream
+    set_acquire.argtypes, set_acquire.restype = [ACQUIRE], ACQUIRE
+    set_stream.argtypes, set_stream.restype = [GET_STREAM], GET_STREAM
+    seen, installed = [], {}
+
+    def acquire(user_context, context, create):
+        rc = installed["acquire"](user_context, context, create)
+        seen.append(("context", context[0]))
+        return rc
+
+    def stream(user_context, context, out):
+        rc = installed["stream"](user_context, context, out)
+        seen.append(("stream", out[0]))
+        return rc
+
+    recorders = ACQUIRE(acquire), GET_STREAM(stream)  # alive while installed
+    installed["acquire"] = set_acquire(recorders[0])
+    installed["stream"] = set_stream(recorders[1])
+    try:
+        yield seen
+    finally:
+        set_acquire(installed["acquire"])
+        set_stream(installed["stream"])
+
+
+@needs_gpu
+@pytest.mark.parametrize("where", ["another stream", "another GPU"])
+def test_a_runtimes_allocation_for_a_crop_comes_home_on_the_device_of_its_call(gpu, cupy, where):
+    """A part of a storage is left to the pipeline's runtime, which allocates for it; that memory
+    is copied home and freed at the storage's next operation, outside any call, through the same
+    runtime's hooks. They must give it the context and stream of the call that made it, not those
+    of the last call (here on the default device)."""
+    if where == "another GPU":
+        if cupy.cuda.runtime.getDeviceCount() < 2:
+            pytest.skip("this machine has one GPU: the device of another GPU needs two")
+        dev = hb.cuda.device(1)
+    else:
+        stream = cupy.cuda.Stream(non_blocking=True)  # not ordered with the legacy default stream
+        dev = hb.cuda.device(stream=stream)
+    why = artifacts_missing()
+    if why:
+        pytest.skip(why)
+    entry = next(e for e in manifest_entries() if not e["linked_with_glue"])  # the glue has hooks of its own
+    p = load(entry)
+    src = pipeline_input(entry, seed=43)
+    rows, cols = src.shape
+    inp = hb.Buffer(src.shape, entry["input_dtype"])
+    inp.numpy(writable=True)[...] = src
+    inp.copy_to_device(dev)
+    big = hb.Buffer((rows, cols + 8), entry["output_dtype"])
+    p(inp, big[:, :cols])  # the call runs on dev, the device of its first argument
+    # The next call, on the default device, is the last one when the crop's memory comes home.
+    p(ramp(src.shape, entry["input_dtype"]), hb.Buffer(src.shape, entry["output_dtype"]))
+    with runtime_answers(Path(ARTIFACTS) / entry["library"]) as seen:
+        got = np.asarray(big)  # the storage's next operation: the runtime's copy and free
+    assert ("context", dev.context) in seen and ("stream", dev.stream) in seen  # the copy asks for both
+    assert set(seen) == {("context", dev.context), ("stream", dev.stream)}
+    np.testing.assert_array_equal(got[:, :cols], FORMULAS[entry["formula"]](src))
+    assert not got[:, cols:].any()

@@ -12,6 +12,7 @@ real driver only, by the last test, which runs the pipeline on the GPU.
 import ctypes
 import os
 import subprocess
+import sys
 
 import halide as hl  # required test dependency: the test fails, not skips, without it
 import numpy as np
@@ -173,6 +174,38 @@ def test_without_a_driver_the_pipeline_raises_and_leaves_its_input_alone(pipelin
     np.testing.assert_array_equal(np.asarray(inp), keep)
     np.testing.assert_array_equal(src, keep)
     assert (inp.host_dirty(), inp.device_dirty(), inp.has_device_allocation()) == flags == (True, False, False)
+
+
+HANDLERS_ANSWER = """
+import ctypes, sys
+import halide_buffer as hb
+hb.aot.load(sys.argv[1], sys.argv[2])  # installs hb.aot's handlers in the library's runtime
+lib = ctypes.CDLL(sys.argv[1])
+acquire, get_stream = lib.halide_cuda_acquire_context, lib.halide_cuda_get_stream
+acquire.argtypes = [ctypes.c_void_p, ctypes.POINTER(ctypes.c_void_p), ctypes.c_bool]
+get_stream.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.POINTER(ctypes.c_void_p)]
+for create in (True, False):
+    ctx = ctypes.c_void_p(12345)
+    print(acquire(None, ctypes.byref(ctx), create), ctx.value)
+stream = ctypes.c_void_p(12345)
+print(get_stream(None, None, ctypes.byref(stream)), stream.value)
+"""
+
+
+def test_hb_aots_handlers_give_a_runtime_acting_outside_any_call_no_device_before_the_first(built, tmp_path):
+    """A pipeline's Halide CUDA runtime (a library without the glue) asks hb.aot's handlers for a
+    context and a stream, through its own halide_cuda_acquire_context / _get_stream: inside a
+    call, the call's device; for memory it allocated, later, the device of the call that made it
+    (the GPU half of tests/test_cuda.py checks both). With no device at all (a fresh process, no
+    driver), asking to create a context is Halide's GPU device error, not Halide's own handler
+    (which would open the driver itself, and abort the process without one)."""
+    bare = tmp_path / f"lib{NAME}_bare.so"
+    run([c_compiler(), "-shared", "-o", bare, built["object"], "-lpthread", "-ldl", "-lm"])
+    env = dict(os.environ, HALIDE_BUFFER_CUDA_LIBRARY="/nonexistent/libcuda.so.1")
+    done = subprocess.run([sys.executable, "-c", HANDLERS_ANSWER, str(bare), NAME], capture_output=True,
+                          text=True, env=env)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines() == [f"{GPU_DEVICE_ERROR} None", "0 None", "0 None"]
 
 
 # ---------------------------------------------------------------------------------------------
