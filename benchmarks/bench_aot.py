@@ -30,10 +30,10 @@ the reason) and the rest still runs.
   into the next (a fresh host input first, one host read of the last output at the end); and
   "read each", the same with ``np.asarray(out)`` after every call. Ours: ``hb.aot`` on
   Buffers. Peers: the generated extension on NumPy arrays and on Buffers. The bytes are
-  counted twice: by ``hb.transfers()`` (ours), and by a counter of the OpenCL copies
-  (``clEnqueueReadBuffer`` / ``clEnqueueWriteBuffer``) and kernel launches that the pipelines'
-  Halide runtimes make, compiled here and loaded ahead of the OpenCL loader, so Halide's
-  runtime (which looks OpenCL up by name in the process) calls through it. The extension's
+  counted twice: by ``hb.transfers()`` (ours), and by the test suite's OpenCL interposer
+  (tests/opencl_interposer.py), which counts every OpenCL copy (``clEnqueueReadBuffer`` /
+  ``clEnqueueWriteBuffer``) and kernel launch of the process: halide_buffer's backend's and
+  the pipelines' Halide runtimes' (which look OpenCL up by name in the process). The extension's
   figure is also derived from its generated wrapper: it marks every input host-dirty before
   the call and copies every output to the host after it, so it must move the input up and the
   output down on every call. Each case is ``repeat`` rounds of a fixed number of loops, timed
@@ -66,7 +66,7 @@ import numpy as np
 import halide_buffer as hb
 
 from bench_common import (Case, Rounds, cases_json, environment, environment_line, fmt_ratio, noisy_timings,
-                          print_noise_note, ratio, run_cases, write_json)
+                          print_noise_note, ratio, run_cases, test_support, write_json)
 
 TARGET = "x86-64-linux-avx-avx2-f16c-fma-sse41"
 HOST_NAME = "hb_bench_add_one"
@@ -75,58 +75,6 @@ CL_NAME = "hb_bench_add_one_cl"
 SMALL = (16, 16)
 CL_SHAPE = (512, 512)
 CALL_TARGET = 0.80             # hb.aot / the faster extension path, per call
-
-# A counter of the OpenCL calls that move bytes or launch kernels. Halide's runtime finds
-# OpenCL by name in the process (dlsym with the default handle), so a library loaded with
-# RTLD_GLOBAL before the OpenCL loader is found first; it forwards every call to the loader
-# that halide_buffer opened (hb_count_init), whose handles are not looked up by name and so
-# do not pass through here.
-COUNTER_SOURCE = r"""
-#include <dlfcn.h>
-#include <stddef.h>
-#include <stdint.h>
-typedef int32_t cl_int;
-typedef uint32_t cl_uint;
-typedef void *Q, *M, *E, *K;
-/* reads, bytes read, writes, bytes written, kernel launches */
-long long hb_counts[5];
-static void *loader;
-int hb_count_init(const char *path) {
-    loader = dlopen(path, RTLD_NOW | RTLD_NOLOAD);
-    return loader != 0;
-}
-#define ADD(i, v) __atomic_fetch_add(&hb_counts[i], (long long)(v), __ATOMIC_RELAXED)
-#define REAL(type, name) \
-    static type real; \
-    if (!real && loader) real = (type)dlsym(loader, name); \
-    if (!real) return -59; /* CL_INVALID_OPERATION: not initialised */
-cl_int clEnqueueReadBuffer(Q q, M m, cl_uint blocking, size_t offset, size_t n, void *p,
-                           cl_uint ne, const E *w, E *e) {
-    typedef cl_int (*F)(Q, M, cl_uint, size_t, size_t, void *, cl_uint, const E *, E *);
-    REAL(F, "clEnqueueReadBuffer");
-    cl_int rc = real(q, m, blocking, offset, n, p, ne, w, e);
-    if (rc == 0) { ADD(0, 1); ADD(1, n); }
-    return rc;
-}
-cl_int clEnqueueWriteBuffer(Q q, M m, cl_uint blocking, size_t offset, size_t n, const void *p,
-                            cl_uint ne, const E *w, E *e) {
-    typedef cl_int (*F)(Q, M, cl_uint, size_t, size_t, const void *, cl_uint, const E *, E *);
-    REAL(F, "clEnqueueWriteBuffer");
-    cl_int rc = real(q, m, blocking, offset, n, p, ne, w, e);
-    if (rc == 0) { ADD(2, 1); ADD(3, n); }
-    return rc;
-}
-cl_int clEnqueueNDRangeKernel(Q q, K k, cl_uint dims, const size_t *offset, const size_t *global,
-                              const size_t *local, cl_uint ne, const E *w, E *e) {
-    typedef cl_int (*F)(Q, K, cl_uint, const size_t *, const size_t *, const size_t *, cl_uint,
-                        const E *, E *);
-    REAL(F, "clEnqueueNDRangeKernel");
-    cl_int rc = real(q, k, dims, offset, global, local, ne, w, e);
-    if (rc == 0) ADD(4, 1);
-    return rc;
-}
-"""
-
 
 class BuildError(Exception):
     pass
@@ -243,31 +191,26 @@ def wrapper_copies(source: str):
 
 
 class CopyCounter:
-    """The OpenCL copies and kernel launches of the pipelines' Halide runtimes (COUNTER_SOURCE)."""
+    """The process's OpenCL copies and kernel launches, counted by the test suite's OpenCL
+    interposer (tests/opencl_interposer.py): halide_buffer's backend calls through it, and the
+    pipelines' Halide runtimes, which look OpenCL up by name in the process, find it first."""
 
     FIELDS = ("reads", "read_bytes", "writes", "write_bytes", "kernels")
 
-    def __init__(self, library: Path):
-        # Loaded into the process's global lookup scope ahead of the OpenCL loader.
-        self.lib = ctypes.CDLL(str(library), mode=os.RTLD_GLOBAL | os.RTLD_NOW)
-        self.counts = (ctypes.c_longlong * 5).in_dll(self.lib, "hb_counts")
-
-    def attach(self, loader_path: str):
-        return bool(self.lib.hb_count_init(loader_path.encode()))
+    def __init__(self, interposer):
+        self.interposer = interposer
 
     def snapshot(self):
-        return dict(zip(self.FIELDS, list(self.counts)))
+        counts = self.interposer.counts()
+        return {k: counts[k] for k in self.FIELDS}
 
 
-def build_counter(workdir: Path):
-    cc = c_compiler()
-    if not cc:
-        raise BuildError("no C compiler")
-    src, lib = workdir / "hb_bench_cl_counter.c", workdir / "libhb_bench_cl_counter.so"
-    src.write_text(COUNTER_SOURCE)
-    run_tool([*cc, "-O2", "-shared", "-fPIC", str(src), "-o", str(lib), "-ldl"],
-             "compiling the OpenCL copy counter")
-    return CopyCounter(lib)
+def install_counter():
+    """(the counter, None), or (None, why not): it must go in before OpenCL is first opened."""
+    interposer = test_support("opencl_interposer")
+    if interposer.install():
+        return CopyCounter(interposer), None
+    return None, interposer.reason()
 
 
 # --------------------------------------------------------------------------------------------
@@ -662,8 +605,6 @@ def measure_loops(hl, workdir, args, counter, counter_reason):
         print(f"\nbytes per call of an OpenCL pipeline: skipped, no OpenCL device: "
               f"{type(e).__name__}: {e}")
         return None
-    if counter is not None and not counter.attach(hb.opencl.loaded_library()):
-        counter, counter_reason = None, "could not attach to the OpenCL loader"
     built = build_pipeline(hl, workdir, CL_NAME, True, not args.no_peer)
     p_cl = hb.aot.load(built.library, CL_NAME)
     ext_cl = getattr(built.extension, CL_NAME) if built.extension is not None else None
@@ -724,13 +665,8 @@ def main(argv=None):
 
     with tempfile.TemporaryDirectory(prefix="hb_bench_aot_", ignore_cleanup_errors=True) as tmp:
         workdir = Path(tmp)
-        # The copy counter goes into the process before the OpenCL loader does (see above).
-        counter, counter_reason = None, None
-        if not args.no_opencl:
-            try:
-                counter = build_counter(workdir)
-            except (BuildError, OSError) as e:
-                counter_reason = str(e)
+        # The copy counter goes into the process before the OpenCL loader does (CopyCounter).
+        counter, counter_reason = install_counter() if not args.no_opencl else (None, None)
         try:
             built = build_pipeline(hl, workdir, HOST_NAME, False, not args.no_peer)
         except BuildError as e:

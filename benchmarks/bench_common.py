@@ -1,9 +1,11 @@
 """What the benchmarks share: the rounds a case keeps, and the environment a run reports."""
 
+import importlib
 import json
 import os
 import platform
 import statistics
+import sys
 import time
 import timeit
 from pathlib import Path
@@ -11,6 +13,15 @@ from pathlib import Path
 import numpy as np
 
 import halide_buffer as hb
+
+TESTS = Path(__file__).resolve().parent.parent / "tests"
+
+
+def test_support(name):
+    """A module of the test tree's support code, ``tests/<name>.py`` (the OpenCL interposer)."""
+    if str(TESTS) not in sys.path:
+        sys.path.insert(0, str(TESTS))
+    return importlib.import_module(name)
 
 
 class Rounds(list):

@@ -1,9 +1,15 @@
 """Shared fixtures: the dtype rows and a NumPy reference for each."""
 
+import os
+
 import numpy as np
 import pytest
 
 import halide_buffer as hb
+import opencl_interposer
+
+if not os.environ.get(opencl_interposer.ENV_LIBRARY):  # OpenCL calls counted, faults injectable
+    opencl_interposer.install()
 
 import cuda_standin
 
