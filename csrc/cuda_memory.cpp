@@ -48,13 +48,20 @@ void clear_device(halide_buffer_t *buf) {
     buf->flags &= ~uint64_t(halide_buffer_flag_device_dirty);
 }
 
-/// Ends an allocation: the memory (when ours to free) and the record.
+/// Frees an allocation's memory when it is ours to free; the driver's failure (the memory and
+/// the record kept) or CUDA_SUCCESS.
+CUresult free_memory(DeviceAllocation *a) {
+    if (!a->holds_reference) return CUDA_SUCCESS;
+    ContextScope scope(device_of(a).context());
+    CUresult rc = scope.result != CUDA_SUCCESS ? scope.result : api().MemFree(reinterpret_cast<CUdeviceptr>(a->native));
+    if (rc == CUDA_SUCCESS) --live_counts().device_allocations;
+    return rc;
+}
+
+/// Ends an allocation nobody can be told about any more (lent memory, when its storage dies):
+/// the memory and the record. A driver that cannot free it then has lost it already.
 void end_allocation(DeviceAllocation *a) {
-    if (a->holds_reference) {
-        ContextScope scope(device_of(a).context());
-        api().MemFree(reinterpret_cast<CUdeviceptr>(a->native));
-        --live_counts().device_allocations;
-    }
+    free_memory(a);
     delete a;
 }
 
@@ -100,7 +107,12 @@ int device_malloc(void *, halide_buffer_t *buf) {
 
 int device_free(void *, halide_buffer_t *buf) {
     if (!buf->device) return 0;
-    if (owns_allocation(buf)) end_allocation(allocation_of(buf));
+    if (owns_allocation(buf)) {
+        CUresult rc = free_memory(allocation_of(buf));
+        if (rc != CUDA_SUCCESS)
+            return fail(halide_error::gpu_device_error, rc, "cuMemFree; the device copy is kept, call device_free() again");
+        delete allocation_of(buf);
+    }
     // A crop's or a view's pointer is only forgotten: the allocation belongs to its root.
     clear_device(buf);
     return 0;

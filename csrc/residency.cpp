@@ -206,7 +206,6 @@ void Storage::upload(const char *entry, const DeviceChoice &on) {
 std::shared_ptr<void> Storage::free_device(const char *entry) {
     if (!root.device) return nullptr;
     download(entry);  // freeing never loses data: a newer device copy comes home first
-    forget_view_handles();
     TargetDevice target(operation_device());
     if (std::shared_ptr<void> lent = device ? device->retire_lent(root) : nullptr) {
         // Consumers may still use it: freed with the storage, and whoever owns it kept till then.
@@ -214,8 +213,10 @@ std::shared_ptr<void> Storage::free_device(const char *entry) {
         if (device_owner) lent_memory.push_back(device_owner);
     } else {
         last_failure() = DeviceFailure{};
+        // A failure keeps the allocation (and every view's handle into it): device_free() again.
         check(root.device_interface->device_free(nullptr, &root), entry, "freeing device memory");
     }
+    forget_view_handles();
     device_ownership = DeviceOwnership::none;
     device.reset();
     runtime_device.reset();

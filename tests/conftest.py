@@ -6,14 +6,15 @@ import numpy as np
 import pytest
 
 import halide_buffer as hb
-import opencl_interposer
-
-if not os.environ.get(opencl_interposer.ENV_LIBRARY):  # OpenCL calls counted, faults injectable
-    opencl_interposer.install()
 
 import cuda_standin
+import opencl_interposer
 
-cuda_standin.install()  # before any test opens a CUDA driver: the stand-in, unless one is named
+# Before any test opens a driver: OpenCL through the interposer (its calls counted, failures
+# injectable) and CUDA through the driver stand-in, unless the environment names the libraries.
+if not os.environ.get(opencl_interposer.ENV_LIBRARY):
+    opencl_interposer.install()
+cuda_standin.install()
 
 ALL_DTYPES = [t.name for t in hb.dtypes()]
 

@@ -527,6 +527,27 @@ def test_a_lost_context_fails_every_call_until_it_comes_back(gpu):
     np.testing.assert_array_equal(np.asarray(b), np.arange(16))
 
 
+@pytest.mark.parametrize("entry", ["cuMemFree", "cuCtxPushCurrent"])
+def test_a_failed_free_keeps_the_allocation_and_a_retry_frees_it(gpu, entry):
+    b = ramp((64,))
+    view = b[8:24]
+    view.copy_to_device(gpu)  # nothing lent: device_free() frees at once
+    live = standin.live_allocations()
+    moves = Moves(b)
+    with standin.failing(entry, standin.ILLEGAL_ADDRESS, repeat=True):
+        with pytest.raises(hb.DeviceError, match=r"device_free\(\): freeing device memory failed with "
+                                                 r"CUDA_ERROR_ILLEGAL_ADDRESS \(700\)"):
+            b.device_free()
+    # Nothing forgotten: the memory, the storage's record of it, and the view's handle into it.
+    assert standin.live_allocations() == live and b.has_device_allocation() and view.device is gpu
+    view.set_device_dirty()
+    np.testing.assert_array_equal(np.asarray(view), np.arange(8, 24))  # read from the same memory
+    assert moves() == down(256)
+    b.device_free()
+    assert standin.live_allocations() == live - 1 and not b.has_device_allocation() and b.device is None
+    np.testing.assert_array_equal(np.asarray(b), np.arange(64))
+
+
 # ---------------------------------------------------------------------------------------------
 # A storage that leaves CUDA while an export looks it up
 # ---------------------------------------------------------------------------------------------

@@ -151,8 +151,9 @@ class Faulty(RuleBasedStateMachine):
         return (b.host_dirty(), b.device_dirty(), counts(b.transfers), self.host_memory.tobytes())
 
     def attempt(self, action):
-        """Runs `action`; True when it went through. A DeviceError must carry the armed code
-        and leave the buffer as it was (an allocation made before the failing copy may stay)."""
+        """Runs `action`; True when it went through. A DeviceError must carry the armed code,
+        and leave the buffer as it was: no data moved, the flags as the model has them (an
+        allocation made before the failing copy may stay, as a new one would be)."""
         before, allocated = self.state(), self.b.has_device_allocation()
         try:
             action()
@@ -160,10 +161,9 @@ class Faulty(RuleBasedStateMachine):
         except hb.DeviceError as e:
             assert self.armed is not None, f"a DeviceError with no failure injected: {e}"
             assert (e.code, e.name) == (self.armed, self.backend.codes[self.armed]), str(e)
-            assert self.state() == before, f"a failed call changed the buffer: {e}"
+            assert self.state()[2:] == before[2:], f"a failed call moved data: {e}"
             if self.b.has_device_allocation() and not allocated:
-                self.model.allocate()
-            assert self.b.has_device_allocation() == self.model.allocated
+                self.model.allocate()  # the flags then say so too: the invariant checks them
             self.backend.disarm()
             self.armed = None
             return False
@@ -266,7 +266,7 @@ def run(backend, examples):
     if backend.startswith("cuda") and not cuda_standin.active():
         pytest.skip(cuda_standin.why_inactive())
     if backend.startswith("opencl") and not opencl_interposer.active():
-        pytest.skip(opencl_interposer.why_inactive())
+        pytest.skip(opencl_interposer.reason())
     Faulty.backend = Backend(backend)
     Faulty.TestCase.settings = settings(max_examples=examples, stateful_step_count=25, deadline=None,
                                         suppress_health_check=[HealthCheck.too_slow], phases=PHASES)
