@@ -1,7 +1,7 @@
 """Type stubs of the private extension halide_buffer._core (checked against it by tests/test_stubs.py)."""
 
 import sys
-from typing import Any, NoReturn, Sequence, SupportsIndex, overload
+from typing import Any, Callable, NoReturn, Sequence, SupportsIndex, overload
 
 import numpy as np
 
@@ -272,6 +272,7 @@ def _cuda_pointer_ordinal(data: int, any_device: CudaDevice) -> int: ...
 def _cuda_wrap(data: int, shape: list[int], strides: list[int], dtype: Any, device: CudaDevice, owner: Any,
                stream: int) -> Buffer: ...
 def _live_counts() -> dict[str, int]: ...
+def _set_after_device_lookup(hook: Callable[[], object] | None) -> None: ...  # tests only
 def _aot_load(library_path: str, function_name: str) -> Pipeline: ...
 def _rebuild_buffer(data: Any, dtype: str, shape: tuple[int, ...], strides: tuple[int, ...],
                     mins: tuple[int, ...], readonly: bool) -> Buffer: ...

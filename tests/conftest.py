@@ -1,6 +1,8 @@
 """Shared fixtures: the dtype rows and a NumPy reference for each."""
 
+import gc
 import os
+import sys
 
 import numpy as np
 import pytest
@@ -105,3 +107,17 @@ def cuda_standin_strict():
         cuda_standin.clear_faults()
         if found:
             pytest.fail("CUDA driver stand-in: misuse of the driver:\n  " + "\n  ".join(found), pytrace=False)
+
+
+def pytest_sessionfinish(session, exitstatus):
+    """The stand-in's strict mode at the end: once every test's objects are gone, no allocation
+    is alive that halide_buffer does not hold (a test's buffer kept by a module is still held)."""
+    if not cuda_standin.loaded():
+        return
+    gc.collect()
+    alive, held = cuda_standin.live_allocations(), hb._core._live_counts()["device_allocations"]
+    if alive > held:
+        sys.stderr.write(f"\nCUDA driver stand-in: {alive - held} of its {alive} allocations alive at the end "
+                         f"of the session, owned by nothing (halide_buffer holds {held} device allocations)\n")
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
+

@@ -102,6 +102,11 @@ def lib() -> ctypes.CDLL:
     return _library
 
 
+def loaded() -> bool:
+    """Whether a test has used the stand-in in this process (nothing is loaded to ask)."""
+    return _library is not None
+
+
 def live_allocations() -> int:
     return lib().hb_standin_live_allocations()
 

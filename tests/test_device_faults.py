@@ -275,10 +275,10 @@ def run(backend, examples):
 
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_random_failures_never_lose_data(backend):
-    run(backend, 2000)
+    run(backend, 200)
 
 
 @pytest.mark.long
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_random_failures_never_lose_data_long(backend):
-    run(backend, 20000)
+    run(backend, 2000)
