@@ -37,6 +37,21 @@ def random_bits(shape, dtype, seed=0):
     return raw.view(t.numpy).reshape(shape)
 
 
+def filled(name, shape=(3, 5), seed=1):
+    """A buffer holding random bits of dtype `name` (on the host), and those values."""
+    src = random_bits(shape, name, seed)
+    b = hb.Buffer(shape, name)
+    b.numpy(writable=True)[...] = src
+    return b, src
+
+
+def ramp(shape, dtype="float32"):
+    """A buffer holding 0, 1, 2, ... in C order (on the host)."""
+    b = hb.Buffer(shape, dtype)
+    b.numpy(writable=True)[...] = np.arange(b.size).reshape(shape)
+    return b
+
+
 def bits_of(a):
     """The raw bytes of an ndarray, shaped like it, for exact comparison (NaN payloads too)."""
     a = np.ascontiguousarray(a)

@@ -4,7 +4,28 @@ tests that drive random operations against them (test_residency_model.py, test_d
 import numpy as np
 from hypothesis import strategies as st
 
+import halide_buffer as hb
+
 N = 24  # elements: one storage of N * itemsize bytes
+DTYPES = ["int32", "float32", "bfloat16"]  # pyopencl has no bfloat16 kernels: its device side uses bits()
+# An owned buffer, a standing lease (wrapped writable memory its owner may write at any time), a
+# promised wrap (external_writes=False) and wrapped read-only memory.
+STARTS = ["owned", "lease", "promised", "read-only"]
+
+
+def start_buffer(seed, dtype, start):
+    """A buffer of N random values of `dtype` made the way `start` names, the array it wraps
+    (None for an owned one: keep it alive with the buffer), and its Model."""
+    data = np.random.default_rng(seed).integers(-2**31, 2**31, N).astype(hb.dtype(dtype).numpy)
+    if start == "owned":
+        b, wrapped = hb.Buffer((N,), dtype), None
+        b.numpy(writable=True)[...] = data
+    else:
+        wrapped = data
+        if start == "read-only":
+            data.flags.writeable = False
+        b = hb.Buffer.from_host(data, external_writes=start != "promised")
+    return b, wrapped, Model(data, lease=start == "lease", readonly=start == "read-only")
 
 
 class Model:

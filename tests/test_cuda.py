@@ -34,7 +34,7 @@ import pytest
 
 import halide_buffer as hb
 
-from conftest import NONE, Moves, bits_of, counts, down, random_bits, up
+from conftest import NONE, Moves, bits_of, counts, down, filled, ramp, random_bits, up
 
 # JAX grabs 75% of the GPU's memory at start-up unless told not to; the other peers, and the
 # out-of-memory tests, need it. Read when JAX starts its GPU backend, so set before any import.
@@ -58,20 +58,6 @@ JAX_DTYPES = ["bool", "int8", "int16", "int32", "uint8", "uint16", "uint32", "fl
 # ~0.5 s of torch.cuda._sleep on any current GPU (about 2 GHz): a copy not ordered after the
 # sleeping stream would run long before the kernel queued behind the sleep.
 SLEEP_CYCLES = 1 << 30
-
-
-def filled(name, shape=(3, 5), seed=1):
-    """A buffer holding random bits of dtype `name` (on the host), and those values."""
-    src = random_bits(shape, name, seed)
-    b = hb.Buffer(shape, name)
-    b.numpy(writable=True)[...] = src
-    return b, src
-
-
-def ramp(shape, dtype="float32"):
-    b = hb.Buffer(shape, dtype)
-    b.numpy(writable=True)[...] = np.arange(int(np.prod(shape))).reshape(shape)
-    return b
 
 
 def process_moves():

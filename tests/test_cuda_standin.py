@@ -24,7 +24,7 @@ import pytest
 import halide_buffer as hb
 
 import cuda_standin as standin
-from conftest import ALL_DTYPES, NONE, Moves, bits_of, down, random_bits, up
+from conftest import ALL_DTYPES, NONE, Moves, bits_of, down, filled, ramp, random_bits, up
 
 
 @pytest.fixture(scope="module", autouse=True, params=["cuda-driver-standin"])
@@ -52,19 +52,6 @@ def gpu():
 @pytest.fixture(scope="module")
 def gpu1():
     return hb.cuda.device(1)
-
-
-def filled(name, shape=(3, 5), seed=1):
-    src = random_bits(shape, name, seed)
-    b = hb.Buffer(shape, name)
-    b.numpy(writable=True)[...] = src
-    return b, src
-
-
-def ramp(shape, dtype="float32"):
-    b = hb.Buffer(shape, dtype)
-    b.numpy(writable=True)[...] = np.arange(int(np.prod(shape))).reshape(shape)
-    return b
 
 
 def device_bytes(address, nbytes):

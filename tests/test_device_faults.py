@@ -33,10 +33,7 @@ import halide_buffer as hb
 import cuda_standin
 import opencl_interposer
 from conftest import counts
-from residency_rules import N, Model, assert_holds, ranges, values
-
-DTYPES = ["int32", "float32", "bfloat16"]
-STARTS = ["owned", "lease", "promised", "read-only"]
+from residency_rules import DTYPES, N, STARTS, assert_holds, ranges, start_buffer, values
 
 # Per backend: the entry points failures are injected into, and the codes they fail with.
 FAULTS = {
@@ -113,17 +110,8 @@ class Faulty(RuleBasedStateMachine):
         self.dev = self.backend.device
         self.dtype = np.dtype(hb.dtype(dtype).numpy)
         self.nbytes = N * self.dtype.itemsize
-        data = np.random.default_rng(seed).integers(-2**31, 2**31, N).astype(self.dtype)
-        if start == "owned":
-            self.b = hb.Buffer((N,), dtype)
-            self.b.numpy(writable=True)[...] = data
-        else:
-            self.a = data
-            if start == "read-only":
-                data.flags.writeable = False
-            self.b = hb.Buffer.from_host(data, external_writes=start != "promised")
+        self.b, self.a, self.model = start_buffer(seed, dtype, start)
         self.host_memory = self.b.numpy()
-        self.model = Model(data, lease=start == "lease", readonly=start == "read-only")
         self.armed = None
 
     def teardown(self):

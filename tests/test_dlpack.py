@@ -13,7 +13,7 @@ import torch
 
 import halide_buffer as hb
 
-from conftest import ALL_DTYPES, bits_of, random_bits
+from conftest import ALL_DTYPES, bits_of, filled, random_bits
 
 READ_ONLY, IS_COPIED, PADDED = 1, 2, 4
 
@@ -34,13 +34,6 @@ def versioned_header(capsule):
     flags = ctypes.c_uint64.from_address(address + 24).value
     data = ctypes.c_void_p.from_address(address + 32).value
     return major, minor, flags, data
-
-
-def filled(name, shape=(3, 5), seed=1):
-    src = random_bits(shape, name, seed)
-    b = hb.Buffer(shape, name)
-    b.numpy(writable=True)[...] = src
-    return b, src
 
 
 def data_address(b):

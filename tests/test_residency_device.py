@@ -12,7 +12,7 @@ import pytest
 
 import halide_buffer as hb
 
-from conftest import NONE, Moves, down, up
+from conftest import NONE, Moves, down, ramp, up
 from test_exports import PyBUF_FORMAT, PyBUF_STRIDES, PyBUF_WRITABLE, release, request
 
 HOST_DIRTY, DEVICE_DIRTY = 1, 2
@@ -29,12 +29,6 @@ def on_device(b):
     """b's elements as the device holds them (read with pyopencl, not through b)."""
     a = hb.opencl.as_array(b, writable=False)
     return a.get()
-
-
-def ramp(shape, dtype="float32"):
-    b = hb.Buffer(shape, dtype)
-    b.numpy(writable=True)[...] = np.arange(b.size).reshape(shape)
-    return b
 
 
 # --- construct from host data / write through a host view: host_dirty -------------------------

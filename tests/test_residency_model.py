@@ -20,11 +20,7 @@ from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, pr
 import halide_buffer as hb
 
 from conftest import counts
-from residency_rules import N, Model, assert_holds, ranges, values
-
-DTYPES = ["int32", "float32", "bfloat16"]  # pyopencl has no bfloat16 kernels: its device side uses bits()
-STARTS = ["owned", "lease", "promised", "read-only"]
-
+from residency_rules import DTYPES, N, STARTS, assert_holds, ranges, start_buffer, values
 
 class Residency(RuleBasedStateMachine):
     @initialize(seed=st.integers(0, 2**32 - 1), dtype=st.sampled_from(DTYPES), start=st.sampled_from(STARTS))
@@ -32,20 +28,11 @@ class Residency(RuleBasedStateMachine):
         self.dtype = np.dtype(hb.dtype(dtype).numpy)
         self.bfloat16 = dtype == "bfloat16"
         self.nbytes = N * self.dtype.itemsize
-        data = np.random.default_rng(seed).integers(-2**31, 2**31, N).astype(self.dtype)
-        if start == "owned":
-            self.b = hb.Buffer((N,), dtype)
-            self.b.numpy(writable=True)[...] = data
-        else:
-            self.a = data  # the owner's array
-            if start == "read-only":
-                data.flags.writeable = False
-            self.b = hb.Buffer.from_host(data, external_writes=start != "promised")
+        self.b, self.a, self.model = start_buffer(seed, dtype, start)
         assert self.b.external_writes == (start == "lease")  # read-only memory is no lease
         assert self.b.readonly == (start == "read-only")
         # The host memory itself, read after every step without a lease (no copy, no flag).
         self.host_memory = self.b.numpy()
-        self.model = Model(data, lease=start == "lease", readonly=start == "read-only")
 
     def view(self, lo, hi, reverse=False):
         v = self.b[lo:hi] if lo % 2 else self.b.cropped(0, lo, hi - lo)
