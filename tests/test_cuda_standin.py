@@ -268,24 +268,6 @@ def test_dlpack_on_the_device_both_ways(gpu, name):
     np.testing.assert_array_equal(bits_of(np.asarray(back)), bits_of(src))
 
 
-def test_dlpack_arguments_of_a_device_buffer(gpu):
-    b = ramp((4,))
-    b.copy_to_device(gpu)
-    with pytest.raises(BufferError, match=r"__dlpack__\(\): stream=0 is ambiguous"):
-        b.__dlpack__(stream=0)
-    with pytest.raises(BufferError, match=r"__dlpack__\(\): copy=True of data on a CUDA device is not supported"):
-        b.__dlpack__(copy=True)
-    with pytest.raises(BufferError, match=r"__dlpack__\(\): dl_device \(2, 1\) is not where the data is \(2, 0\)"):
-        b.__dlpack__(dl_device=(2, 1))
-    for stream in (None, -1, 1, 2):
-        b.__dlpack__(stream=stream, max_version=(1, 0), dl_device=(2, 0))
-    b.set_device_dirty()
-    moves = Moves(b)
-    host = hb.from_dlpack(b.__dlpack__(dl_device=(1, 0), max_version=(1, 0)))
-    assert moves() == down(16) and host.__dlpack_device__() == (1, 0)
-    np.testing.assert_array_equal(np.asarray(host), np.arange(4))
-
-
 def test_device_wrap_native_at_an_offset_and_detach(gpu):
     p = Producer(np.arange(64, dtype=np.float32))
     b = hb.Buffer((16,), "float32")
