@@ -73,6 +73,11 @@ struct Storage {
     bool readonly = false;            ///< the memory must not be written through us
     bool external_writes = false;     ///< borrowed writable memory its owner may write at any time
 
+    /// The lock and the GIL: a thread holding this lock never waits for the GIL (a contended
+    /// lock is waited for with the GIL released: StorageOp), and never drops the last reference
+    /// to something Python may own, which could run Python code that takes this or another
+    /// storage's lock: StorageOp::defer() keeps it until the lock is let go. Two storages are
+    /// locked in address order.
     std::mutex mutex;
     /// The whole storage as Halide sees it (the first view's geometry). Its flags, device and
     /// device_interface are THE residency state; every device operation is a call through

@@ -51,13 +51,6 @@ struct Side {
     HostRegion host() const { return HostRegion{data, strides}; }
 };
 
-/// A data primitive's result: 0, kNotOnDevice (returned for the caller to fall back), or a
-/// failure raised as DeviceError.
-int checked(int rc, const char *entry, const char *operation) {
-    if (rc != kNotOnDevice) check(rc, entry, operation);
-    return rc;
-}
-
 /// The elements the two sides share, copied on the host (through a staging copy when their
 /// bytes overlap: two views of the same memory).
 void copy_on_host(const Side &dst, const Side &src, const std::vector<int64_t> &shape, int64_t item) {
@@ -78,9 +71,9 @@ void copy_to_host_side(const char *entry, const Side &dst, const Side &src, cons
     dst.storage.download(entry);
     bool done = false;
     if (&src.storage != &dst.storage && device_newer(src.storage) && ours(src.storage)) {
-        last_failure() = DeviceFailure{};
-        done = checked(src.storage.device->read(src.region(shape, item), dst.host()), entry,
-                       "reading the source's device copy") == 0;
+        DeviceCall call(entry, src.storage.device.get());
+        done = call("reading the source's device copy",
+                    [&] { return src.storage.device->read(src.region(shape, item), dst.host()); }) == 0;
     }
     if (!done) {
         src.storage.download(entry);
@@ -98,22 +91,25 @@ bool copy_to_device_side(const char *entry, const Side &dst, const Side &src, co
     Storage &d = dst.storage, &s = src.storage;
     const Device &device = *d.device;
     DeviceRegion to = dst.region(shape, item);
-    last_failure() = DeviceFailure{};
+    DeviceCall call(entry, d.device.get());
+    auto write = [&](const HostRegion &from) {
+        return call("writing the device copy", [&] { return device.write(from, to); }) == 0;
+    };
     if (device_current(s) && device.shares_memory_with(*s.device))
-        return checked(device.copy(src.region(shape, item), to), entry, "copying on the device") == 0;
-    if (!device_newer(s)) return checked(device.write(src.host(), to), entry, "writing the device copy") == 0;
+        return call("copying on the device", [&] { return device.copy(src.region(shape, item), to); }) == 0;
+    if (!device_newer(s)) return write(src.host());
     if (!ours(s)) {
         s.download(entry);  // a pipeline runtime's device copy comes home whole
-        return checked(device.write(src.host(), to), entry, "writing the device copy") == 0;
+        return write(src.host());
     }
     // The source's newer copy is on another device: through a staging copy of just these elements.
     std::vector<int64_t> dense = c_strides(shape, int(item));
     std::vector<uint8_t> staging(size_t(dense.empty() ? item : dense[0] * shape[0]));
     HostRegion middle{staging.data(), dense};
-    if (checked(s.device->read(src.region(shape, item), middle), entry, "reading the source's device copy") != 0)
+    if (call("reading the source's device copy",
+             [&] { return s.device->read(src.region(shape, item), middle); }) != 0)
         return false;
-    last_failure() = DeviceFailure{};
-    return checked(device.write(middle, to), entry, "writing the device copy") == 0;
+    return write(middle);
 }
 
 /// Takes the locks of one or two storages, in address order.
@@ -140,8 +136,8 @@ void Buffer::fill(const char *entry, const uint8_t *pattern) {
     Storage &s = *storage_;
     if (device_current(s)) {
         DeviceRegion region{&s.root, data_ - s.root.host, shape_, strides_, dtype_->itemsize};
-        last_failure() = DeviceFailure{};
-        if (checked(s.device->fill(region, pattern), entry, "filling on the device") == 0) {
+        if (DeviceCall(entry, s.device.get())("filling on the device",
+                                               [&] { return s.device->fill(region, pattern); }) == 0) {
             mark_device_written(s);
             return;
         }

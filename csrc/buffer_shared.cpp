@@ -110,7 +110,6 @@ Buffer Buffer::from_shared(const char *entry, int fd, int64_t offset, const std:
 }
 
 void Buffer::share_memory(const char *entry) {
-    std::shared_ptr<void> released;  // declared first: dropped after the lock is let go
     StorageOp op(*storage_);
     Storage &s = *storage_;
     if (s.ownership == HostOwnership::shared) return;
@@ -127,7 +126,7 @@ void Buffer::share_memory(const char *entry) {
                           "(b.copy().share_memory()), or allocate shared memory: Buffer(shape, dtype, "
                           "shared=True)");
     // Device copies are per process from here on: the host copy comes home, the device copy goes.
-    released = s.free_device(entry);
+    op.defer(s.free_device(entry));
     std::unique_ptr<SharedSegment> segment;
     if (s.mapped_bytes) {
         segment = SharedSegment::replace(entry, static_cast<uint8_t *>(s.allocation), s.mapped_bytes);

@@ -126,12 +126,11 @@ bool Storage::bring_home(RawView &r) {
     // A pipeline's allocation for part of the storage. The storage keeps one device copy, so
     // the part comes home at once, onto a host copy made current first, and is freed.
     if ((root.flags & kDeviceDirty) && copy_root_home() != 0) return false;
-    TargetDevice target(r.call_device.get());  // the device of the call whose runtime made it
+    DeviceCall call("bring_home", r.call_device.get());  // the device of the call whose runtime made it
     const halide_device_interface_t *interface = r.buf.device_interface;
     bool newer = r.buf.flags & kDeviceDirty;
     int64_t bytes = byte_span(&r.buf).size();
-    last_failure() = DeviceFailure{};
-    if (interface->copy_to_host(nullptr, &r.buf) != 0) return false;
+    if (call.attempt([&] { return interface->copy_to_host(nullptr, &r.buf); }) != 0) return false;
     if (newer) record_transfer(&transfers, Direction::to_host, bytes);
     interface->device_free(nullptr, &r.buf);  // a failure here strands the runtime's memory, not data
     r.published_device = r.buf.device;
@@ -141,10 +140,9 @@ bool Storage::bring_home(RawView &r) {
 }
 
 int Storage::copy_root_home() {
-    TargetDevice target(operation_device());
+    DeviceCall call("copy_root_home", operation_device());
     int64_t bytes = byte_span(&root).size();
-    last_failure() = DeviceFailure{};
-    int rc = root.device_interface->copy_to_host(nullptr, &root);
+    int rc = call.attempt([&] { return root.device_interface->copy_to_host(nullptr, &root); });
     // Our backend counts where the bytes move; a pipeline runtime's copies are counted here.
     if (rc == 0 && device_ownership == DeviceOwnership::foreign)
         record_transfer(&transfers, Direction::to_host, bytes);
@@ -178,10 +176,9 @@ void Storage::allocate(const char *entry, const DeviceChoice &on) {
     if (!on.device)
         throw ValueError(std::string(entry) + "(): the buffer has no device allocation and no device "
                          "was given; pass device=halide_buffer.opencl.device() or halide_buffer.cuda.device()");
-    TargetDevice target(on.device.get());
     const halide_device_interface_t *interface = on.device->interface();
-    last_failure() = DeviceFailure{};
-    check(interface->device_malloc(nullptr, &root, interface), entry, "allocating device memory");
+    DeviceCall(entry, on.device.get())("allocating device memory",
+                                       [&] { return interface->device_malloc(nullptr, &root, interface); });
     device = on.device;
     adopt_allocation();
     device_ownership = DeviceOwnership::owned;
@@ -195,26 +192,24 @@ void Storage::upload(const char *entry, const DeviceChoice &on) {
     uint64_t flags = effective_flags();
     if (!(flags & kHostDirty)) return;
     root.flags = flags;
-    TargetDevice target(operation_device());
     int64_t bytes = byte_span(&root).size();
-    last_failure() = DeviceFailure{};
-    check(root.device_interface->copy_to_device(nullptr, &root, root.device_interface), entry,
-          "copying to the device");
+    DeviceCall(entry, operation_device())("copying to the device", [&] {
+        return root.device_interface->copy_to_device(nullptr, &root, root.device_interface);
+    });
     if (device_ownership == DeviceOwnership::foreign) record_transfer(&transfers, Direction::to_device, bytes);
 }
 
 std::shared_ptr<void> Storage::free_device(const char *entry) {
     if (!root.device) return nullptr;
     download(entry);  // freeing never loses data: a newer device copy comes home first
-    TargetDevice target(operation_device());
+    DeviceCall call(entry, operation_device());
     if (std::shared_ptr<void> lent = device ? device->retire_lent(root) : nullptr) {
         // Consumers may still use it: freed with the storage, and whoever owns it kept till then.
         lent_memory.push_back(std::move(lent));
         if (device_owner) lent_memory.push_back(device_owner);
     } else {
-        last_failure() = DeviceFailure{};
         // A failure keeps the allocation (and every view's handle into it): device_free() again.
-        check(root.device_interface->device_free(nullptr, &root), entry, "freeing device memory");
+        call("freeing device memory", [&] { return root.device_interface->device_free(nullptr, &root); });
     }
     forget_view_handles();
     device_ownership = DeviceOwnership::none;
@@ -437,18 +432,17 @@ void Buffer::device_malloc(const DeviceChoice &on) {
 }
 
 void Buffer::device_free() {
-    std::shared_ptr<void> released;  // declared first: dropped after the lock is let go
     StorageOp op(*storage_);
-    released = storage_->free_device("device_free");
+    op.defer(storage_->free_device("device_free"));
 }
 
 void Buffer::device_sync() {
     StorageOp op(*storage_);
     Storage &s = *storage_;
     if (!s.root.device) return;
-    TargetDevice target(s.operation_device());
-    last_failure() = DeviceFailure{};
-    check(s.root.device_interface->device_sync(nullptr, &s.root), "device_sync", "waiting for the device");
+    DeviceCall("device_sync", s.operation_device())("waiting for the device", [&] {
+        return s.root.device_interface->device_sync(nullptr, &s.root);
+    });
 }
 
 void Buffer::device_wrap_native(const std::shared_ptr<Device> &on, uint64_t native, uint64_t offset,
@@ -473,9 +467,8 @@ void Buffer::device_wrap_native(const std::shared_ptr<Device> &on, uint64_t nati
                          "halide_buffer.cuda.wrap), or wrap the host memory with "
                          "Buffer.from_host(obj, external_writes=False)");
     const halide_device_interface_t *interface = on->interface();
-    TargetDevice target(on.get());
-    last_failure() = DeviceFailure{};
-    check(interface->wrap_native(nullptr, &s.root, native, interface), entry, "wrapping the device memory");
+    DeviceCall(entry, on.get())("wrapping the device memory",
+                                [&] { return interface->wrap_native(nullptr, &s.root, native, interface); });
     // The buffer's lowest byte is `offset` bytes into the native memory; all of it must fit.
     const DeviceAllocation *a = on->allocation(s.root);
     uint64_t needed = uint64_t(byte_span(&s.root).size());
@@ -498,7 +491,6 @@ void Buffer::device_wrap_native(const std::shared_ptr<Device> &on, uint64_t nati
 
 std::shared_ptr<void> Buffer::device_detach_native() {
     constexpr const char *entry = "device_detach_native";
-    std::shared_ptr<void> released;  // declared first: dropped after the lock is let go
     StorageOp op(*storage_);
     Storage &s = *storage_;
     if (!s.root.device) return nullptr;
@@ -510,13 +502,11 @@ std::shared_ptr<void> Buffer::device_detach_native() {
     // Memory handed to consumers without a reference of their own stays valid while the
     // storage lives: its owner is kept (the caller gets it too).
     if (s.device->allocation(s.root)->lent && s.device_owner) s.lent_memory.push_back(s.device_owner);
-    TargetDevice target(s.device.get());
-    last_failure() = DeviceFailure{};
-    check(s.root.device_interface->detach_native(nullptr, &s.root), entry, "detaching the device memory");
+    DeviceCall(entry, s.device.get())("detaching the device memory",
+                                      [&] { return s.root.device_interface->detach_native(nullptr, &s.root); });
     s.device_ownership = DeviceOwnership::none;
     s.device.reset();
-    released = std::exchange(s.device_owner, nullptr);
-    return released;
+    return std::exchange(s.device_owner, nullptr);  // the caller's: dropped after the lock is let go
 }
 
 void Buffer::begin_host_read() {
@@ -579,10 +569,9 @@ void Buffer::prepare_for_pipeline(const char *entry, const halide_device_interfa
         else begin_host_read();
         return;
     }
-    std::shared_ptr<void> released;  // declared first: dropped after the lock is let go
     StorageOp op(*storage_);
     Storage &s = *storage_;
-    if (s.root.device && s.root.device_interface != interface) released = s.free_device(entry);
+    if (s.root.device && s.root.device_interface != interface) op.defer(s.free_device(entry));
 }
 
 bool Buffer::covers_whole_storage() const {
@@ -605,7 +594,6 @@ void Buffer::prepare_for_pipeline(const char *entry, const halide_device_interfa
                                   const std::shared_ptr<Device> &device) {
     if (output && storage_->readonly)
         throw BufferError(std::string(entry) + "(): an output wraps read-only memory; pass a writable buffer");
-    std::shared_ptr<void> released;  // declared first: dropped after the lock is let go
     StorageOp op(*storage_);
     Storage &s = *storage_;
     if (!covers_whole_storage()) {
@@ -613,7 +601,7 @@ void Buffer::prepare_for_pipeline(const char *entry, const halide_device_interfa
         // publish()); the runtime allocates for it, and that comes home after. Our device copy
         // stays; one under another runtime's interface goes.
         if (s.device_ownership == DeviceOwnership::foreign && s.root.device_interface != interface)
-            released = s.free_device(entry);
+            op.defer(s.free_device(entry));
         else
             s.download(entry);
         return;
@@ -624,7 +612,7 @@ void Buffer::prepare_for_pipeline(const char *entry, const halide_device_interfa
         if (s.device && s.root.device_interface == device->interface() && device->take_over(s.root, *s.device))
             s.device = device;
         else
-            released = s.free_device(entry);
+            op.defer(s.free_device(entry));
     }
     DeviceChoice on{device, true};
     output ? s.allocate(entry, on) : s.upload(entry, on);
