@@ -16,6 +16,7 @@
 #include "device_interface.h"
 #include "dtype.h"
 #include "halide_abi.h"
+#include "live_counts.h"
 #include "shared_segment.h"
 
 namespace hb {
@@ -145,7 +146,7 @@ struct RawView {
     std::vector<halide_dimension_t> dims;
     uint64_t published = 0;         ///< flags as last written into buf
     uint64_t published_device = 0;  ///< device as last written into buf
-    std::unique_ptr<DeviceHandle> handle;  ///< our handle into the storage's allocation, if any
+    std::shared_ptr<void> handle;  ///< the backend's handle object for buf.device, if it needs one
     const halide_device_interface_t *shown_as = nullptr;  ///< see Buffer::raw()
     /// The device of the pipeline call it was last handed to (TargetDevice then; null outside
     /// one): a runtime's allocation in it is copied home and freed with that device.
@@ -196,14 +197,6 @@ struct AxisIndex {
 
 /// Drops a dying shared storage from the table from_shared() finds storages in.
 void forget_shared_storage(uint64_t identity);
-
-/// Counters of live objects, so tests can prove every one is released exactly once.
-struct LiveCounts {
-    std::atomic<int64_t> storages{0};
-    std::atomic<int64_t> exports{0};             ///< buffer-protocol exports not yet released
-    std::atomic<int64_t> device_allocations{0};  ///< device memory we hold a reference to
-};
-LiveCounts &live_counts();
 
 class Buffer {
 public:

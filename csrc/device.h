@@ -49,9 +49,9 @@ public:
     /// The allocation behind a buffer using this device's interface.
     virtual DeviceAllocation *allocation(const halide_buffer_t &buf) const = 0;
     /// What a view's halide_buffer_t::device shows, `offset` bytes past the root's element;
-    /// `slot` keeps any handle object it needs alive (0: none could be made).
-    virtual uint64_t view_field(const halide_buffer_t &root, int64_t offset,
-                                std::unique_ptr<DeviceHandle> &slot) const = 0;
+    /// `slot` keeps any handle object the backend needs for it alive (OpenCL's DeviceHandle), and
+    /// is reused while it fits (0: none could be made).
+    virtual uint64_t view_field(const halide_buffer_t &root, int64_t offset, std::shared_ptr<void> &slot) const = 0;
     /// Completes a device_wrap_native: the element at root.host is `offset` bytes into the
     /// native memory; takes whatever reference keeps it valid while the buffer uses it.
     virtual void finish_wrap(halide_buffer_t &root, uint64_t offset) const = 0;
@@ -64,9 +64,9 @@ public:
     };
     virtual Lease lease(const halide_buffer_t &root, int64_t offset) const = 0;
     /// Before root's allocation is freed: memory handed to consumers who hold no reference of
-    /// their own (CUDA pointers) is detached from root instead, and what frees it returned, for
-    /// the storage to drop when it dies (its consumers keep it alive). Null: free it now.
-    virtual std::shared_ptr<void> retire_lent(halide_buffer_t &/*root*/) const { return nullptr; }
+    /// their own (lent: CUDA pointers) is retired from root instead, and what frees it returned,
+    /// for the storage to drop when it dies (its consumers keep it alive). Null: free it now.
+    virtual std::shared_ptr<void> retire_lent(halide_buffer_t &root) const = 0;
     /// Whether this device can take over `other`'s allocation as it is (the same memory space,
     /// e.g. two streams of one CUDA device); if so, it does (work queued on `other` is ordered
     /// before its own).

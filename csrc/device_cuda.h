@@ -44,8 +44,7 @@ public:
     std::string description() const override;
     const halide_device_interface_t *interface() const override;
     DeviceAllocation *allocation(const halide_buffer_t &buf) const override;
-    uint64_t view_field(const halide_buffer_t &root, int64_t offset,
-                        std::unique_ptr<DeviceHandle> &slot) const override;
+    uint64_t view_field(const halide_buffer_t &root, int64_t offset, std::shared_ptr<void> &slot) const override;
     void finish_wrap(halide_buffer_t &root, uint64_t offset) const override;
     Lease lease(const halide_buffer_t &root, int64_t offset) const override;
     std::shared_ptr<void> retire_lent(halide_buffer_t &root) const override;

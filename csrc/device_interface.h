@@ -3,14 +3,15 @@
 // A buffer's device copy is reached only through the halide_device_interface_t stored in its
 // halide_buffer_t: ours (the backends here fill the impl half; the public half below is shared
 // and implements Halide's flag rules) or the one a pipeline's own Halide runtime set. What our
-// backends store in halide_buffer_t::device is a DeviceHandle; transfers are counted where the
-// bytes move; a failing backend call leaves the driver's code in this thread's DeviceFailure.
+// backends store in halide_buffer_t::device is theirs to choose (device_engine.h); transfers are
+// counted where the bytes move; a failing backend call leaves the driver's code in this thread's DeviceFailure.
 #pragma once
 
 #include <atomic>
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <utility>
 
 #include "halide_abi.h"
 
@@ -58,43 +59,52 @@ void record_transfer(Transfers *storage, Direction direction, int64_t bytes);
 // Device handles of our backends
 // ---------------------------------------------------------------------------------------------
 
+/// Who releases a device allocation's memory.
+enum class Lifetime : uint8_t {
+    borrowed,  ///< someone else's (Halide's wrap_native rule: the caller keeps it alive)
+    owned,     ///< ours: created here, or retained by us (OpenCL's finish_wrap)
+};
+
 /// One device allocation, shared by the handles (OpenCL) or halide_buffer_t's (CUDA: through
-/// their `padding` field) that point into it.
+/// their `padding` field) that point into it. Its life (docs/architecture.md, "Device memory"):
+///
+///     created (owned) or wrapped (borrowed) ── retain() ──▶ owned
+///         │ lend(): a consumer holds a raw pointer into it, no reference of its own (CUDA)
+///         ▼
+///       lent ── retire(): its buffer lets go (device_free, detach) ──▶ retired
+///         │                                                             │ its storage dies
+///         ▼ Engine::end() at device_free / detach_native                ▼ Engine::end()
+///       ended: our reference released (owned), the record deleted
 struct DeviceAllocation {
+    DeviceAllocation(std::shared_ptr<Device> on, void *memory, uint64_t bytes, Lifetime life)
+        : device(std::move(on)), native(memory), size(bytes), lifetime(life) {}
+
     std::shared_ptr<Device> device;        ///< where it lives
     void *native = nullptr;                ///< cl_mem, or the CUdeviceptr of its lowest byte
     uint64_t size = 0;                     ///< bytes of `native`
-    bool holds_reference = true;           ///< ours to release (created here, or retained by us)
+    Lifetime lifetime = Lifetime::owned;   ///< who releases it
     Transfers *transfers = nullptr;        ///< counters of the storage it backs (null: none of ours)
     /// The storage's root halide_buffer_t: copies through any handle move all of it, since one
     /// state covers the storage (null: copy what the buffer describes).
     const halide_buffer_t *whole = nullptr;
-    /// A consumer was handed a raw pointer into it (CUDA: no reference count protects it).
-    bool lent = false;
+
+    bool releases() const { return lifetime == Lifetime::owned; }
+    bool lent() const { return lent_; }
+    bool retired() const { return retired_; }
+    /// We took a reference of our own on borrowed memory: ours to release from now on.
+    void retain() { lifetime = Lifetime::owned; }
+    /// A consumer was handed a raw pointer into it: it ends no earlier than its storage.
+    void lend() { lent_ = true; }
     /// Detached from its buffer, waiting for its storage to die (Storage::lent_memory): no
-    /// buffer's device_free may end it.
-    bool retired = false;
-};
+    /// buffer's device_free may end it, and no buffer shows it, so nothing copies through it.
+    void retire() {
+        retired_ = true;
+        whole = nullptr;
+    }
 
-/// What a handle is to its buffer.
-enum class HandleKind : uint8_t {
-    root,  ///< the allocation's owner: device_free / detach_native end the allocation
-    crop,  ///< made by device_crop / device_slice: device_release_crop frees the handle
-    view,  ///< a view's halide_buffer_t we published: its Buffer frees the handle
+private:
+    bool lent_ = false, retired_ = false;
 };
-
-/// Our OpenCL halide_buffer_t::device. The first two fields are Halide's OpenCL runtime's own layout
-/// ({uint64 offset, cl_mem}), so code that knows that layout reads ours correctly too.
-struct DeviceHandle {
-    uint64_t offset;               ///< bytes from the start of `native` to the element at buf->host
-    void *native;                  ///< cl_mem
-    DeviceAllocation *allocation;  ///< owned by the root handle
-    HandleKind kind;
-};
-/// The handle of a buffer using one of our interfaces (no check: callers know).
-inline DeviceHandle *handle_of(const halide_buffer_t *buf) {
-    return reinterpret_cast<DeviceHandle *>(buf->device);
-}
 
 /// The bytes a buffer's elements occupy, relative to the element at `host`: [lo, hi). `dense`
 /// when every byte in between belongs to an element (no gaps, any axis order).

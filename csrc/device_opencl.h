@@ -10,6 +10,27 @@
 
 namespace hb {
 
+/// What a handle is to its buffer.
+enum class HandleKind : uint8_t {
+    root,  ///< the allocation's owner: device_free / detach_native end the allocation
+    crop,  ///< made by device_crop / device_slice: device_release_crop frees the handle
+    view,  ///< a view's halide_buffer_t we published: its Buffer frees the handle
+};
+
+/// Our OpenCL halide_buffer_t::device. The first two fields are Halide's OpenCL runtime's own layout
+/// ({uint64 offset, cl_mem}), so code that knows that layout reads ours correctly too.
+struct DeviceHandle {
+    uint64_t offset;               ///< bytes from the start of `native` to the element at buf->host
+    void *native;                  ///< cl_mem
+    DeviceAllocation *allocation;  ///< owned by the root handle
+    HandleKind kind;
+};
+/// The handle of a buffer using one of our interfaces (no check: callers know).
+inline DeviceHandle *handle_of(const halide_buffer_t *buf) {
+    return reinterpret_cast<DeviceHandle *>(buf->device);
+}
+
+
 /// One OpenCL device with a context and an in-order command queue on it. Holds a reference on
 /// both (clRetain*), so the objects outlive whoever created them (pyopencl, for one).
 class OpenCLDevice final : public Device {
@@ -39,10 +60,10 @@ public:
     std::string description() const override { return name_ + " (" + platform_ + ")"; }
     const halide_device_interface_t *interface() const override;
     DeviceAllocation *allocation(const halide_buffer_t &buf) const override;
-    uint64_t view_field(const halide_buffer_t &root, int64_t offset,
-                        std::unique_ptr<DeviceHandle> &slot) const override;
+    uint64_t view_field(const halide_buffer_t &root, int64_t offset, std::shared_ptr<void> &slot) const override;
     void finish_wrap(halide_buffer_t &root, uint64_t offset) const override;
     Lease lease(const halide_buffer_t &root, int64_t offset) const override;
+    std::shared_ptr<void> retire_lent(halide_buffer_t &root) const override;
     // Data primitives (opencl_memory.cpp), on the queue, each waiting for it (clFinish).
     int fill(const DeviceRegion &region, const uint8_t *pattern) const override;
     int read(const DeviceRegion &src, const HostRegion &dst) const override;

@@ -501,7 +501,7 @@ std::shared_ptr<void> Buffer::device_detach_native() {
     s.forget_view_handles();
     // Memory handed to consumers without a reference of their own stays valid while the
     // storage lives: its owner is kept (the caller gets it too).
-    if (s.device->allocation(s.root)->lent && s.device_owner) s.lent_memory.push_back(s.device_owner);
+    if (s.device->allocation(s.root)->lent() && s.device_owner) s.lent_memory.push_back(s.device_owner);
     DeviceCall(entry, s.device.get())("detaching the device memory",
                                       [&] { return s.root.device_interface->detach_native(nullptr, &s.root); });
     s.device_ownership = DeviceOwnership::none;
