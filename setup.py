@@ -1,9 +1,9 @@
-"""Builds the one private extension, halide_buffer._core, from the sorted sources in csrc/, and
+"""Builds the one private extension, halide_buffer._core, from the sorted sources in csrc/ (one folder per layer), and
 gives the package index its long description (README.md with absolute links).
 
 Two things make the build quick:
 
-- The Python bindings (csrc/py_*.cpp) compile as a few unity translation units, each including
+- The Python bindings (csrc/python/py_*.cpp) compile as a few unity translation units, each including
   several of those files. Every file that includes pybind11 pays for parsing it and for emitting
   its core (the dispatcher, the type machinery) again, about 5 s of CPU each: grouped, that is
   paid a few times instead of once per file. So the names in the anonymous namespaces of the
@@ -31,7 +31,7 @@ from setuptools import setup
 from setuptools.config.pyprojecttoml import load_file
 
 ROOT = Path(__file__).resolve().parent
-BINDINGS_PREFIX = "py_"  # csrc/py_*.cpp include pybind11: compiled in unity units
+BINDINGS_PREFIX = "py_"  # csrc/python/py_*.cpp include pybind11: compiled in unity units
 UNITY_UNITS = 3  # enough to keep 2 jobs busy; an edit recompiles a third of the bindings
 DEFAULT_JOBS = 2
 
@@ -177,8 +177,9 @@ def index_readme():
 
 core = Pybind11Extension(
     "halide_buffer._core",
-    sorted(glob.glob("csrc/*.cpp")),
-    depends=[*sorted(glob.glob("csrc/*.h")), "setup.py"],  # setup.py: how the units are made
+    sorted(glob.glob("csrc/**/*.cpp", recursive=True)),
+    depends=[*sorted(glob.glob("csrc/**/*.h", recursive=True)), "setup.py"],  # setup.py: how the units are made
+    include_dirs=["csrc"],  # includes name the layer: "storage/buffer.h"
     cxx_std=17,
 )
 

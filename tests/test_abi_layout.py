@@ -1,4 +1,4 @@
-"""Our declarations of Halide's C ABI (csrc/halide_abi.h) against the real HalideRuntime.h.
+"""Our declarations of Halide's C ABI (csrc/abi/halide_abi.h) against the real HalideRuntime.h.
 
 A small program is compiled against the header shipped in the ``halide`` wheel. It prints
 sizeof/offsetof of every field of the structs a pipeline reads, and the enum values we rely
@@ -6,7 +6,7 @@ on, under the same keys that ``halide_buffer._core._abi_layout()`` reports for o
 declarations. The two dictionaries must be identical.
 
 halide_device_interface_impl_t has no public declaration; its size is read from the tables a
-generated CUDA / OpenCL pipeline object embeds and compared with csrc/halide_abi.h.
+generated CUDA / OpenCL pipeline object embeds and compared with csrc/abi/halide_abi.h.
 """
 
 import os
@@ -183,10 +183,10 @@ def test_listed_fields_cover_every_byte_of_the_real_structs(tmp_path):
 # ---------------------------------------------------------------------------------------------
 # halide_device_interface_impl_t is private to Halide's runtime (no public header declares
 # it), so its size is taken from the tables a generated device pipeline embeds, and compared
-# with what csrc/halide_abi.h declares.
+# with what csrc/abi/halide_abi.h declares.
 
 X86_TARGET = "x86-64-linux-avx-avx2-f16c-fma-sse41"  # explicit: Halide 21 mis-detects AVX-512
-ABI_HEADER_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), os.pardir, "csrc")
+ABI_HEADER_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), os.pardir, "csrc", "abi")
 
 
 @pytest.fixture(scope="module")
@@ -223,10 +223,10 @@ def runtime_table_sizes(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def our_table_sizes(tmp_path_factory):
-    """sizeof of our two device interface structs, compiled from csrc/halide_abi.h."""
+    """sizeof of our two device interface structs, compiled from csrc/abi/halide_abi.h."""
     compiler = find_compiler("c++")
     if compiler is None:
-        pytest.skip("no C++ compiler (g++, c++ or clang++) on PATH to compile csrc/halide_abi.h")
+        pytest.skip("no C++ compiler (g++, c++ or clang++) on PATH to compile csrc/abi/halide_abi.h")
     directory = tmp_path_factory.mktemp("our_tables")
     source = directory / "tables.cpp"
     source.write_text(
@@ -242,7 +242,7 @@ def our_table_sizes(tmp_path_factory):
         capture_output=True,
         text=True,
     )
-    assert build.returncode == 0, f"compiling csrc/halide_abi.h failed:\n{build.stderr}"
+    assert build.returncode == 0, f"compiling csrc/abi/halide_abi.h failed:\n{build.stderr}"
     public, impl = map(int, subprocess.run([str(exe)], capture_output=True, text=True,
                                            check=True).stdout.split())
     return {"public": public, "impl": impl}

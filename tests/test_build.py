@@ -1,6 +1,6 @@
 """setup.py's build: binding sources in unity units, and only what an edit touched compiled again.
 
-Each test builds a small stand-in for csrc/ (plain C++, quick to compile) with the project's own
+Each test builds a small stand-in for csrc/ (folders per layer, plain C++, quick to compile) with the project's own
 setup.py and pyproject.toml in a temporary folder, and reads which objects changed.
 """
 
@@ -20,10 +20,10 @@ ROOT = Path(__file__).resolve().parent.parent
 BINDING = "namespace {{\nint {n}_value() {{ return 3; }}\n}}  // namespace\nint {n}() {{ return {n}_value(); }}\n"
 
 SOURCES = {
-    "csrc/a.h": "int a();\n",
-    "csrc/a.cpp": '#include "a.h"\nint a() { return 1; }\n',
-    "csrc/b.cpp": "int b() { return 2; }\n",
-    **{f"csrc/py_{n}.cpp": BINDING.format(n=n) for n in ("one", "two", "three", "four")},
+    "csrc/core/a.h": "int a();\n",
+    "csrc/core/a.cpp": '#include "core/a.h"\nint a() { return 1; }\n',  # includes name the layer
+    "csrc/storage/b.cpp": "int b() { return 2; }\n",
+    **{f"csrc/python/py_{n}.cpp": BINDING.format(n=n) for n in ("one", "two", "three", "four")},
 }
 
 
@@ -70,12 +70,12 @@ def test_an_edit_compiles_again_only_the_units_it_touched(tree):
     build(tree)
     assert objects(tree) == before  # nothing changed: nothing compiled
 
-    os.utime(tree / "csrc/a.h")  # included by a.cpp alone
+    os.utime(tree / "csrc/core/a.h")  # included by a.cpp alone
     build(tree)
     after = objects(tree)
     assert recompiled(before, after) == ["a.o"]
 
-    os.utime(tree / "csrc/py_three.cpp")
+    os.utime(tree / "csrc/python/py_three.cpp")
     build(tree)
     unit = [u for u in Path(tree, "build").rglob("unity/bindings_*.cpp") if "py_three.cpp" in u.read_text()]
     assert recompiled(after, objects(tree)) == [unit[0].with_suffix(".o").name]
@@ -83,7 +83,7 @@ def test_an_edit_compiles_again_only_the_units_it_touched(tree):
 
 def test_a_changed_compile_command_compiles_every_unit_again(tree):
     before = objects(tree)
-    os.utime(tree / "csrc/b.cpp")
+    os.utime(tree / "csrc/storage/b.cpp")
     flag = "-DHALIDE_BUFFER_TEST_FLAG"  # CXXFLAGS for C++ in newer setuptools, CFLAGS in older
     build(tree, CFLAGS=flag, CXXFLAGS=flag)
     assert recompiled(before, objects(tree)) == sorted(Path(name).name for name in before)

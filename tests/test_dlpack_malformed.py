@@ -31,7 +31,7 @@ import pytest
 import halide_buffer as hb
 
 # ---------------------------------------------------------------------------------------------
-# The DLPack ABI in ctypes (layouts of csrc/dlpack_abi.h)
+# The DLPack ABI in ctypes (layouts of csrc/abi/dlpack_abi.h)
 # ---------------------------------------------------------------------------------------------
 
 

@@ -310,7 +310,7 @@ def test_halide_buffer_resolves_only_entry_points_the_interposer_defines():
 
     import re
 
-    source = (Path(__file__).resolve().parent.parent / "csrc" / "opencl_api.cpp").read_text()
+    source = (Path(__file__).resolve().parent.parent / "csrc" / "backends" / "opencl_api.cpp").read_text()
     resolved = set(re.findall(r'resolve\(library, "(cl\w+)"', source))
     assert resolved and resolved <= set(oi.entries())
     assert hb.opencl.loaded_library() is not None

@@ -45,7 +45,7 @@ atheris = fc.setup_atheris()
 with atheris.instrument_imports():
     import halide_buffer as hb
 
-# --- the DLPack ABI (csrc/dlpack_abi.h) -------------------------------------------------------
+# --- the DLPack ABI (csrc/abi/dlpack_abi.h) -------------------------------------------------------
 
 
 class DLDevice(ctypes.Structure):

@@ -140,7 +140,7 @@ direct_build() {
     mkdir -p "$objdir"
     # shellcheck disable=SC2016  # $(basename ...) is expanded by the sh that xargs runs
     find csrc -name '*.cpp' | timeout "$(left)" xargs -P "$HALIDE_BUFFER_BUILD_JOBS" -I{} sh -c \
-        'c++ -std=c++17 -O3 -DNDEBUG -fPIC -fvisibility=hidden -g0 '"$includes"' -c {} -o '"$objdir"'/$(basename {} .cpp).o' \
+        'c++ -std=c++17 -O3 -DNDEBUG -fPIC -fvisibility=hidden -g0 -Icsrc '"$includes"' -c {} -o '"$objdir"'/$(basename {} .cpp).o' \
         || return 1
     timeout "$(left)" c++ -shared -o "halide_buffer/_core$suffix" "$objdir"/*.o -ldl -lpthread
 }

@@ -1,0 +1,99 @@
+// device.h: a device buffers can live on, as the residency rules see it. Each backend (OpenCL,
+// CUDA) derives one class from Device; the rules in residency.cpp call only what is here.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "device/device_interface.h"
+#include "abi/halide_abi.h"
+
+namespace hb {
+
+/// Elements in a storage's device memory, as the data primitives below take them: the element
+/// at index 0 of every axis lies `offset` bytes past the element at root->host (in the device
+/// copy, which mirrors the host layout); NumPy axis order, byte strides of any sign.
+struct DeviceRegion {
+    const halide_buffer_t *root;  ///< the storage's root, holding the allocation (our interface)
+    int64_t offset;
+    std::vector<int64_t> shape, strides;
+    int64_t itemsize;
+};
+/// The same elements in host memory: element at index 0 of every axis, byte strides; the
+/// shape is the DeviceRegion's it is copied to or from.
+struct HostRegion {
+    uint8_t *data;
+    std::vector<int64_t> strides;
+};
+/// A data primitive's answer when the device cannot express the request (e.g. a fill pattern
+/// its memset has no width for): the caller does it on the host instead.
+constexpr int kNotOnDevice = 1;
+
+class Device : public std::enable_shared_from_this<Device> {
+public:
+    Device() = default;
+    Device(const Device &) = delete;
+    Device &operator=(const Device &) = delete;
+    virtual ~Device() = default;
+
+    /// "opencl" or "cuda".
+    virtual const char *kind() const = 0;
+    /// How messages name it, e.g. "NVIDIA H200 (CUDA device 0)".
+    virtual std::string description() const = 0;
+    /// Our halide_device_interface_t for memory on this device.
+    virtual const halide_device_interface_t *interface() const = 0;
+    /// Blocks until every command queued on the device's queue or stream has finished.
+    virtual void synchronize() const = 0;
+    /// The allocation behind a buffer using this device's interface.
+    virtual DeviceAllocation *allocation(const halide_buffer_t &buf) const = 0;
+    /// What a view's halide_buffer_t::device shows, `offset` bytes past the root's element;
+    /// `slot` keeps any handle object the backend needs for it alive (OpenCL's DeviceHandle), and
+    /// is reused while it fits (0: none could be made).
+    virtual uint64_t view_field(const halide_buffer_t &root, int64_t offset, std::shared_ptr<void> &slot) const = 0;
+    /// Completes a device_wrap_native: the element at root.host is `offset` bytes into the
+    /// native memory; takes whatever reference keeps it valid while the buffer uses it.
+    virtual void finish_wrap(halide_buffer_t &root, uint64_t offset) const = 0;
+    /// A device consumer's view of root's memory, `offset` bytes past the root's element: the
+    /// native handle (with a reference of its own where the API counts them) and the byte
+    /// offset into it.
+    struct Lease {
+        void *native;
+        int64_t offset;
+    };
+    virtual Lease lease(const halide_buffer_t &root, int64_t offset) const = 0;
+    /// Before root's allocation is freed: memory handed to consumers who hold no reference of
+    /// their own (lent: CUDA pointers) is retired from root instead, and what frees it returned,
+    /// for the storage to drop when it dies (its consumers keep it alive). Null: free it now.
+    virtual std::shared_ptr<void> retire_lent(halide_buffer_t &root) const = 0;
+    /// Whether this device can take over `other`'s allocation as it is (the same memory space,
+    /// e.g. two streams of one CUDA device); if so, it does (work queued on `other` is ordered
+    /// before its own).
+    virtual bool take_over(halide_buffer_t &/*root*/, const Device &/*other*/) const { return false; }
+
+    // --- data primitives: each returns 0, a Halide error code (the driver's failure left in
+    // last_failure()), or kNotOnDevice. Element by element over the region's shape, touching
+    // no byte between elements on either side (device_copy.h plans them). Reads and writes are
+    // counted in the counters of the allocation they read or write (read: to_host, write:
+    // to_device; one per call, the elements' bytes); copy and fill count nothing (nothing
+    // crosses). They complete before returning.
+    /// Sets every element of `region` to `pattern` (region.itemsize bytes). kNotOnDevice for a
+    /// pattern the device's fill cannot take (OpenCL: sizes other than 1, 2, 4, ..., 128 bytes;
+    /// CUDA: a pattern that is no repeated 1-, 2- or 4-byte word the region is aligned to).
+    virtual int fill(const DeviceRegion &/*region*/, const uint8_t */*pattern*/) const { return kNotOnDevice; }
+    /// Device elements to host elements (host strides of any sign).
+    virtual int read(const DeviceRegion &/*src*/, const HostRegion &/*dst*/) const { return kNotOnDevice; }
+    /// Host elements to device elements.
+    virtual int write(const HostRegion &/*src*/, const DeviceRegion &/*dst*/) const { return kNotOnDevice; }
+    /// Device elements to device elements on this device's queue or stream (call it on dst's
+    /// device; src's own queue or stream is waited for). kNotOnDevice when src's memory is not
+    /// shared with this device (shares_memory_with) or src and dst share a byte (rectangle
+    /// copies cannot overlap).
+    virtual int copy(const DeviceRegion &/*src*/, const DeviceRegion &/*dst*/) const { return kNotOnDevice; }
+    /// Whether copy() can move data between this device's memory and `other`'s directly (the
+    /// same OpenCL context, the same CUDA device).
+    virtual bool shares_memory_with(const Device &other) const { return &other == this; }
+};
+
+}  // namespace hb

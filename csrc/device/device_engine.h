@@ -1,0 +1,284 @@
+// device_engine.h: the one implementation of Halide's device impl table for our backends.
+//
+// Every backend keeps a storage's device memory the same way: it mirrors the host memory byte
+// for byte over the span of the elements, one allocation per storage, so one offset locates
+// any view and every transfer of a storage is one command over its span (gaps included on the
+// way up; scattered from a staging copy on the way down). What differs between OpenCL and CUDA
+// is how a halide_buffer_t names the memory and which driver calls move it. A backend says
+// that in a struct of static functions, and Engine<Backend> does the rest, once: allocation,
+// freeing, transfers and their accounting, crops and slices, wrapping, buffer_copy, the table.
+//
+// A backend (opencl_memory.cpp, cuda_memory.cpp; a third one is about 150 lines) provides:
+//
+//   using Device = OpenCLDevice;                  // its hb::Device class
+//   static const halide_device_interface_t *interface();
+//   static constexpr ComputeCapability compute_capability = nullptr;   // CUDA: its own
+//   // How a halide_buffer_t names the memory:
+//   static DeviceAllocation *allocation_of(const halide_buffer_t *buf);
+//   static int64_t offset_of(const halide_buffer_t *buf);   // bytes from the allocation's
+//                                                           // start to the element at host
+//   static bool attach(halide_buffer_t *buf, DeviceAllocation *a, int64_t offset);   // a root
+//   static bool attach_crop(const halide_buffer_t *src, int64_t bytes, halide_buffer_t *dst);
+//   static bool is_root(const halide_buffer_t *buf);        // the allocation's owner
+//   static void detach(halide_buffer_t *buf);  // device = 0, and any handle object it owns freed
+//   // The driver: 0, or the driver's own failure code (error_name() names it).
+//   static std::string error_name(int code);
+//   static int release(const DeviceAllocation &a);          // failure: the memory is kept
+//   static int read(const Device &d, void *native, int64_t at, uint8_t *host, uint64_t bytes);
+//   static int write(const Device &d, void *native, int64_t at, const uint8_t *host, uint64_t bytes);
+//   // Calls with checks of their own: 0, or a Halide error code with the failure recorded (fail()).
+//   static int allocate(Device &d, uint64_t bytes, void **native);
+//   static int sync(const Device &d);
+//   static int inspect(Device &d, uint64_t native, uint64_t *available);  // before wrap_native
+//   // Names for messages and codes for refusals.
+//   static constexpr const char *kRead, *kWrite, *kFree;  // "clEnqueueReadBuffer", ...
+//   static constexpr int kNoTarget, kNotRoot;              // the driver's codes for those
+//   static std::string transfer_call(const CopyPlan &plan, Direction d);  // a region's commands
+//
+// All of it runs with the storage's lock held, or on memory no storage shares yet.
+#pragma once
+
+#include <cstdint>
+#include <cstdlib>
+#include <memory>
+#include <new>
+#include <string>
+
+#include "device/device.h"
+#include "device/device_copy.h"
+#include "device/device_interface.h"
+#include "core/live_counts.h"
+
+namespace hb {
+
+template <class Backend>
+struct Engine {
+    using Device = typename Backend::Device;
+
+    static Device *target() { return dynamic_cast<Device *>(TargetDevice::current()); }
+    static const Device &device_of(const DeviceAllocation *a) { return static_cast<const Device &>(*a->device); }
+
+    /// Records the driver's failure `code` with what failed and the fix; returns Halide's code.
+    static int failed(int halide_code, int code, std::string what) {
+        return fail(halide_code, code, Backend::error_name(code), std::move(what));
+    }
+
+    /// What a copy through `buf` moves: the whole storage behind its allocation (whose one
+    /// state the flags of every view describe), else what `buf` describes.
+    static halide_buffer_t *copy_target(halide_buffer_t *buf) {
+        const halide_buffer_t *whole = Backend::allocation_of(buf)->whole;
+        return whole ? const_cast<halide_buffer_t *>(whole) : buf;
+    }
+
+    /// Forgets the memory: the fields, and the device copy's flag with them.
+    static void clear_device(halide_buffer_t *buf) {
+        Backend::detach(buf);
+        buf->device_interface = nullptr;
+        buf->flags &= ~uint64_t(halide_buffer_flag_device_dirty);
+    }
+
+    /// Releases what is ours of an allocation (Lifetime) and its record; false, with the
+    /// driver's code in `rc`, when the driver refused: everything is kept then.
+    static bool end(DeviceAllocation *a, int *rc = nullptr) {
+        if (a->releases()) {
+            int code = Backend::release(*a);
+            if (rc) *rc = code;
+            if (code != 0) return false;
+            --live_counts().device_allocations;
+        }
+        delete a;
+        return true;
+    }
+
+    /// Before root's allocation is freed: a lent one is retired instead (Device::retire_lent).
+    static std::shared_ptr<void> retire_lent(halide_buffer_t &root) {
+        DeviceAllocation *a = Backend::allocation_of(&root);
+        if (!a->lent()) return nullptr;
+        clear_device(&root);
+        a->retire();
+        // Nobody is left to tell of a failure: a driver that cannot free it has lost it already.
+        return std::shared_ptr<void>(a, [](void *p) {
+            auto *retired = static_cast<DeviceAllocation *>(p);
+            if (!end(retired)) delete retired;
+        });
+    }
+
+    // --- the impl table ------------------------------------------------------------------------
+
+    static int device_malloc(void *, halide_buffer_t *buf) {
+        if (buf->device) return 0;  // already allocated: nothing to do (Halide's impls agree)
+        Device *device = target();
+        if (!device)
+            return failed(halide_error::device_malloc_failed, Backend::kNoTarget,
+                          "device_malloc without a target device; allocate through halide_buffer");
+        ByteSpan span = byte_span(buf);
+        uint64_t bytes = span.size() > 0 ? uint64_t(span.size()) : 1;  // no driver takes size 0
+        void *native = nullptr;
+        if (int rc = Backend::allocate(*device, bytes, &native)) return rc;
+        ++live_counts().device_allocations;
+        auto *a = new (std::nothrow) DeviceAllocation{device->shared_from_this(), native, bytes, Lifetime::owned};
+        if (!a || !Backend::attach(buf, a, -span.lo)) {
+            if (a) end(a);
+            else if (Backend::release(DeviceAllocation{nullptr, native, bytes, Lifetime::owned}) == 0)
+                --live_counts().device_allocations;
+            return halide_error::out_of_memory;
+        }
+        buf->device_interface = Backend::interface();
+        return 0;
+    }
+
+    static int device_free(void *, halide_buffer_t *buf) {
+        if (!buf->device) return 0;
+        if (Backend::is_root(buf)) {
+            int rc = 0;
+            if (!end(Backend::allocation_of(buf), &rc))
+                return failed(halide_error::gpu_device_error, rc,
+                              std::string(Backend::kFree) + "; the device copy is kept, call device_free() again");
+        }
+        // A crop's or a view's handle is only forgotten: the allocation belongs to its root.
+        clear_device(buf);
+        return 0;
+    }
+
+    static int device_sync(void *, halide_buffer_t *buf) {
+        if (!buf->device) return 0;
+        return Backend::sync(device_of(Backend::allocation_of(buf)));
+    }
+
+    /// The failure of a read (to_host) or write of `bytes` by `call`: recorded with the fix,
+    /// Halide's code returned.
+    static int transfer_failed(Direction direction, int code, const std::string &call, int64_t bytes) {
+        std::string what = call + " of " + size_text(uint64_t(bytes));
+        return direction == Direction::to_host
+                   ? failed(halide_error::copy_to_host_failed, code, what + "; the device copy is kept, retry or device_free()")
+                   : failed(halide_error::copy_to_device_failed, code,
+                            what + "; the host copy is kept, free device memory and retry");
+    }
+
+    /// A read or write between a region and host memory (Device::read and write), one plan of
+    /// rectangle commands at a time through `run(plan, host)` (the driver's code), counted in
+    /// the region's allocation; Backend::transfer_call(plan, direction) names the commands.
+    template <class Run>
+    static int transfer(const DeviceRegion &region, const HostRegion &host, Direction direction, Run &&run) {
+        int64_t bytes = region_bytes(region.shape, region.itemsize);
+        int rc = host_transfer(region, host, direction, [&](const CopyPlan &plan, uint8_t *at) {
+            int code = run(plan, at);
+            return code == 0 ? 0 : transfer_failed(direction, code, Backend::transfer_call(plan, direction), bytes);
+        });
+        if (rc == 0 && bytes > 0) record_transfer(Backend::allocation_of(region.root)->transfers, direction, bytes);
+        return rc;
+    }
+
+    static int copy_to_host(void *, halide_buffer_t *view) {
+        halide_buffer_t *buf = copy_target(view);
+        DeviceAllocation *a = Backend::allocation_of(buf);
+        if (!buf->host) return halide_error::host_is_null;
+        ByteSpan span = byte_span(buf);
+        if (span.size() == 0) return 0;
+        uint8_t *staging = span.dense ? buf->host + span.lo : static_cast<uint8_t *>(std::malloc(size_t(span.size())));
+        if (!staging) return halide_error::out_of_memory;
+        int rc = Backend::read(device_of(a), a->native, Backend::offset_of(buf) + span.lo, staging, uint64_t(span.size()));
+        if (!span.dense) {
+            if (rc == 0) scatter_elements(buf, staging - span.lo);
+            std::free(staging);
+        }
+        if (rc != 0) return transfer_failed(Direction::to_host, rc, Backend::kRead, span.size());
+        record_transfer(a->transfers, Direction::to_host, span.size());
+        return 0;
+    }
+
+    static int copy_to_device(void *, halide_buffer_t *view) {
+        halide_buffer_t *buf = copy_target(view);
+        DeviceAllocation *a = Backend::allocation_of(buf);
+        if (!buf->host) return halide_error::host_is_null;
+        ByteSpan span = byte_span(buf);
+        if (span.size() == 0) return 0;
+        // The whole span goes up, gaps included: they are host bytes of the same storage (current,
+        // as the host is: one state covers the storage) or bytes no element of ours reads.
+        int rc = Backend::write(device_of(a), a->native, Backend::offset_of(buf) + span.lo, buf->host + span.lo,
+                                uint64_t(span.size()));
+        if (rc != 0) return transfer_failed(Direction::to_device, rc, Backend::kWrite, span.size());
+        record_transfer(a->transfers, Direction::to_device, span.size());
+        return 0;
+    }
+
+    static int device_and_host_malloc(void *uc, halide_buffer_t *buf) {
+        return host_and_device_malloc(uc, buf, device_malloc);
+    }
+    static int device_and_host_free(void *uc, halide_buffer_t *buf) {
+        return host_and_device_free(uc, buf, device_free);
+    }
+
+    static int new_crop(const halide_buffer_t *src, int64_t bytes, halide_buffer_t *dst) {
+        if (!Backend::attach_crop(src, bytes, dst)) return halide_error::device_crop_failed;
+        dst->device_interface = src->device_interface;
+        return 0;
+    }
+    static int device_crop(void *, const halide_buffer_t *src, halide_buffer_t *dst) {
+        return new_crop(src, crop_offset(src, dst), dst);
+    }
+    static int device_slice(void *, const halide_buffer_t *src, int dim, int pos, halide_buffer_t *dst) {
+        return new_crop(src, slice_offset(src, dim, pos), dst);
+    }
+    static int device_release_crop(void *, halide_buffer_t *buf) {
+        Backend::detach(buf);
+        buf->device_interface = nullptr;
+        return 0;
+    }
+
+    static int wrap_native(void *, halide_buffer_t *buf, uint64_t native) {
+        Device *device = target();
+        if (!device)
+            return failed(halide_error::device_wrap_native_failed, Backend::kNoTarget,
+                          "wrap_native without a target device; wrap through halide_buffer");
+        // The bytes from `native` to the end of its memory; whether that is enough is the caller's
+        // business (Halide's rule): ours checks it.
+        uint64_t available = 0;
+        if (int rc = Backend::inspect(*device, native, &available)) return rc;
+        // Halide's rule: the caller keeps the memory alive; we release nothing.
+        auto *a = new (std::nothrow)
+            DeviceAllocation{device->shared_from_this(), reinterpret_cast<void *>(native), available, Lifetime::borrowed};
+        if (!a || !Backend::attach(buf, a, -byte_span(buf).lo)) {
+            delete a;
+            return halide_error::out_of_memory;
+        }
+        return 0;
+    }
+
+    static int detach_native(void *, halide_buffer_t *buf) {
+        if (!buf->device) return 0;
+        if (!Backend::is_root(buf))
+            return failed(halide_error::device_detach_native_failed, Backend::kNotRoot,
+                          "detach_native on a crop; detach the buffer that wrapped the memory");
+        end(Backend::allocation_of(buf));  // our own reference, if finish_wrap took one
+        clear_device(buf);
+        return 0;
+    }
+
+    static DevicePlace place_of(const halide_buffer_t *buf) {
+        const DeviceAllocation *a = Backend::allocation_of(buf);
+        const halide_buffer_t *root = a->whole ? a->whole : buf;
+        return {root, Backend::offset_of(buf) - Backend::offset_of(root), a->device.get()};
+    }
+
+    static int buffer_copy(void *uc, halide_buffer_t *src, const halide_device_interface_t *dst_interface,
+                           halide_buffer_t *dst) {
+        return backend_buffer_copy(Backend::interface(), place_of, uc, src, dst_interface, dst);
+    }
+
+    static constexpr halide_device_interface_impl_t impl = {
+        no_module,   no_module,         device_malloc,  device_free,
+        device_sync, no_device_release, copy_to_host,   copy_to_device,
+        device_and_host_malloc,         device_and_host_free, buffer_copy,
+        device_crop, device_slice,      device_release_crop,  wrap_native,
+        detach_native,
+    };
+
+    /// The backend's public table: Halide's flag rules in front of `impl`.
+    static const halide_device_interface_t *table() {
+        static const halide_device_interface_t t = make_public_interface(&impl, Backend::compute_capability);
+        return &t;
+    }
+};
+
+}  // namespace hb

@@ -1,0 +1,195 @@
+// device_interface.h: the one mechanism every device operation goes through.
+//
+// A buffer's device copy is reached only through the halide_device_interface_t stored in its
+// halide_buffer_t: ours (the backends here fill the impl half; the public half below is shared
+// and implements Halide's flag rules) or the one a pipeline's own Halide runtime set. What our
+// backends store in halide_buffer_t::device is theirs to choose (device_engine.h); transfers are
+// counted where the bytes move; a failing backend call leaves the driver's code in this thread's DeviceFailure.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <utility>
+
+#include "abi/halide_abi.h"
+
+namespace hb {
+
+class Device;
+
+/// Halide's error codes (HalideRuntime.h, enum halide_error_code_t) that our tables return.
+namespace halide_error {
+constexpr int bad_type = -3;
+constexpr int out_of_memory = -11;
+constexpr int copy_to_host_failed = -14;
+constexpr int copy_to_device_failed = -15;
+constexpr int device_malloc_failed = -16;
+constexpr int device_sync_failed = -17;
+constexpr int no_device_interface = -19;
+constexpr int gpu_device_error = -29;
+constexpr int device_wrap_native_failed = -32;
+constexpr int device_detach_native_failed = -33;
+constexpr int host_is_null = -34;
+constexpr int device_interface_no_device = -36;
+constexpr int host_and_device_dirty = -37;
+constexpr int buffer_is_null = -38;
+constexpr int device_buffer_copy_failed = -39;
+constexpr int device_crop_failed = -41;
+constexpr int incompatible_device_interface = -42;
+constexpr int bad_dimensions = -43;
+}  // namespace halide_error
+
+// ---------------------------------------------------------------------------------------------
+// Transfer accounting
+// ---------------------------------------------------------------------------------------------
+
+/// Copies and bytes moved in each direction (one per storage, one for the process).
+struct Transfers {
+    std::atomic<int64_t> to_device{0}, to_device_bytes{0}, to_host{0}, to_host_bytes{0};
+};
+/// Every transfer of the process, whoever's storage it was.
+Transfers &process_transfers();
+enum class Direction { to_device, to_host };
+/// Counts one copy of `bytes` in `storage` (may be null) and in the process total.
+void record_transfer(Transfers *storage, Direction direction, int64_t bytes);
+
+// ---------------------------------------------------------------------------------------------
+// Device handles of our backends
+// ---------------------------------------------------------------------------------------------
+
+/// Who releases a device allocation's memory.
+enum class Lifetime : uint8_t {
+    borrowed,  ///< someone else's (Halide's wrap_native rule: the caller keeps it alive)
+    owned,     ///< ours: created here, or retained by us (OpenCL's finish_wrap)
+};
+
+/// One device allocation, shared by the handles (OpenCL) or halide_buffer_t's (CUDA: through
+/// their `padding` field) that point into it. Its life (docs/architecture.md, "Device memory"):
+///
+///     created (owned) or wrapped (borrowed) ── retain() ──▶ owned
+///         │ lend(): a consumer holds a raw pointer into it, no reference of its own (CUDA)
+///         ▼
+///       lent ── retire(): its buffer lets go (device_free, detach) ──▶ retired
+///         │                                                             │ its storage dies
+///         ▼ Engine::end() at device_free / detach_native                ▼ Engine::end()
+///       ended: our reference released (owned), the record deleted
+struct DeviceAllocation {
+    DeviceAllocation(std::shared_ptr<Device> on, void *memory, uint64_t bytes, Lifetime life)
+        : device(std::move(on)), native(memory), size(bytes), lifetime(life) {}
+
+    std::shared_ptr<Device> device;        ///< where it lives
+    void *native = nullptr;                ///< cl_mem, or the CUdeviceptr of its lowest byte
+    uint64_t size = 0;                     ///< bytes of `native`
+    Lifetime lifetime = Lifetime::owned;   ///< who releases it
+    Transfers *transfers = nullptr;        ///< counters of the storage it backs (null: none of ours)
+    /// The storage's root halide_buffer_t: copies through any handle move all of it, since one
+    /// state covers the storage (null: copy what the buffer describes).
+    const halide_buffer_t *whole = nullptr;
+
+    bool releases() const { return lifetime == Lifetime::owned; }
+    bool lent() const { return lent_; }
+    bool retired() const { return retired_; }
+    /// We took a reference of our own on borrowed memory: ours to release from now on.
+    void retain() { lifetime = Lifetime::owned; }
+    /// A consumer was handed a raw pointer into it: it ends no earlier than its storage.
+    void lend() { lent_ = true; }
+    /// Detached from its buffer, waiting for its storage to die (Storage::lent_memory): no
+    /// buffer's device_free may end it, and no buffer shows it, so nothing copies through it.
+    void retire() {
+        retired_ = true;
+        whole = nullptr;
+    }
+
+private:
+    bool lent_ = false, retired_ = false;
+};
+
+/// The bytes a buffer's elements occupy, relative to the element at `host`: [lo, hi). `dense`
+/// when every byte in between belongs to an element (no gaps, any axis order).
+struct ByteSpan {
+    int64_t lo = 0, hi = 0;
+    bool dense = true;
+    int64_t size() const { return hi - lo; }
+};
+ByteSpan byte_span(const halide_buffer_t *buf);
+/// Copies the elements of `buf` out of a staging copy of its span (`staging` is where the
+/// element at buf->host lies in it); bytes between elements stay untouched.
+void scatter_elements(const halide_buffer_t *buf, const uint8_t *staging);
+/// Bytes from src's element at host to dst's, for a crop (dst's mins) or a slice (dim, pos).
+int64_t crop_offset(const halide_buffer_t *src, const halide_buffer_t *dst);
+int64_t slice_offset(const halide_buffer_t *src, int dim, int pos);
+/// Halide's device_and_host_malloc / _free for a backend: host memory for the span (malloc),
+/// then `device_malloc`; the other way round.
+int host_and_device_malloc(void *uc, halide_buffer_t *buf, int (*device_malloc)(void *, halide_buffer_t *));
+int host_and_device_free(void *uc, halide_buffer_t *buf, int (*device_free)(void *, halide_buffer_t *));
+/// Impl-table entries our backends share: no module to count (the tables are static), nothing
+/// to release per context (devices own theirs).
+void no_module();
+int no_device_release(void *user_context);
+
+/// Where a buffer using one of our interfaces has its elements in its storage's device memory.
+struct DevicePlace {
+    const halide_buffer_t *root = nullptr;  ///< holds the allocation: the storage's root, else the buffer
+    int64_t offset = 0;                     ///< bytes from root's element at host to the buffer's
+    const Device *device = nullptr;         ///< the allocation's device
+};
+/// How a backend finds it (its impl table knows where it keeps the allocation).
+using PlaceOf = DevicePlace (*)(const halide_buffer_t *buf);
+/// Halide's impl-table buffer_copy for our backend of interface `ours`: copies the elements both
+/// buffers cover (the overlap of their domains, at the same coordinates) from src's current copy
+/// to dst's device memory (dst_interface set: ours) or host memory (null), through the Device
+/// data primitives: device to device without the host where the memories are shared. Its
+/// storage's one state must stay true: a dst whose device copy is not current gets the elements
+/// in its host copy, which then goes up whole; a dst of ours copied to on the host whose device
+/// copy is the newer one comes home first. -42 (incompatible) when src's current copy is
+/// another runtime's device memory: Halide's runtime brings it to the host first.
+int backend_buffer_copy(const halide_device_interface_t *ours, PlaceOf place_of, void *user_context,
+                        halide_buffer_t *src, const halide_device_interface_t *dst_interface, halide_buffer_t *dst);
+/// "64 B", "3 KiB", "256 MiB": sizes in messages, rounded down.
+std::string size_text(uint64_t bytes);
+/// Records a driver's failure for the caller (code, its name, what failed and the fix) and
+/// returns Halide's code.
+int fail(int halide_code, int code, std::string name, std::string what);
+/// Bytes per element of a halide_buffer_t's type.
+inline int64_t element_bytes(const halide_buffer_t *buf) {
+    return (int64_t(buf->type.bits) + 7) / 8 * (buf->type.lanes ? buf->type.lanes : 1);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Failures and the target device
+// ---------------------------------------------------------------------------------------------
+
+/// Why this thread's last backend call failed, beyond the Halide error code it returned.
+struct DeviceFailure {
+    int code = 0;      ///< driver's code (0: none recorded)
+    std::string name;  ///< driver's name for it, e.g. "CL_INVALID_BUFFER_SIZE"
+    std::string what;  ///< the failing call and the fix, e.g. "clCreateBuffer of 3 GiB ...; ..."
+};
+DeviceFailure &last_failure();
+
+/// The device our backends' device_malloc allocates on while this object lives (this thread).
+/// Halide's impl table passes no device; without one, device_malloc fails.
+class TargetDevice {
+public:
+    explicit TargetDevice(Device *device);
+    ~TargetDevice();
+    static Device *current();
+
+private:
+    Device *previous_;
+};
+
+// ---------------------------------------------------------------------------------------------
+// Public tables
+// ---------------------------------------------------------------------------------------------
+
+/// The table's compute_capability entry (CUDA's; null: a device without one, reporting 0.0).
+using ComputeCapability = int (*)(void *user_context, int *major, int *minor);
+/// A public halide_device_interface_t forwarding to `impl` with Halide's flag rules (what the
+/// runtime's halide_copy_to_host etc. do), so a Halide runtime and we use one table.
+halide_device_interface_t make_public_interface(const halide_device_interface_impl_t *impl,
+                                                ComputeCapability compute_capability = nullptr);
+
+}  // namespace hb

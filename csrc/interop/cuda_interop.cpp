@@ -1,0 +1,65 @@
+// cuda_interop.cpp: buffers over other people's CUDA memory, and the CUDA device of a buffer.
+#include "interop/cuda_interop.h"
+
+#include <atomic>
+#include <functional>
+
+#include "core/errors.h"
+
+namespace hb {
+
+namespace {
+
+std::atomic<bool> &lookup_hook_set() {
+    static std::atomic<bool> set{false};
+    return set;
+}
+std::function<void()> &lookup_hook() {
+    static auto *hook = new std::function<void()>();  // never destroyed: may hold a Python object
+    return *hook;
+}
+
+}  // namespace
+
+void set_after_device_lookup(std::function<void()> hook) {
+    lookup_hook_set().store(false);
+    lookup_hook() = std::move(hook);
+    lookup_hook_set().store(bool(lookup_hook()));
+}
+
+std::shared_ptr<CudaDevice> cuda_device_of(Buffer &b) {
+    if (!b.may_hold_device_copy()) return nullptr;  // never on a device: no lock needed
+    std::shared_ptr<CudaDevice> device = std::dynamic_pointer_cast<CudaDevice>(b.device());
+    if (device && lookup_hook_set().load(std::memory_order_relaxed)) lookup_hook()();
+    return device;
+}
+
+std::shared_ptr<CudaDevice> cuda_device_of(const Buffer::DeviceView &lease, const char *entry) {
+    auto device = std::dynamic_pointer_cast<CudaDevice>(lease.device);
+    if (!device)
+        throw BufferError(std::string(entry) + "(): the buffer left its CUDA device meanwhile (another "
+                          "thread moved it); export it again");
+    return device;
+}
+
+Buffer wrap_cuda(const char *entry, const std::shared_ptr<CudaDevice> &device, uint64_t data,
+                 const std::vector<int64_t> &shape, const std::vector<int64_t> &strides, const DType &dtype,
+                 std::shared_ptr<void> owner, cu::CUstream producer) {
+    // The host copy mirrors the device memory's layout (one span, one copy each way): owned
+    // bytes for the span, viewed with the producer's strides.
+    int64_t lo = 0, hi = dtype.itemsize, count = 1;
+    for (size_t i = 0; i < shape.size(); ++i) {
+        count *= shape[i];
+        int64_t reach = (shape[i] - 1) * strides[i];
+        (reach < 0 ? lo : hi) += reach;
+    }
+    if (count == 0) return Buffer::allocate(entry, shape, dtype);  // no elements, no memory to share
+    Buffer bytes = Buffer::allocate(entry, {hi - lo}, *dtype_by_name("uint8"));
+    Buffer out = Buffer::wrap(entry, bytes.data() - lo, shape, strides, dtype,
+                              std::const_pointer_cast<void>(bytes.keep_alive()), false, false);
+    if (producer) device->order_after(producer);
+    out.device_wrap_native(device, data + uint64_t(lo), 0, std::move(owner));
+    return out;
+}
+
+}  // namespace hb

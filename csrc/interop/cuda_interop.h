@@ -1,0 +1,35 @@
+// cuda_interop.h: buffers and other people's CUDA memory: where a buffer's CUDA copy is, and
+// buffers over memory a framework allocated (the CUDA array interface and DLPack imports).
+#pragma once
+
+#include <functional>
+#include <memory>
+#include <vector>
+
+#include "storage/buffer.h"
+#include "backends/device_cuda.h"
+
+namespace hb {
+
+/// The CUDA device holding the buffer's device copy, or null (no device copy, or another kind).
+/// Exports lease it afterwards with DeviceChoice::same_kind: another thread may move the
+/// storage in between.
+std::shared_ptr<CudaDevice> cuda_device_of(Buffer &b);
+
+/// Tests only: `hook` runs (on the looking thread, GIL held) right after cuda_device_of(Buffer&)
+/// found a CUDA device, to force the interleaving above; an empty function removes it.
+void set_after_device_lookup(std::function<void()> hook);
+
+/// The CUDA device a device lease ended on (another thread may have moved the storage since
+/// the caller looked); BufferError naming `entry` if it is no longer a CUDA device.
+std::shared_ptr<CudaDevice> cuda_device_of(const Buffer::DeviceView &lease, const char *entry);
+
+/// A buffer whose current copy is CUDA memory at `data` (the element at index 0 of every axis,
+/// on `device`; `strides` in bytes), kept alive by `owner`: no copy now; the host copy, laid
+/// out like the device memory, is filled on the first host read. Our stream first waits for
+/// `producer` (a stream the producer's work is queued on; null: none to wait for).
+Buffer wrap_cuda(const char *entry, const std::shared_ptr<CudaDevice> &device, uint64_t data,
+                 const std::vector<int64_t> &shape, const std::vector<int64_t> &strides, const DType &dtype,
+                 std::shared_ptr<void> owner, cu::CUstream producer);
+
+}  // namespace hb

@@ -1,0 +1,275 @@
+// dlpack.cpp: managed tensors of our buffers, and the checks every imported tensor passes.
+#include "interop/dlpack.h"
+
+#include <cstring>
+#include <limits>
+#include <new>
+#include <string>
+
+#include "interop/cuda_interop.h"
+#include "core/errors.h"
+
+namespace hb {
+
+// ---------------------------------------------------------------------------------------------
+// Export
+// ---------------------------------------------------------------------------------------------
+
+namespace {
+
+/// Everything a managed tensor of ours points to, in one allocation: the managed tensor, what
+/// keeps the memory alive, and the shape and strides (in elements) right behind the struct.
+struct ExportContext {
+    std::shared_ptr<const void> memory;
+    HostWriteLease lease;
+    DLManagedTensorVersioned versioned{};
+    DLManagedTensor legacy{};
+
+    int64_t *dims() { return reinterpret_cast<int64_t *>(this + 1); }
+
+    static ExportContext *make(const Buffer &b, const Placement &at) {
+        size_t n = size_t(b.ndim());
+        void *block = ::operator new(sizeof(ExportContext) + 2 * n * sizeof(int64_t));
+        auto *c = new (block) ExportContext{b.keep_alive(), at.lease};
+        int64_t *shape = c->dims(), *strides = shape + n;
+        int shift = __builtin_ctz(unsigned(b.dtype().itemsize));  // itemsizes are powers of two
+        for (size_t i = 0; i < n; ++i) {
+            shape[i] = b.shape()[i];
+            strides[i] = b.strides()[i] >> shift;  // whole elements: exact, negative ones too
+        }
+        return c;
+    }
+    static void destroy(ExportContext *c) {
+        c->~ExportContext();
+        ::operator delete(c);
+    }
+};
+static_assert(alignof(ExportContext) >= alignof(int64_t), "dims() follow the struct");
+
+/// Fills a DLTensor describing `b` where `at` says, with the context's shape and strides.
+void describe(ExportContext &c, const Buffer &b, const Placement &at, DLTensor &t) {
+    // DLPack asks for NULL data when there are no elements; the first element otherwise.
+    void *first = at.device.device_type == kDLCPU ? b.data() : at.data;
+    t.data = b.size() ? first : nullptr;
+    t.device = at.device;
+    t.ndim = b.ndim();
+    t.dtype = b.dtype().dlpack;
+    t.shape = b.ndim() ? c.dims() : nullptr;
+    t.strides = b.ndim() ? c.dims() + b.ndim() : nullptr;
+    t.byte_offset = 0;
+}
+
+}  // namespace
+
+DLDevice dlpack_device_of(Buffer &b) {
+    if (!b.may_hold_device_copy()) return DLDevice{kDLCPU, 0};  // the common case, without a call
+    if (std::shared_ptr<CudaDevice> d = cuda_device_of(b)) return DLDevice{kDLCUDA, d->ordinal()};
+    return DLDevice{kDLCPU, 0};
+}
+
+DLPackVersion dlpack_version_for(const DType &t) {
+    bool newer = t.dlpack.code >= kDLFloat8_e3m4 || t.dlpack_padded;
+    return DLPackVersion{1, newer ? 1u : 0u};
+}
+
+DLManagedTensorVersioned *export_versioned(const Buffer &view, bool copied, const Placement &at) {
+    ExportContext *c = ExportContext::make(view, at);
+    const DType &t = view.dtype();
+    DLManagedTensorVersioned &m = c->versioned;
+    m.version = dlpack_version_for(t);
+    m.manager_ctx = c;
+    m.deleter = [](DLManagedTensorVersioned *self) {
+        ExportContext::destroy(static_cast<ExportContext *>(self->manager_ctx));
+    };
+    m.flags = (view.readonly() ? DLPACK_FLAG_BITMASK_READ_ONLY : 0) |
+              (copied ? DLPACK_FLAG_BITMASK_IS_COPIED : 0) |
+              (t.dlpack_padded ? DLPACK_FLAG_BITMASK_IS_SUBBYTE_TYPE_PADDED : 0);
+    describe(*c, view, at, m.dl_tensor);
+    return &m;
+}
+
+DLManagedTensor *export_legacy(const Buffer &view, const Placement &at) {
+    ExportContext *c = ExportContext::make(view, at);
+    DLManagedTensor &m = c->legacy;
+    m.manager_ctx = c;
+    m.deleter = [](DLManagedTensor *self) { ExportContext::destroy(static_cast<ExportContext *>(self->manager_ctx)); };
+    describe(*c, view, at, m.dl_tensor);
+    return &m;
+}
+
+void delete_unused(DLManagedTensorVersioned *m) {
+    static_cast<ExportContext *>(m->manager_ctx)->lease.withdraw();
+    m->deleter(m);
+}
+
+void delete_unused(DLManagedTensor *m) {
+    static_cast<ExportContext *>(m->manager_ctx)->lease.withdraw();
+    m->deleter(m);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Import
+// ---------------------------------------------------------------------------------------------
+
+namespace {
+
+constexpr int kMaxDims = 64;
+
+std::string str(int64_t v) { return std::to_string(v); }
+
+std::string dtype_text(const DLDataType &d) {
+    return "(code " + str(d.code) + ", bits " + str(d.bits) + ", lanes " + str(d.lanes) + ")";
+}
+
+/// Devices whose memory the host reads directly.
+bool host_readable(const DLDevice &d) {
+    return d.device_type == kDLCPU || d.device_type == kDLCUDAHost || d.device_type == kDLROCMHost;
+}
+
+/// The row and packing of a DLPack element type. Sub-byte types are packed unless the padded
+/// flag says one per byte (legacy tensors cannot say so: theirs are packed, as JAX's float4 is);
+/// PyTorch packs two float4 into one element of lanes 2.
+const DType &element_type(const char *entry, const DLDataType &d, bool padded, int &packed_lanes) {
+    const DType *t = dtype_by_dlpack(d.code, d.bits);
+    packed_lanes = 0;
+    if (t && !t->dlpack_padded && d.lanes == 1) return *t;  // whole bytes per element
+    if (t && t->dlpack_padded && padded && d.lanes == 1) return *t;  // one per byte, as we store them
+    // Packed: lanes values per element, which must fill whole bytes when there are several.
+    if (t && t->dlpack_padded && !padded && (d.lanes == 1 || (d.lanes > 1 && d.bits * d.lanes % 8 == 0))) {
+        packed_lanes = d.lanes;
+        return *t;
+    }
+    throw BufferError(std::string(entry) + "(): no dtype of the table has the DLPack type " + dtype_text(d) +
+                      "; convert the tensor to one of: " + dtype_names());
+}
+
+}  // namespace
+
+DLImport check_import(const char *entry, const DLTensor &t, uint64_t flags, DLPackVersion version) {
+    std::string where = std::string(entry) + "(): ";
+    // CUDA memory is wrapped through the CUDA backend; other devices' memory is out of reach.
+    if (!host_readable(t.device) && t.device.device_type != kDLCUDA)
+        throw BufferError(where + "the tensor is on DLPack device (" + str(t.device.device_type) + ", " +
+                          str(t.device.device_id) + "), which neither the host nor a backend of "
+                          "halide_buffer can read; copy it to the CPU first (e.g. tensor.cpu())");
+    if (t.device.device_type == kDLCPU && t.device.device_id != 0)
+        throw BufferError(where + "a CPU tensor with device id " + str(t.device.device_id) + " (DLPack's CPU "
+                          "device is (1, 0)); the producer sent a malformed tensor");
+    if (t.ndim < 0 || t.ndim > kMaxDims)
+        throw BufferError(where + "ndim " + str(t.ndim) + " is outside 0.." + str(kMaxDims) +
+                          "; the producer sent a malformed tensor");
+    if (t.ndim > 0 && !t.shape)
+        throw BufferError(where + "the tensor has " + str(t.ndim) + " axes but no shape; the "
+                          "producer sent a malformed tensor");
+    bool versioned = version.major != 0;
+    if (t.ndim > 0 && !t.strides && versioned && (version.major > 1 || version.minor >= 2))
+        throw BufferError(where + "NULL strides in a DLPack " + str(version.major) + "." + str(version.minor) +
+                          " tensor (allowed only before 1.2); the producer sent a malformed tensor");
+
+    DLImport in;
+    const DType &dtype = element_type(entry, t.dtype, flags & DLPACK_FLAG_BITMASK_IS_SUBBYTE_TYPE_PADDED,
+                                      in.packed_lanes);
+    in.dtype = &dtype;
+    in.readonly = flags & DLPACK_FLAG_BITMASK_READ_ONLY;
+    in.copied = flags & DLPACK_FLAG_BITMASK_IS_COPIED;
+    in.shape.assign(t.shape, t.shape + t.ndim);
+    int64_t count = 1;
+    for (int64_t n : in.shape) {
+        if (n < 0) throw BufferError(where + "negative extent " + str(n) + " in the shape; the producer "
+                                     "sent a malformed tensor");
+        if (__builtin_mul_overflow(count, n, &count))
+            throw BufferError(where + "the shape has more than 2**63 elements; the producer sent a "
+                              "malformed tensor");
+    }
+    if (t.strides) {
+        in.strides.assign(t.strides, t.strides + t.ndim);
+    } else {  // C-contiguous, in elements
+        in.strides.resize(size_t(t.ndim));
+        int64_t s = 1;
+        for (int i = t.ndim; i-- > 0;) {
+            in.strides[size_t(i)] = s;
+            if (__builtin_mul_overflow(s, in.shape[size_t(i)] > 0 ? in.shape[size_t(i)] : 1, &s))
+                s = 0;  // past every element: a stride no element reaches with (the count is 0)
+        }
+    }
+    if (count > 0 && !t.data)
+        throw BufferError(where + "NULL data for a tensor of " + str(count) + " elements; the producer "
+                          "sent a malformed tensor");
+    // Every element's byte offset must be an address: lowest and highest, without overflow.
+    // Every element's bits, from the first element's, must stay in the address space: the
+    // lowest and the highest, without overflow (packed elements may be more or less than a byte).
+    int64_t unit = in.packed_lanes ? int64_t(dtype.dlpack.bits) * in.packed_lanes : int64_t(dtype.itemsize) * 8;
+    // A stride no step takes (an axis of extent 1 or 0, or any axis of an empty tensor) is never
+    // multiplied by an index, but byte strides are computed from every stride: one whose bits do
+    // not fit in 64 bits becomes 0, so that every later stride computation is in range.
+    for (int i = 0; i < t.ndim; ++i) {
+        int64_t bits;
+        bool steps = count > 0 && in.shape[size_t(i)] > 1;
+        if (!steps && __builtin_mul_overflow(in.strides[size_t(i)], unit, &bits)) in.strides[size_t(i)] = 0;
+    }
+    int64_t lo = 0, hi = count > 0 ? unit : 0;
+    for (int i = 0; count > 0 && i < t.ndim; ++i) {
+        int64_t reach;
+        if (__builtin_mul_overflow(in.shape[size_t(i)] - 1, in.strides[size_t(i)], &reach) ||
+            __builtin_mul_overflow(reach, unit, &reach) ||
+            __builtin_add_overflow(reach < 0 ? lo : hi, reach, reach < 0 ? &lo : &hi))
+            throw BufferError(where + "the strides reach beyond the address space; the producer sent a "
+                              "malformed tensor");
+    }
+    uintptr_t below = (uintptr_t(0) - uintptr_t(lo) + 7) / 8, above = (uintptr_t(hi) + 7) / 8;  // whole bytes
+    uintptr_t base = reinterpret_cast<uintptr_t>(t.data), first;
+    if (__builtin_add_overflow(base, uintptr_t(t.byte_offset), &first) || first < below ||
+        first > std::numeric_limits<uintptr_t>::max() - above)
+        throw BufferError(where + "data, byte_offset and strides reach beyond the address space; the "
+                          "producer sent a malformed tensor");
+    in.data = reinterpret_cast<uint8_t *>(first);
+    in.device = host_readable(t.device) ? DLDevice{kDLCPU, 0} : t.device;
+    return in;
+}
+
+Buffer wrap_import(const char *entry, const DLImport &in, std::shared_ptr<void> owner, bool external_writes) {
+    std::vector<int64_t> bytes(in.strides.size());
+    for (size_t i = 0; i < bytes.size(); ++i) bytes[i] = in.strides[i] * in.dtype->itemsize;
+    return Buffer::wrap(entry, in.data, in.shape, bytes, *in.dtype, std::move(owner), in.readonly,
+                        external_writes && !in.copied);
+}
+
+namespace {
+
+/// The i-th `bits`-wide value of packed data (little bit-endian: value i starts at bit i * bits).
+uint8_t packed_value(const uint8_t *data, int64_t i, int bits) {
+    int64_t bit = i * bits;
+    int64_t byte = bit >= 0 ? bit / 8 : -((-bit + 7) / 8);  // floor: negative strides count back
+    int shift = int(bit - byte * 8);
+    unsigned window = data[byte];
+    if (shift + bits > 8) window |= unsigned(data[byte + 1]) << 8;
+    return uint8_t((window >> shift) & ((1u << bits) - 1));
+}
+
+/// Copies every packed element into one-per-byte `out` (C order), lanes innermost.
+void unpack(uint8_t *&out, const uint8_t *data, int64_t first, const DLImport &in, size_t axis) {
+    int lanes = in.packed_lanes, bits = in.dtype->dlpack.bits;
+    if (axis == in.shape.size()) {
+        for (int j = 0; j < lanes; ++j) *out++ = packed_value(data, first * lanes + j, bits);
+        return;
+    }
+    for (int64_t k = 0; k < in.shape[axis]; ++k) unpack(out, data, first + k * in.strides[axis], in, axis + 1);
+}
+
+}  // namespace
+
+Buffer copy_import(const char *entry, const DLImport &in) {
+    if (!in.packed_lanes) {
+        std::vector<int64_t> bytes(in.strides.size());
+        for (size_t i = 0; i < bytes.size(); ++i) bytes[i] = in.strides[i] * in.dtype->itemsize;
+        return Buffer::copy_of(entry, in.data, in.shape, bytes, *in.dtype);
+    }
+    std::vector<int64_t> shape = in.shape;
+    if (in.packed_lanes > 1) shape.push_back(in.packed_lanes);
+    Buffer out = Buffer::allocate(entry, shape, *in.dtype);
+    uint8_t *cursor = out.data();
+    if (out.size() > 0) unpack(cursor, in.data, 0, in, 0);
+    return out;
+}
+
+}  // namespace hb

@@ -1,0 +1,120 @@
+// py_cuda.cpp: the CudaDevice Python type, the CUDA entry points of _core, and the CUDA array
+// interface (v3) of Buffer.
+#include <string>
+#include <vector>
+
+#include <pybind11/stl.h>
+
+#include "interop/cuda_interop.h"
+#include "core/errors.h"
+#include "python/py_glue.h"
+
+namespace hb {
+namespace {
+
+constexpr const char *kInterface = "__cuda_array_interface__";
+
+/// The CUDA array interface of a buffer on a CUDA device: a device lease (the device copy made
+/// current, and device dirty unless the memory is read-only, as the consumer may write).
+py::dict cuda_array_interface(py::handle self) {
+    Buffer &b = buffer_of(self.ptr());
+    std::shared_ptr<CudaDevice> device = cuda_device_of(b);
+    if (!device)
+        throw py::attribute_error(std::string(kInterface) + ": the buffer is not on a CUDA device; call "
+                                  "copy_to_device(halide_buffer.cuda.device()) first, or hand it over with "
+                                  "__dlpack__ or numpy()");
+    Buffer::DeviceView v;
+    {
+        py::gil_scoped_release nogil;
+        v = b.begin_device_use(kInterface, DeviceChoice{device, false, true}, !b.readonly());
+    }
+    uintptr_t data = b.size() ? reinterpret_cast<uintptr_t>(v.native) + uintptr_t(v.offset) : 0;
+    py::dict d;
+    d["shape"] = py::tuple(py::cast(b.shape()));
+    d["typestr"] = b.dtype().typestr;
+    d["data"] = py::make_tuple(data, b.readonly());
+    d["strides"] = b.is_c_contiguous() ? py::object(py::none()) : py::object(py::tuple(py::cast(b.strides())));
+    d["version"] = 3;
+    // Our copies are blocking, but kernels a pipeline queued on our stream may still run: the
+    // consumer waits for our stream (never 0: the spec reserves it).
+    d["stream"] = cuda_device_of(v, kInterface)->stream_number();  // where the lease ended
+    return d;
+}
+
+Buffer wrap(uint64_t data, const std::vector<int64_t> &shape, const std::vector<int64_t> &strides,
+            py::handle dtype, const std::shared_ptr<CudaDevice> &device, py::object owner, uintptr_t stream) {
+    constexpr const char *entry = "cuda.wrap";
+    const DType &t = to_dtype(dtype, entry);
+    std::shared_ptr<void> keep = keep_object(owner);
+    cu::CUstream producer = stream ? stream_of_number(stream) : nullptr;
+    py::gil_scoped_release nogil;
+    return wrap_cuda(entry, device, data, shape, strides, t, std::move(keep), producer);
+}
+
+/// What the garbage collector sees of a CudaDevice: the stream object it keeps, when this Python
+/// object is the device's only holder (no buffer, allocation or pipeline uses it; see
+/// py_kept.cpp).
+int traverse_device(const std::shared_ptr<CudaDevice> &d, visitproc visit, void *arg) {
+    if (d.use_count() != 1) return 0;
+    return traverse_owner(d->stream_owner(), visit, arg);
+}
+
+}  // namespace
+
+void bind_cuda(py::module_ &m, py::class_<Buffer> &cls) {
+    py::class_<CudaDevice, Device, std::shared_ptr<CudaDevice>>(
+        m, "CudaDevice", "A CUDA device through its primary context, with the stream copies run on.",
+        py::custom_type_setup([](PyHeapTypeObject *type) {
+            take_part_in_gc(type, traverse_instance<std::shared_ptr<CudaDevice>, traverse_device>);
+        }))
+        .def_property_readonly("ordinal", &CudaDevice::ordinal)
+        .def_property_readonly("name", &CudaDevice::name)
+        .def_property_readonly("is_gpu", [](const CudaDevice &) { return true; })
+        .def_property_readonly("global_memory_size", &CudaDevice::global_memory)
+        .def_property_readonly("compute_capability", [](const CudaDevice &d) {
+            return py::make_tuple(d.compute_major(), d.compute_minor());
+        })
+        .def_property_readonly("context", [](const CudaDevice &d) {
+            return reinterpret_cast<uintptr_t>(d.context());
+        }, "CUcontext address: the device's primary context")
+        .def_property_readonly("stream", &CudaDevice::stream_number,
+                               "the stream copies run on, numbered as the CUDA array interface does "
+                               "(1: the legacy default stream)")
+        .def("__repr__", [](const CudaDevice &d) {
+            return "Device(cuda: " + d.name() + ", ordinal " + std::to_string(d.ordinal()) + ", stream " +
+                   std::to_string(d.stream_number()) + ")";
+        });
+
+    m.def("_cuda_available", &cu::available);
+    m.def("_set_after_device_lookup", [](py::object hook) {
+        if (hook.is_none()) return set_after_device_lookup(nullptr);
+        auto held = std::make_shared<py::object>(std::move(hook));
+        set_after_device_lookup([held] {
+            py::gil_scoped_acquire gil;
+            (*held)();
+        });
+    }, py::arg("hook"), "Tests only: calls hook() right after an export found the buffer's CUDA device.");
+    m.def("_cuda_loaded_library", &cu::loaded_library);
+    m.def("_cuda_error_name", [](int code) { return cu::error_name(code); });
+    m.def("_cuda_open", [](int ordinal, uintptr_t stream, py::object stream_owner) {
+        return CudaDevice::open(ordinal, stream, keep_object(stream_owner));
+    }, py::arg("ordinal"), py::arg("stream"), py::arg("stream_owner"));
+    m.def("_cuda_pointer_ordinal", [](uint64_t data, const CudaDevice &any) {
+        // Asked inside a context (the driver wants one current); with unified addressing any
+        // device's answers for every device's pointers.
+        cu::ContextScope scope(any.context());
+        cu::check(scope.result, "cuda.wrap", "cuCtxPushCurrent", "the context is lost; restart the process");
+        int ordinal = -1;
+        cu::check(cu::api().PointerGetAttribute(&ordinal, cu::CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL, data),
+                  "cuda.wrap", "cuPointerGetAttribute", "pass the memory of a live CUDA array");
+        return ordinal;
+    }, py::arg("data"), py::arg("any_device"), "The ordinal of the GPU holding a device pointer.");
+    m.def("_cuda_wrap", &wrap, py::arg("data"), py::arg("shape"), py::arg("strides"), py::arg("dtype"),
+          py::arg("device"), py::arg("owner"), py::arg("stream"));
+
+    cls.def_property_readonly(kInterface, &cuda_array_interface,
+                              "The CUDA array interface (v3) of a buffer on a CUDA device: a device "
+                              "lease. AttributeError when the buffer is not on one.");
+}
+
+}  // namespace hb

@@ -1,0 +1,457 @@
+// py_dlpack.cpp: the DLPack protocol in Python: Buffer.__dlpack__ / __dlpack_device__ (capsules
+// of our managed tensors) and halide_buffer.from_dlpack (any producer, any 1.x version, legacy
+// capsules, raw capsules). The managed tensors and the checks are dlpack.cpp's.
+#include <optional>
+#include <string>
+
+#include "interop/cuda_interop.h"
+#include "interop/dlpack.h"
+#include "core/errors.h"
+#include "python/py_glue.h"
+
+namespace hb {
+namespace {
+
+constexpr const char *kExport = "__dlpack__";
+constexpr const char *kImport = "from_dlpack";
+
+// ---------------------------------------------------------------------------------------------
+// Capsules
+// ---------------------------------------------------------------------------------------------
+
+/// A capsule's destructor: the tensor is deleted only when no consumer took it (a consumer
+/// renames the capsule to the "used_" name), and then its lease leaves no mark (a consumer
+/// that refused the tensor never wrote). Exceptions pending on the caller are preserved.
+template <typename Managed>
+void capsule_destructor(PyObject *capsule, const char *name) {
+    if (!PyCapsule_IsValid(capsule, name)) return;
+    PyObject *type, *value, *traceback;
+    PyErr_Fetch(&type, &value, &traceback);
+    auto *m = static_cast<Managed *>(PyCapsule_GetPointer(capsule, name));
+    if (m) delete_unused(m);
+    PyErr_Restore(type, value, traceback);
+}
+
+void versioned_destructor(PyObject *c) { capsule_destructor<DLManagedTensorVersioned>(c, kDLTensorVersionedCapsule); }
+void legacy_destructor(PyObject *c) { capsule_destructor<DLManagedTensor>(c, kDLTensorCapsule); }
+
+/// A capsule owning `m`; if the capsule cannot be made, the tensor is deleted and the error raised.
+template <typename Managed>
+py::capsule capsule_of(Managed *m, const char *name, PyCapsule_Destructor destructor) {
+    PyObject *c = PyCapsule_New(m, name, destructor);
+    if (!c) {
+        m->deleter(m);
+        throw py::error_already_set();
+    }
+    return py::reinterpret_steal<py::capsule>(c);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Export: __dlpack__ and __dlpack_device__
+// ---------------------------------------------------------------------------------------------
+
+/// (major, minor) or (device_type, device_id): a pair of ints, or TypeError naming `what`.
+std::pair<int64_t, int64_t> int_pair(py::handle value, const char *what, const char *example) {
+    PyObject *v = value.ptr();
+    if (PyTuple_Check(v) && PyTuple_GET_SIZE(v) == 2 && PyLong_Check(PyTuple_GET_ITEM(v, 0)) &&
+        PyLong_Check(PyTuple_GET_ITEM(v, 1))) {
+        int overflow = 0;
+        int64_t a = PyLong_AsLongLongAndOverflow(PyTuple_GET_ITEM(v, 0), &overflow);
+        int64_t b = overflow ? 0 : PyLong_AsLongLongAndOverflow(PyTuple_GET_ITEM(v, 1), &overflow);
+        if (!overflow) return {a, b};
+    }
+    throw TypeError(std::string(kExport) + "(): " + what + " must be a tuple of two ints such as " + example +
+                    ", not " + py::repr(value).cast<std::string>());
+}
+
+/// The keywords of __dlpack__ (keyword-only, all optional).
+struct DLPackArgs {
+    py::handle stream = Py_None, max_version = Py_None, dl_device = Py_None, copy = Py_None;
+};
+
+/// Vectorcall arguments to DLPackArgs: consumers call __dlpack__ on every exchange, so this
+/// bypasses pybind11's keyword matching (which builds each name anew per call).
+DLPackArgs parse_dlpack_args(PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames) {
+    if (nargs != 0)
+        throw TypeError(std::string(kExport) + "() takes keyword arguments only (stream, max_version, "
+                        "dl_device, copy)");
+    // Keyword names in calling code are interned strings: compared by address first.
+    static PyObject *const kNames[] = {
+        PyUnicode_InternFromString("max_version"), PyUnicode_InternFromString("copy"),
+        PyUnicode_InternFromString("dl_device"), PyUnicode_InternFromString("stream")};
+    DLPackArgs out;
+    py::handle *slots[] = {&out.max_version, &out.copy, &out.dl_device, &out.stream};
+    Py_ssize_t n = kwnames ? PyTuple_GET_SIZE(kwnames) : 0;
+    for (Py_ssize_t i = 0; i < n; ++i) {
+        PyObject *name = PyTuple_GET_ITEM(kwnames, i);
+        int k = 0;
+        while (k < 4 && name != kNames[k]) ++k;
+        for (int j = 0; k == 4 && j < 4; ++j) {
+            if (PyUnicode_Compare(name, kNames[j]) == 0) k = j;
+        }
+        if (k == 4)
+            throw TypeError(std::string(kExport) + "() got an unexpected keyword argument '" +
+                            py::str(name).cast<std::string>() + "'");
+        *slots[k] = args[i];
+    }
+    return out;
+}
+
+}  // namespace
+
+int tri_state(py::handle value, const char *entry) {
+    if (value.is_none()) return -1;
+    if (PyBool_Check(value.ptr())) return value.ptr() == Py_True;
+    throw TypeError(std::string(entry) + "(): copy must be True, False or None, not " +
+                    py::repr(value).cast<std::string>() + "; pass True to always copy, False never to, "
+                    "None to copy only when needed");
+}
+
+namespace {
+
+/// The capsule of a managed tensor over `b` (versioned or legacy), placed `at`.
+py::capsule capsule_for(const Buffer &b, bool versioned, bool copied, const Placement &at) {
+    if (versioned) return capsule_of(export_versioned(b, copied, at), kDLTensorVersionedCapsule, versioned_destructor);
+    return capsule_of(export_legacy(b, at), kDLTensorCapsule, legacy_destructor);
+}
+
+/// The consumer's stream of a CUDA export (DLPack's rule): None is the legacy default stream
+/// (1), -1 asks for no synchronisation, 0 is ambiguous and refused.
+std::optional<uintptr_t> consumer_stream(py::handle stream) {
+    if (stream.is_none()) return uintptr_t(1);
+    if (!PyLong_Check(stream.ptr()) || PyBool_Check(stream.ptr()))
+        throw TypeError(std::string(kExport) + "(): stream must be an int or None, not " +
+                        py::repr(stream).cast<std::string>() + "; pass the consumer's stream handle, or None");
+    int overflow = 0;
+    long long value = PyLong_AsLongLongAndOverflow(stream.ptr(), &overflow);
+    if (overflow > 0) return uintptr_t(PyLong_AsUnsignedLongLong(stream.ptr()));
+    if (value == -1 && !overflow) return std::nullopt;
+    if (value == 0)
+        throw BufferError(std::string(kExport) + "(): stream=0 is ambiguous and disallowed by DLPack; pass 1 "
+                          "for the legacy default stream, 2 for the per-thread one, or the stream's handle");
+    if (value < -1 || overflow)
+        throw BufferError(std::string(kExport) + "(): stream " + py::repr(stream).cast<std::string>() +
+                          " is no stream; pass None, -1 (no synchronisation) or a stream number");
+    return uintptr_t(value);
+}
+
+/// A writable lease for a consumer on the device (read-only memory gets a read lease): the
+/// device copy made current; the consumer's stream waits for ours.
+py::capsule cuda_export(Buffer &b, const std::shared_ptr<CudaDevice> &device, const DLPackArgs &a,
+                        bool versioned, int copy) {
+    std::optional<uintptr_t> stream = consumer_stream(a.stream);
+    if (copy == 1)
+        throw BufferError(std::string(kExport) + "(): copy=True of data on a CUDA device is not supported; "
+                          "ask for a host copy with dl_device=(1, 0), copy=True");
+    Buffer::DeviceView v;
+    {
+        py::gil_scoped_release nogil;
+        v = b.begin_device_use(kExport, DeviceChoice{device, false, true}, !b.readonly());
+    }
+    std::shared_ptr<CudaDevice> on = cuda_device_of(v, kExport);  // where the lease ended
+    if (stream) {
+        py::gil_scoped_release nogil;
+        on->order_before(stream_of_number(*stream));
+    }
+    Placement at{DLDevice{kDLCUDA, on->ordinal()}, static_cast<uint8_t *>(v.native) + v.offset};
+    return capsule_for(b, versioned, false, at);
+}
+
+py::capsule dlpack_export(py::handle self, const DLPackArgs &a) {
+    Buffer &b = buffer_of(self.ptr());
+    int copy = tri_state(a.copy, kExport);
+    py::handle stream = a.stream, max_version = a.max_version, dl_device = a.dl_device;
+    // Looked up once (the export uses it), and only for a buffer that was ever on a device.
+    std::shared_ptr<CudaDevice> gpu = b.may_hold_device_copy() ? cuda_device_of(b) : nullptr;
+    DLDevice here = gpu ? DLDevice{kDLCUDA, gpu->ordinal()} : DLDevice{kDLCPU, 0};
+    if (!dl_device.is_none()) {
+        auto [type, id] = int_pair(dl_device, "dl_device", "(1, 0)");
+        bool to_host = type == kDLCPU && id == 0;  // any buffer's host copy can be handed out
+        if (to_host) {
+            here = DLDevice{kDLCPU, 0};
+        } else if (type != here.device_type || id != here.device_id) {
+            throw BufferError(std::string(kExport) + "(): dl_device (" + std::to_string(type) + ", " +
+                              std::to_string(id) + ") is not where the data is (" +
+                              std::to_string(here.device_type) + ", " + std::to_string(here.device_id) +
+                              "); ask for dl_device=None, (1, 0) or the device of __dlpack_device__()");
+        }
+    }
+    bool versioned = false;
+    if (!max_version.is_none()) versioned = int_pair(max_version, "max_version", "(1, 0)").first >= 1;
+    const DType &t = b.dtype();
+    if (!versioned && t.dlpack_padded)
+        throw BufferError(std::string(kExport) + "(): " + t.name + " is stored one element per byte, "
+                          "which only a versioned capsule can say (the padded flag of DLPack 1.1); "
+                          "call __dlpack__(max_version=(1, 1))");
+    if (!versioned && b.readonly() && copy != 1)
+        throw BufferError(std::string(kExport) + "(): the buffer is read-only, which a legacy capsule "
+                          "cannot say; call __dlpack__(max_version=(1, 0)), or copy=True");
+    if (here.device_type == kDLCUDA) return cuda_export(b, gpu, a, versioned, copy);
+    // Streams order work on a GPU; host data has none to order.
+    if (!stream.is_none())
+        throw BufferError(std::string(kExport) + "(): stream must be None for data on the CPU, not " +
+                          py::repr(stream).cast<std::string>() + "; pass stream=None (host data has no stream to order)");
+    if (copy == 1) {
+        run_lease(b, [&] { b.begin_host_read(); });
+        return capsule_for(b.copy(kExport), versioned, true, Placement{});
+    }
+    // A CPU consumer may write: a writable lease, unless the memory is read-only.
+    Placement at;
+    run_lease(b, [&] {
+        if (b.readonly()) b.begin_host_read();
+        else at.lease = b.begin_host_write(kExport);
+    });
+    return capsule_for(b, versioned, false, at);
+}
+
+// Both are plain CPython methods (no pybind11 dispatch): they run on every exchange.
+
+PyObject *dlpack_method(PyObject *self, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames) {
+    PyObject *capsule = nullptr;
+    c_call([&] {
+        capsule = dlpack_export(self, parse_dlpack_args(args, nargs, kwnames)).release().ptr();
+        return 0;
+    });
+    return capsule;
+}
+
+PyObject *dlpack_device_method(PyObject *self, PyObject *) {
+    PyObject *device = nullptr;
+    c_call([&] {
+        DLDevice d = dlpack_device_of(buffer_of(self));
+        device = py::make_tuple(int(d.device_type), d.device_id).release().ptr();
+        return 0;
+    });
+    return device;
+}
+
+PyMethodDef kDLPackMethods[] = {
+    {"__dlpack__", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(dlpack_method)),
+     METH_FASTCALL | METH_KEYWORDS,
+     "__dlpack__($self, /, *, stream=None, max_version=None, dl_device=None, copy=None)\n--\n\n"
+     "A DLPack capsule (versioned when max_version >= (1, 0)) of the host data, or of the CUDA "
+     "device copy of a buffer on a CUDA device (its stream handshake per DLPack; dl_device=(1, 0) "
+     "asks for the host copy); a writable lease unless the buffer is read-only."},
+    {"__dlpack_device__", dlpack_device_method, METH_NOARGS,
+     "__dlpack_device__($self, /)\n--\n\n(DLPack device type, device id): (2, ordinal) for a buffer "
+     "on a CUDA device, else (1, 0), the CPU."},
+};
+
+// ---------------------------------------------------------------------------------------------
+// Import: from_dlpack
+// ---------------------------------------------------------------------------------------------
+
+}  // namespace
+
+/// What keeps an imported tensor alive: the producer object and the managed tensor, whose
+/// deleter runs exactly once, when the last buffer or view over it dies (with the GIL held:
+/// producers' deleters may touch Python objects), before the producer is let go.
+struct ImportOwner final : Kept {
+    ImportOwner(DLManagedTensorVersioned *v, DLManagedTensor *l, py::object producer)
+        : Kept(std::move(producer)), versioned(v), legacy(l) {}
+    ~ImportOwner() override {
+        if (versioned && versioned->deleter) versioned->deleter(versioned);
+        if (legacy && legacy->deleter) legacy->deleter(legacy);
+    }
+    DLManagedTensorVersioned *versioned;
+    DLManagedTensor *legacy;
+};
+
+std::shared_ptr<void> import_owner(DLManagedTensorVersioned *v, DLManagedTensor *l, py::object producer) {
+    return keep(std::make_unique<ImportOwner>(v, l, std::move(producer)));
+}
+
+std::shared_ptr<CudaDevice> cuda_device(int ordinal, const char *entry) {
+    try {
+        return py::module_::import("halide_buffer.cuda").attr("device")(ordinal).cast<std::shared_ptr<CudaDevice>>();
+    } catch (py::error_already_set &e) {
+        if (!e.matches(PyExc_ValueError)) throw;
+        throw BufferError(std::string(entry) + "(): the data is on CUDA device " + std::to_string(ordinal) +
+                          ", which this machine does not have (" + py::str(e.value()).cast<std::string>() + ")");
+    }
+}
+
+namespace {
+
+/// A CUDA tensor: wrapped as the device copy of a new buffer (the host copy follows on the
+/// first host read), or, for copy=True, downloaded into a host copy of our own.
+Buffer adopt_cuda(const DLImport &in, std::shared_ptr<void> owner, int copy, bool producer_copied) {
+    if (in.packed_lanes)
+        throw BufferError(std::string(kImport) + "(): packed " + in.dtype->name + " values on a CUDA device "
+                          "cannot be wrapped; unpack them there first, or copy the tensor to the CPU");
+    if (in.readonly && copy != 1)
+        throw BufferError(std::string(kImport) + "(): the CUDA tensor is read-only, and a buffer's device "
+                          "copy is written by uploads; pass copy=True for a copy of its values");
+    std::shared_ptr<CudaDevice> device = cuda_device(in.device.device_id, kImport);
+    std::vector<int64_t> bytes(in.strides.size());
+    for (size_t i = 0; i < bytes.size(); ++i) bytes[i] = in.strides[i] * in.dtype->itemsize;
+    bool copy_now = copy == 1 && !in.copied && !producer_copied;
+    // The wrapped memory's owner is the tensor's: device_detach_native() hands back its producer
+    // object (None for a raw capsule), and the tensor is deleted when it is let go.
+    py::gil_scoped_release nogil;
+    Buffer out = wrap_cuda(kImport, device, reinterpret_cast<uint64_t>(in.data), in.shape, bytes, *in.dtype,
+                           std::move(owner), nullptr);
+    if (!copy_now) return out;
+    out.begin_host_read();
+    return out.copy(kImport);  // the wrapped tensor is let go with `out`
+}
+
+}  // namespace
+
+Buffer adopt_import(const DLImport &in, std::shared_ptr<void> owner, int copy, bool producer_copied) {
+    if (in.device.device_type == kDLCUDA) return adopt_cuda(in, std::move(owner), copy, producer_copied);
+    if (in.packed_lanes && copy != 1)
+        throw BufferError(std::string(kImport) + "(): the " + in.dtype->name + " values are packed (" +
+                          std::to_string(in.dtype->dlpack.bits) + " bits each, several to a byte), which no "
+                          "NumPy dtype can view; pass copy=True to unpack them one per byte");
+    if (copy == 1 && !in.copied && !producer_copied) {
+        Buffer out = copy_import(kImport, in);
+        owner.reset();  // the copy needs the producer no longer
+        return out;
+    }
+    if (in.packed_lanes) return copy_import(kImport, in);
+    return wrap_import(kImport, in, std::move(owner), true);
+}
+
+void refuse_major(const char *entry, DLManagedTensorVersioned *m) {
+    DLPackVersion v = m->version;
+    if (m->deleter) m->deleter(m);
+    throw BufferError(std::string(entry) + "(): the tensor follows DLPack " + std::to_string(v.major) + "." +
+                      std::to_string(v.minor) + ", whose layout this version (1.x) cannot read; export it "
+                      "as DLPack 1.x");
+}
+
+namespace {
+
+/// Takes a capsule: checks it, marks it used, and makes the buffer. A check that fails leaves
+/// the capsule as it was: its destructor then deletes the tensor.
+Buffer from_capsule(py::handle capsule, py::object producer, int copy, bool producer_copied = false) {
+    const char *name = PyCapsule_GetName(capsule.ptr());
+    if (!name && PyErr_Occurred()) throw py::error_already_set();
+    std::string n = name ? name : "";
+    if (n == kDLTensorVersionedCapsule) {
+        auto *m = static_cast<DLManagedTensorVersioned *>(PyCapsule_GetPointer(capsule.ptr(), name));
+        if (!m) throw py::error_already_set();
+        if (m->version.major != kDLPackMajor) {
+            PyCapsule_SetName(capsule.ptr(), kUsedDLTensorVersionedCapsule);
+            refuse_major(kImport, m);
+        }
+        DLImport in = check_import(kImport, m->dl_tensor, m->flags, m->version);
+        PyCapsule_SetName(capsule.ptr(), kUsedDLTensorVersionedCapsule);
+        return adopt_import(in, import_owner(m, nullptr, std::move(producer)), copy, producer_copied);
+    }
+    if (n == kDLTensorCapsule) {
+        auto *m = static_cast<DLManagedTensor *>(PyCapsule_GetPointer(capsule.ptr(), name));
+        if (!m) throw py::error_already_set();
+        DLImport in = check_import(kImport, m->dl_tensor, 0, DLPackVersion{0, 0});
+        PyCapsule_SetName(capsule.ptr(), kUsedDLTensorCapsule);
+        return adopt_import(in, import_owner(nullptr, m, std::move(producer)), copy, producer_copied);
+    }
+    if (n == kUsedDLTensorCapsule || n == kUsedDLTensorVersionedCapsule)
+        throw BufferError(std::string(kImport) + "(): the capsule was already consumed (named '" + n +
+                          "'); a DLPack capsule can be taken once: call __dlpack__() again");
+    throw BufferError(std::string(kImport) + "(): a capsule named '" + n + "' is no DLPack tensor; pass "
+                      "an object with __dlpack__ or a 'dltensor'/'dltensor_versioned' capsule");
+}
+
+/// What a producer's __dlpack_device__() returned, checked: a (device type, device id) pair of
+/// ints in the range of DLPack's fields.
+DLDevice producer_device(py::handle obj, py::handle where) {
+    auto text = [&](const char *what) {
+        return std::string(kImport) + "(): " + Py_TYPE(obj.ptr())->tp_name + ".__dlpack_device__() returned " +
+               py::repr(where).cast<std::string>() + ", " + what + "; the producer is broken";
+    };
+    PyObject *w = where.ptr();
+    if (!PyTuple_Check(w) || PyTuple_GET_SIZE(w) != 2) throw TypeError(text("not a (device type, device id) tuple"));
+    int32_t fields[2];
+    for (Py_ssize_t i = 0; i < 2; ++i) {
+        PyObject *item = PyTuple_GET_ITEM(w, i);
+        py::object index = py::reinterpret_steal<py::object>(
+            PyIndex_Check(item) && !PyBool_Check(item) ? PyNumber_Index(item) : nullptr);
+        if (!index) {
+            PyErr_Clear();
+            throw TypeError(text("whose fields are not both ints"));
+        }
+        int overflow = 0;
+        long long v = PyLong_AsLongLongAndOverflow(index.ptr(), &overflow);
+        if (overflow || v < INT32_MIN || v > INT32_MAX)
+            throw ValueError(text("whose fields do not fit DLPack's 32-bit device type and id"));
+        fields[i] = int32_t(v);
+    }
+    return DLDevice{static_cast<DLDeviceType>(fields[0]), fields[1]};
+}
+
+/// The capsule of a producer: the newest version we read first; producers from before
+/// max_version get the old call. `copied` tells whether the producer was asked to copy.
+py::object capsule_from(py::handle obj, int copy, bool &copied) {
+    py::object method = obj.attr("__dlpack__");
+    py::dict kwargs, stream;
+    // A producer on a CUDA device makes our stream wait for its work (DLPack's handshake).
+    py::object device_of = py::getattr(obj, "__dlpack_device__", py::none());
+    if (!device_of.is_none()) {
+        DLDevice where = producer_device(obj, device_of());
+        if (where.device_type == kDLCUDA) stream["stream"] = cuda_device(where.device_id, kImport)->stream_number();
+    }
+    kwargs["max_version"] = py::make_tuple(kDLPackMajor, kDLPackMinor);
+    if (copy != -1) kwargs["copy"] = py::bool_(copy == 1);
+    kwargs.attr("update")(stream);
+    py::object capsule;
+    try {
+        capsule = method(**kwargs);
+        copied = copy == 1;  // a producer that takes copy=True copies (not all say so in the flags)
+    } catch (py::error_already_set &e) {
+        if (!e.matches(PyExc_TypeError)) throw;
+        capsule = method(**stream);
+        copied = false;
+    }
+    if (!PyCapsule_CheckExact(capsule.ptr()))
+        throw TypeError(std::string(kImport) + "(): " + Py_TYPE(obj.ptr())->tp_name + ".__dlpack__() returned " +
+                        Py_TYPE(capsule.ptr())->tp_name + ", not a DLPack capsule; the producer is broken");
+    return capsule;
+}
+
+Buffer from_dlpack(py::handle obj, py::handle device, py::handle copy_arg) {
+    int copy = tri_state(copy_arg, kImport);
+    std::optional<DeviceChoice> on;
+    if (!device.is_none()) on = device_arg(device, kImport);
+    Buffer out = [&] {
+        if (py::isinstance<Buffer>(obj)) {  // ours: the same storage (one residency state), or a copy
+            Buffer &b = buffer_of(obj.ptr());
+            if (copy != 1) return b.view();
+            run_lease(b, [&] { b.begin_host_read(); });
+            return b.copy(kImport);
+        }
+        if (PyCapsule_CheckExact(obj.ptr())) return from_capsule(obj, py::none(), copy);
+        if (!py::hasattr(obj, "__dlpack__"))
+            throw TypeError(std::string(kImport) + "(): " + Py_TYPE(obj.ptr())->tp_name + " has no __dlpack__ "
+                            "and is no DLPack capsule; pass a tensor of a DLPack library (NumPy, PyTorch, JAX, "
+                            "CuPy), or use Buffer.from_host(obj, copy=True) for other data");
+        if (std::optional<Buffer> fast = exchange_import(obj, copy)) return std::move(*fast);
+        bool copied = false;
+        py::object capsule = capsule_from(obj, copy, copied);
+        // What the producer copied for us is ours alone: no second copy.
+        return from_capsule(capsule, py::reinterpret_borrow<py::object>(obj), copy, copied);
+    }();
+    if (on) {
+        py::gil_scoped_release nogil;
+        out.copy_to_device(*on);
+    }
+    return out;
+}
+
+}  // namespace
+
+void bind_dlpack(py::class_<Buffer> &cls, py::module_ &m) {
+    for (PyMethodDef &def : kDLPackMethods) {
+        py::object method = py::reinterpret_steal<py::object>(
+            PyDescr_NewMethod(reinterpret_cast<PyTypeObject *>(cls.ptr()), &def));
+        if (!method) throw py::error_already_set();
+        cls.attr(def.ml_name) = method;
+    }
+    m.def("from_dlpack", &from_dlpack, py::arg("obj"), py::kw_only(), py::arg("device") = py::none(),
+          py::arg("copy") = py::none(),
+          "A Buffer over any DLPack producer's tensor (copy=None/False: without copying), or over a "
+          "raw capsule; copy=True copies (and unpacks packed sub-byte values).");
+}
+
+}  // namespace hb

@@ -1,0 +1,183 @@
+// py_dlpack_exchange.cpp: DLPack 1.3's C exchange API, both sides. Ours: a static table on the
+// Buffer type, as __dlpack_c_exchange_api__. Theirs: a producer whose type has one (PyTorch)
+// is imported through it, with no __dlpack__ call and no capsule.
+#include <string>
+#include <unordered_map>
+
+#include "interop/cuda_interop.h"
+#include "core/errors.h"
+#include "python/py_glue.h"
+
+namespace hb {
+namespace {
+
+constexpr const char *kAttribute = "__dlpack_c_exchange_api__";
+
+/// Takes ownership of a producer's versioned tensor: a buffer over it, or the tensor deleted
+/// and the reason raised.
+Buffer adopt_owned(const char *entry, DLManagedTensorVersioned *m, py::object producer, int copy) {
+    if (m->version.major != kDLPackMajor) refuse_major(entry, m);
+    std::shared_ptr<void> owner = import_owner(m, nullptr, std::move(producer));  // deletes it, however this ends
+    return adopt_import(check_import(entry, m->dl_tensor, m->flags, m->version), std::move(owner), copy);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Our table
+// ---------------------------------------------------------------------------------------------
+
+int allocator(DLTensor *prototype, DLManagedTensorVersioned **out, void *error_ctx,
+              void (*set_error)(void *, const char *, const char *)) {
+    constexpr const char *entry = "DLPackManagedTensorAllocator";
+    try {
+        const DType *t = dtype_by_dlpack(prototype->dtype.code, prototype->dtype.bits);
+        if (!t || prototype->dtype.lanes != 1)
+            throw BufferError(std::string(entry) + "(): no dtype of the table has this DLPack type");
+        if (prototype->device.device_type != kDLCPU)
+            throw BufferError(std::string(entry) + "(): halide_buffer allocates on the CPU only");
+        if (prototype->ndim < 0 || (prototype->ndim > 0 && !prototype->shape))
+            throw BufferError(std::string(entry) + "(): the prototype has no valid shape");
+        std::vector<int64_t> shape(prototype->shape, prototype->shape + prototype->ndim);
+        *out = export_versioned(Buffer::allocate(entry, shape, *t), false);  // keeps the new memory
+        return 0;
+    } catch (const MemoryError &e) {
+        set_error(error_ctx, "MemoryError", e.what());
+    } catch (const std::bad_alloc &) {
+        set_error(error_ctx, "MemoryError", "DLPackManagedTensorAllocator(): out of host memory; free memory and try again");
+    } catch (const ValueError &e) {
+        set_error(error_ctx, "ValueError", e.what());
+    } catch (const std::exception &e) {
+        set_error(error_ctx, "BufferError", e.what());
+    }
+    return -1;
+}
+
+int from_py_object(void *py_object, DLManagedTensorVersioned **out) {
+    return c_call([&] {
+        Buffer &b = buffer_of(static_cast<PyObject *>(py_object));
+        // What __dlpack__() does: a writable lease unless the memory is read-only.
+        if (std::shared_ptr<CudaDevice> device = cuda_device_of(b)) {
+            py::gil_scoped_release nogil;
+            Buffer::DeviceView v = b.begin_device_use("__dlpack__", DeviceChoice{device, false, true}, !b.readonly());
+            // "No sync" leaves ordering to the consumer, who knows its stream only as the
+            // current one: our stream's work is finished before the tensor is handed over.
+            std::shared_ptr<CudaDevice> on = cuda_device_of(v, "__dlpack__");  // where the lease ended
+            on->synchronize();
+            *out = export_versioned(b, false, Placement{DLDevice{kDLCUDA, on->ordinal()},
+                                                        static_cast<uint8_t *>(v.native) + v.offset});
+            return 0;
+        }
+        run_lease(b, [&] {
+            if (b.readonly()) b.begin_host_read();
+            else b.begin_host_write("__dlpack__");
+        });
+        *out = export_versioned(b, false);
+        return 0;
+    });
+}
+
+int to_py_object(DLManagedTensorVersioned *tensor, void **out) {
+    return c_call([&] {
+        Buffer b = adopt_owned("DLPackManagedTensorToPyObjectNoSync", tensor, py::none(), -1);
+        *out = py::cast(std::move(b)).release().ptr();
+        return 0;
+    });
+}
+
+int current_work_stream(DLDeviceType type, int32_t id, void **out) {
+    return c_call([&] {
+        // Host memory has no stream to order work on; a CUDA device's is its default device's.
+        *out = type == kDLCUDA
+                   ? reinterpret_cast<void *>(cuda_device(id, "DLPackCurrentWorkStream")->stream_number())
+                   : nullptr;
+        return 0;
+    });
+}
+
+const DLPackExchangeAPI kTable = {
+    {{kDLPackMajor, kDLPackMinor}, nullptr},
+    allocator,
+    from_py_object,
+    to_py_object,
+    nullptr,  // dltensor_from_py_object_no_sync: optional; our element strides are not stored
+    current_work_stream,
+};
+
+// ---------------------------------------------------------------------------------------------
+// A producer's table
+// ---------------------------------------------------------------------------------------------
+
+/// The 1.x table of a type (walking prev_api past newer majors), or nullptr. Cached per type;
+/// the cache holds the type, so its address is never reused for another.
+const DLPackExchangeAPI *table_of(PyTypeObject *type) {
+    static std::unordered_map<PyTypeObject *, const DLPackExchangeAPI *> cache;
+    auto found = cache.find(type);
+    if (found != cache.end()) return found->second;
+    const DLPackExchangeAPI *api = nullptr;
+    PyObject *attr = PyObject_GetAttrString(reinterpret_cast<PyObject *>(type), kAttribute);
+    if (!attr) {
+        PyErr_Clear();
+    } else {
+        if (PyCapsule_IsValid(attr, kExchangeAPICapsule)) {
+            auto *header = static_cast<DLPackExchangeAPIHeader *>(PyCapsule_GetPointer(attr, kExchangeAPICapsule));
+            while (header && header->version.major > kDLPackMajor) header = header->prev_api;
+            if (header && header->version.major == kDLPackMajor) api = reinterpret_cast<const DLPackExchangeAPI *>(header);
+            if (api && !api->managed_tensor_from_py_object_no_sync) api = nullptr;
+        }
+        Py_DECREF(attr);
+    }
+    Py_INCREF(type);
+    cache.emplace(type, api);
+    return api;
+}
+
+/// Objects a producer's __dlpack__ refuses but its exchange API exports as they are: PyTorch
+/// tensors that require grad, or whose memory does not hold their values (a lazy conjugate or
+/// negation). They take the __dlpack__ path, and get the producer's own error.
+bool needs_producer_checks(py::handle obj) {
+    static const char *kMethods[] = {"is_conj", "is_neg"};
+    py::object grad = py::getattr(obj, "requires_grad", py::none());
+    if (PyObject_IsTrue(grad.ptr()) == 1) return true;
+    for (const char *name : kMethods) {
+        py::object method = py::getattr(obj, name, py::none());
+        if (!method.is_none() && PyObject_IsTrue(method().ptr()) == 1) return true;
+    }
+    return false;
+}
+
+}  // namespace
+
+std::optional<Buffer> exchange_import(py::handle obj, int copy) {
+    const DLPackExchangeAPI *api = table_of(Py_TYPE(obj.ptr()));
+    if (!api || needs_producer_checks(obj)) return std::nullopt;
+    DLManagedTensorVersioned *m = nullptr;
+    if (api->managed_tensor_from_py_object_no_sync(obj.ptr(), &m) != 0) {
+        // What the table refuses (PyTorch: sparse and other non-strided layouts, quantized
+        // dtypes) goes the producer's __dlpack__ way, so the same tensor raises the same
+        // exception, with the producer's own message, on every path.
+        PyErr_Clear();
+        return std::nullopt;
+    }
+    const DLDevice &where = m->dl_tensor.device;
+    if (where.device_type == kDLCUDA && api->current_work_stream) {
+        // "No sync": the producer's work may still run on its current stream; ours waits for it.
+        void *stream = nullptr;
+        if (api->current_work_stream(kDLCUDA, where.device_id, &stream) != 0) {
+            py::error_already_set error;
+            if (m->deleter) m->deleter(m);
+            throw error;
+        }
+        try {
+            cuda_device(where.device_id, "from_dlpack")->order_after(stream_of_number(reinterpret_cast<uintptr_t>(stream)));
+        } catch (...) {
+            if (m->deleter) m->deleter(m);
+            throw;
+        }
+    }
+    return adopt_owned("from_dlpack", m, py::reinterpret_borrow<py::object>(obj), copy);
+}
+
+void bind_dlpack_exchange(py::class_<Buffer> &cls) {
+    cls.attr(kAttribute) = py::capsule(&kTable, kExchangeAPICapsule);
+}
+
+}  // namespace hb

@@ -1,0 +1,197 @@
+// py_glue.h: what the pybind11 binding files share.
+#pragma once
+
+#include <pybind11/numpy.h>
+#include <pybind11/pybind11.h>
+
+#include <exception>
+#include <optional>
+#include <string>
+
+#include "storage/buffer.h"
+#include "backends/device_cuda.h"
+#include "interop/dlpack.h"
+#include "core/dtype.h"
+
+namespace hb {
+namespace py = pybind11;
+
+/// Runs a residency lease (b.begin_host_read() and the like). One that may move data runs
+/// without the GIL, so other Python threads go on during the copy.
+template <typename F>
+void run_lease(const Buffer &b, F &&lease) {
+    if (!b.may_hold_device_copy()) return lease();
+    py::gil_scoped_release nogil;
+    lease();
+}
+
+/// A tuple of Python ints: a shape, strides, mins.
+template <typename T>
+py::tuple to_tuple(const std::vector<T> &v) {
+    py::tuple t(v.size());
+    for (size_t i = 0; i < v.size(); ++i) t[i] = py::int_(v[i]);
+    return t;
+}
+
+// py_module.cpp
+/// Sets the Python exception for a C++ exception of the core; false if it is not one of ours.
+bool set_python_error(std::exception_ptr error);
+
+/// Runs `f` (returning 0 or -1) for a C caller (a type slot, a DLPack table): a C++ exception
+/// becomes the Python exception it maps to, and -1.
+template <typename F>
+int c_call(F &&f) noexcept {
+    try {
+        return f();
+    } catch (py::error_already_set &e) {
+        e.restore();
+    } catch (...) {
+        if (!set_python_error(std::current_exception()))
+            PyErr_SetString(PyExc_RuntimeError, "halide_buffer: unexpected internal error");
+    }
+    return -1;
+}
+
+// py_dtype.cpp
+void bind_dtype(py::module_ &m);
+/// Any dtype spelling a user may pass (name, NumPy or ml_dtypes dtype, torch/jax dtype).
+const DType &to_dtype(py::handle obj, const char *entry);
+/// The NumPy dtype object of a row (ml_dtypes for exotic rows), created once.
+py::dtype numpy_dtype(const DType &t);
+
+// py_device.cpp
+void bind_device(py::module_ &m);
+
+// py_buffer.cpp
+void bind_buffer(py::module_ &m);
+/// An array of values (an ndarray, a tensor, anything exporting memory), as opposed to a plain
+/// integer or sequence: what a newcomer passes where a shape, an index or a handle goes.
+bool is_array(py::handle obj);
+/// True when `obj` is an integer: it has __index__ and, for an array, __index__ takes it (NumPy
+/// and PyTorch give their arrays __index__, which refuses all but a single integer). Another
+/// object's __index__ is its own: what it raises is passed on where it is called.
+bool is_integer(py::handle obj);
+/// A Python integer (anything with __index__) as int64_t / uint64_t; false when it does not
+/// fit (for uint64_t: also when negative). What __index__ raises is passed on.
+bool as_int64(py::handle n, int64_t &out);
+bool as_uint64(py::handle n, uint64_t &out);
+/// The name of obj's type, for messages ("numpy.ndarray").
+std::string type_name(py::handle obj);
+/// The core Buffer inside a Python Buffer object (no type check: callers know the type).
+Buffer &buffer_of(PyObject *self);
+
+// py_residency.cpp
+void bind_residency(py::class_<Buffer> &cls);
+/// The device a call names: a Device (required), or None: where the buffer is, else the default.
+DeviceChoice device_arg(py::handle device, const char *entry);
+/// halide_buffer.transfers(): the process-wide counts.
+void bind_transfer_totals(py::module_ &m);
+
+// py_kept.cpp
+/// A Python object held from C++: a storage's owner (what from_host() or from_dlpack() wrapped),
+/// a wrapped device handle's owner, a device's stream object. Every such reference is one of
+/// these, in an owner made by keep(), so that the garbage collector can be shown it
+/// (traverse_owner()). Deleted with the GIL held, from any thread.
+struct Kept {
+    explicit Kept(py::object object) : object(std::move(object)) {}
+    Kept(const Kept &) = delete;
+    Kept &operator=(const Kept &) = delete;
+    virtual ~Kept() = default;
+    /// Visits each Python reference held (tp_traverse's contract): `object`, and any other a
+    /// subclass holds.
+    virtual int traverse(visitproc visit, void *arg) const {
+        Py_VISIT(object.ptr());
+        return 0;
+    }
+    /// The object whose memory or handle is kept, for repr: `object`, unless a subclass holds
+    /// it otherwise.
+    virtual py::handle origin() const { return object; }
+    py::object object;  ///< the object kept (what device_detach_native() hands back); may be null
+};
+/// An owner holding `kept`, deleted (with the GIL) when the last copy goes.
+std::shared_ptr<void> keep(std::unique_ptr<Kept> kept);
+/// An owner holding `obj` (null for None).
+std::shared_ptr<void> keep_object(py::handle obj);
+/// The Kept in an owner made by keep(); nullptr for none, or for an owner of the core's own
+/// (another storage, memory lent out).
+Kept *kept_in(const std::shared_ptr<void> &owner);
+/// tp_traverse's share of an owner the caller holds: visits the objects it keeps, when the
+/// reference is the caller's alone (no other copy of the owner exists).
+int traverse_owner(const std::shared_ptr<void> &owner, visitproc visit, void *arg);
+/// For py::custom_type_setup: instances of the type take part in cyclic garbage collection,
+/// `traverse` visiting what they keep (see traverse_instance()).
+void take_part_in_gc(PyHeapTypeObject *type, traverseproc traverse);
+/// A tp_traverse for a pybind11 type holding its C++ object in a `Holder`: the instance's type,
+/// then, once the holder is constructed, what visit_holder(holder, visit, arg) visits.
+template <typename Holder, int (*visit_holder)(const Holder &, visitproc, void *)>
+int traverse_instance(PyObject *self, visitproc visit, void *arg) {
+    Py_VISIT(Py_TYPE(self));  // a heap type: each instance holds a reference to it
+    auto *inst = reinterpret_cast<py::detail::instance *>(self);
+    py::detail::value_and_holder v_h = inst->get_value_and_holder();
+    if (!v_h.holder_constructed()) return 0;  // e.g. Buffer.__new__ alone: nothing held
+    return visit_holder(v_h.holder<Holder>(), visit, arg);
+}
+
+// py_dlpack.cpp
+void bind_dlpack(py::class_<Buffer> &cls, py::module_ &m);
+/// copy= of the DLPack entry points: -1 (None), 0 (False) or 1 (True); TypeError otherwise.
+int tri_state(py::handle value, const char *entry);
+/// What keeps an imported tensor alive (exactly one of `versioned`, `legacy`): runs its deleter
+/// once, with the GIL, when the last buffer over it dies.
+std::shared_ptr<void> import_owner(DLManagedTensorVersioned *versioned, DLManagedTensor *legacy,
+                                   py::object producer);
+/// DLPack's rule for a versioned tensor of another major version: another layout, of which only
+/// the deleter may be touched. Deletes the tensor, then throws BufferError naming `entry`.
+[[noreturn]] void refuse_major(const char *entry, DLManagedTensorVersioned *m);
+/// A buffer over a checked tensor: wrapped; or copied when `copy` is 1 (unless the producer
+/// copied it for us already) or the values are packed, releasing `owner`.
+Buffer adopt_import(const DLImport &in, std::shared_ptr<void> owner, int copy, bool producer_copied = false);
+/// halide_buffer.cuda.device(ordinal): the default device of that ordinal (DeviceError without
+/// CUDA). An ordinal this machine does not have is a BufferError naming `entry`, whose data
+/// (a tensor, a stream) named it.
+std::shared_ptr<CudaDevice> cuda_device(int ordinal, const char *entry);
+
+// py_dlpack_exchange.cpp
+/// DLPack 1.3's C exchange API: our table on the Buffer type.
+void bind_dlpack_exchange(py::class_<Buffer> &cls);
+/// A producer's exchange API, when its type has one: the fast import; nothing when it has none.
+std::optional<Buffer> exchange_import(py::handle obj, int copy);
+
+// py_aot.cpp
+void bind_aot(py::module_ &m);
+
+// py_cuda.cpp
+/// halide_buffer.CudaDevice, the CUDA entry points, Buffer.__cuda_array_interface__.
+void bind_cuda(py::module_ &m, py::class_<Buffer> &cls);
+
+// py_halide.cpp
+/// Buffer.from_halide(), Buffer.to_halide(), _opencl_load_library(): the bridge to the halide package.
+void bind_halide(py::module_ &m);
+
+// py_from_host.cpp
+/// Buffer.from_host(): wrap (or copy) anything with the buffer protocol or an ndarray.
+Buffer buffer_from_host(py::handle obj, bool copy, bool external_writes);
+/// The bytes of a buffer-protocol object as one run (PyBUF_SIMPLE), writable when asked and the
+/// exporter allows it, held until `owner` is released.
+struct HeldBytes {
+    uint8_t *data;
+    size_t len;
+    bool readonly;
+    std::shared_ptr<void> owner;
+};
+HeldBytes hold_bytes(py::handle obj, bool writable);
+
+// py_buffer_protocol.cpp
+/// Replaces pybind11's buffer slots of `type` with ours.
+void install_buffer_protocol(py::handle type);
+
+// py_numpy.cpp
+/// An ndarray of the exact dtype over the buffer's host memory, kept alive by `self`.
+py::array ndarray_view(py::handle self, Buffer &b, bool writable);
+void bind_numpy(py::class_<Buffer> &cls);
+// py_buffer_data.cpp
+void bind_buffer_data(py::class_<Buffer> &cls);
+// py_processes.cpp
+void bind_processes(py::class_<Buffer> &cls, py::module_ &m);
+
+}  // namespace hb

@@ -1,0 +1,600 @@
+// buffer.cpp: geometry checks, views and copies (the residency rules are residency.cpp's).
+#include "storage/buffer.h"
+
+#include <algorithm>
+#include <cstdlib>
+#include <cstring>
+#include <limits>
+#include <new>
+#include <numeric>
+#include <string>
+
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include "core/errors.h"
+#include "core/strided.h"
+
+namespace hb {
+
+namespace {
+
+constexpr size_t kAlignment = 128;
+constexpr size_t kLargeBlock = size_t(4) << 20;  // NumPy's huge-page threshold
+constexpr int kMaxDims = 64;  // NumPy's limit
+constexpr int64_t kInt32Max = std::numeric_limits<int32_t>::max();
+constexpr int64_t kInt32Min = std::numeric_limits<int32_t>::min();
+
+std::string str(int64_t v) { return std::to_string(v); }
+
+/// "1 coordinate", "3 coordinates": a count and its noun, for messages.
+std::string counted(size_t n, const char *noun) {
+    return std::to_string(n) + " " + noun + (n == 1 ? "" : "s");
+}
+
+/// Halide holds an axis's min and max (min + extent - 1) in int32s: does [min, min + extent) fit?
+bool coordinates_fit(int64_t min, int64_t extent) {
+    return min >= kInt32Min && min <= kInt32Max && (extent == 0 || min <= kInt32Max - (extent - 1));
+}
+
+constexpr const char *kInt32Coordinates = "Halide's int32 coordinates [-2**31, 2**31 - 1]";
+
+/// 0, 1, ..., n - 1: C order.
+std::vector<int> identity(size_t n) {
+    std::vector<int> axes(n);
+    std::iota(axes.begin(), axes.end(), 0);
+    return axes;
+}
+
+}  // namespace
+
+int64_t checked_count(const char *entry, const std::vector<int64_t> &shape, int itemsize) {
+    if (shape.size() > size_t(kMaxDims))
+        throw ValueError(std::string(entry) + "(): " + str(int64_t(shape.size())) +
+                         " axes is more than the " + str(kMaxDims) + " supported; reshape the data");
+    int64_t count = 1;
+    for (int64_t n : shape) {
+        if (n < 0)
+            throw ValueError(std::string(entry) + "(): negative extent " + str(n) +
+                             "; every extent must be >= 0");
+        if (n > kInt32Max)
+            throw ValueError(std::string(entry) + "(): extent " + str(n) +
+                             " exceeds Halide's int32 limit (2**31 - 1); split the axis");
+        if (__builtin_mul_overflow(count, n, &count))
+            throw ValueError(std::string(entry) + "(): the shape has more than 2**63 elements; "
+                             "use a smaller shape");
+    }
+    int64_t bytes;
+    if (__builtin_mul_overflow(count, int64_t(itemsize), &bytes))
+        throw ValueError(std::string(entry) + "(): the shape needs more than 2**63 bytes; "
+                         "use a smaller shape");
+    return count;
+}
+
+namespace {
+
+/// MemoryError for an allocation the system refused, with what was asked for.
+MemoryError out_of_memory(const char *entry, const std::vector<int64_t> &shape, const DType &dtype, size_t bytes) {
+    return MemoryError(std::string(entry) + "(): out of host memory for " + std::to_string(bytes) + " bytes (" +
+                       size_text(bytes) + ": shape " + tuple_text(shape) + ", " + dtype.name +
+                       "); free host memory or ask for fewer elements");
+}
+
+/// Memory someone else describes (data, byte strides) must exist and stay inside the address
+/// space: no NULL data for elements, and the lowest and highest byte any index reaches
+/// computed without overflow. What lies there is the describer's word: it cannot be checked.
+void check_memory(const char *entry, const uint8_t *data, const std::vector<int64_t> &shape,
+                  const std::vector<int64_t> &strides, int64_t count, int itemsize) {
+    if (count == 0) return;
+    auto refuse = [&](const std::string &what) {
+        return BufferError(std::string(entry) + "(): " + what + "; the memory's description is broken "
+                           "(its exporter or producer is at fault)");
+    };
+    if (!data) throw refuse("NULL data for " + str(count) + " elements");
+    int64_t lo, hi;  // bytes from data: [lo, hi)
+    if (!byte_reach(shape, strides, itemsize, lo, hi)) throw refuse("the strides reach beyond the address space");
+    uintptr_t base = reinterpret_cast<uintptr_t>(data);
+    if (base < uintptr_t(0) - uintptr_t(lo) || uintptr_t(hi) > std::numeric_limits<uintptr_t>::max() - base)
+        throw refuse("data and strides reach beyond the address space");
+}
+
+/// Byte strides must be whole elements that Halide's int32 element strides can hold. The stride
+/// of an axis with at most one element never addresses memory: whatever it is, it becomes the
+/// itemsize (NumPy calls such arrays contiguous too).
+void normalize_strides(const char *entry, const std::vector<int64_t> &shape,
+                       std::vector<int64_t> &strides, int itemsize, const char *fix) {
+    for (size_t i = 0; i < strides.size(); ++i) {
+        int64_t s = strides[i];
+        bool whole = s % itemsize == 0;
+        bool fits = s / itemsize <= kInt32Max && s / itemsize >= kInt32Min;
+        if (shape[i] <= 1 && !(whole && fits)) {
+            strides[i] = itemsize;
+            continue;
+        }
+        if (!whole)
+            throw ValueError(std::string(entry) + "(): stride " + str(s) +
+                             " bytes is not a multiple of the itemsize " + str(itemsize) + "; " + fix);
+        if (!fits)
+            throw ValueError(std::string(entry) + "(): stride " + str(s) +
+                             " bytes exceeds Halide's int32 element strides; " + fix);
+    }
+}
+
+}  // namespace
+
+bool byte_reach(const std::vector<int64_t> &shape, const std::vector<int64_t> &strides, int itemsize,
+                int64_t &lo, int64_t &hi) {
+    lo = 0;
+    hi = itemsize;
+    for (size_t i = 0; i < shape.size(); ++i) {
+        int64_t reach;
+        if (shape[i] > 1 && (__builtin_mul_overflow(shape[i] - 1, strides[i], &reach) ||
+                             __builtin_add_overflow(reach < 0 ? lo : hi, reach, reach < 0 ? &lo : &hi)))
+            return false;
+    }
+    return true;
+}
+
+std::string tuple_text(const std::vector<int64_t> &values) {
+    std::string out = "(";
+    for (size_t i = 0; i < values.size(); ++i) out += (i ? ", " : "") + str(values[i]);
+    return out + (values.size() == 1 ? ",)" : ")");
+}
+
+std::vector<int64_t> dense_strides(const std::vector<int64_t> &shape, int itemsize, const std::vector<int> &order) {
+    std::vector<int64_t> strides(shape.size());
+    int64_t s = itemsize;
+    for (size_t k = order.size(); k-- > 0;) {
+        size_t i = size_t(order[k]);
+        strides[i] = s;
+        // A shape too large for int64 strides is refused by whoever checks its count (an empty
+        // one has no element to step to): past the overflow, strides are 0, never undefined.
+        if (__builtin_mul_overflow(s, shape[i] > 0 ? shape[i] : 1, &s)) s = 0;
+    }
+    return strides;
+}
+
+std::vector<int64_t> c_strides(const std::vector<int64_t> &shape, int itemsize) {
+    return dense_strides(shape, itemsize, identity(shape.size()));
+}
+
+std::vector<int> permutation(const char *entry, const char *what, const std::vector<int> &axes, int n,
+                             const char *fix) {
+    std::vector<int> out;
+    std::vector<bool> seen(size_t(n), false);
+    bool ok = axes.size() == size_t(n);
+    for (size_t i = 0; ok && i < axes.size(); ++i) {
+        int64_t a = axes[i] < 0 ? int64_t(axes[i]) + n : axes[i];
+        ok = a >= 0 && a < n && !seen[size_t(a)];
+        if (ok) {
+            seen[size_t(a)] = true;
+            out.push_back(int(a));
+        }
+    }
+    if (!ok)
+        throw ValueError(std::string(entry) + "(): " + what + " must be a permutation of " +
+                         (n ? "0.." + str(n - 1) : std::string("no axes, ()")) + "; " + fix);
+    return out;
+}
+
+namespace {
+
+/// Asks the kernel for transparent huge pages on a large block, as NumPy does: where THP is
+/// "madvise" only, 4 KiB pages make every bulk copy through the block (a device upload, a
+/// download) about a quarter slower. Advice only: any failure leaves the block as it is.
+void advise_huge_pages(void *block, size_t bytes) {
+    if (bytes < kLargeBlock) return;
+    long page = sysconf(_SC_PAGESIZE);
+    auto start = (reinterpret_cast<uintptr_t>(block) + uintptr_t(page) - 1) & ~uintptr_t(page - 1);
+    auto end = (reinterpret_cast<uintptr_t>(block) + bytes) & ~uintptr_t(page - 1);
+    if (end > start) madvise(reinterpret_cast<void *>(start), end - start, MADV_HUGEPAGE);
+}
+
+}  // namespace
+
+LiveCounts &live_counts() {
+    static LiveCounts counts;
+    return counts;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Construction
+// ---------------------------------------------------------------------------------------------
+
+Buffer::Buffer(Buffer &&) noexcept = default;
+
+Buffer Buffer::allocate(const char *entry, const std::vector<int64_t> &shape, const DType &dtype) {
+    return allocate(entry, shape, dtype, identity(shape.size()));
+}
+
+Buffer Buffer::allocate(const char *entry, const std::vector<int64_t> &shape, const DType &dtype,
+                        const std::vector<int> &order_arg) {
+    int64_t count = checked_count(entry, shape, dtype.itemsize);
+    std::vector<int> order = permutation(entry, "order", order_arg, int(shape.size()),
+                                         "pass 'C', 'F' or each axis once, outermost in memory first");
+    size_t bytes = size_t(count) * size_t(dtype.itemsize);
+    auto storage = std::make_shared<Storage>();
+    ++live_counts().storages;
+    uint8_t *host;
+    if (bytes >= kLargeBlock) {
+        // Large blocks are pages of their own, straight from the kernel (zero pages, touched only
+        // when used): they start on a page, so bulk copies between them and device memory
+        // (page-aligned on PoCL) avoid memcpy's slow path for sources and destinations 4 KiB
+        // apart modulo a few cache lines (measured: 256 MiB uploads about 20% slower at page
+        // offset 0x80), and share_memory() can put a segment in their place.
+        host = map_private_pages(bytes, storage->mapped_bytes);
+        if (!host) throw out_of_memory(entry, shape, dtype, bytes);
+        advise_huge_pages(host, storage->mapped_bytes);
+        storage->allocation = host;
+    } else {
+        void *allocation = std::calloc(bytes + kAlignment, 1);
+        if (!allocation) throw out_of_memory(entry, shape, dtype, bytes);
+        storage->allocation = allocation;
+        host = reinterpret_cast<uint8_t *>((reinterpret_cast<uintptr_t>(allocation) + kAlignment - 1) &
+                                           ~uintptr_t(kAlignment - 1));
+    }
+    std::vector<int64_t> strides = dense_strides(shape, dtype.itemsize, order);
+    normalize_strides(entry, shape, strides, dtype.itemsize, "use a smaller shape");
+    return adopt_storage(std::move(storage), dtype, host, shape, std::move(strides));
+}
+
+Buffer Buffer::allocate_like(const char *entry, const Buffer &other, const DType &dtype) {
+    Buffer b = allocate(entry, other.shape_, dtype, other.memory_order());
+    // The storage is this first view's geometry, mins included (NumPy axis i is the root's
+    // dimension counted from the end), so the new buffer covers its storage.
+    std::vector<halide_dimension_t> &dims = b.storage_->root_dims;
+    for (size_t i = 0; i < other.mins_.size(); ++i) dims[dims.size() - 1 - i].min = int32_t(other.mins_[i]);
+    b.mins_ = other.mins_;
+    return b;
+}
+
+Buffer Buffer::allocate_interleaved(const char *entry, const std::vector<int64_t> &shape, const DType &dtype) {
+    if (shape.empty())
+        throw ValueError(std::string(entry) + "(): a 0-d shape has no channel axis; pass the channels first, "
+                         "as in (channels, height, width)");
+    std::vector<int> order = identity(shape.size());
+    std::rotate(order.begin(), order.begin() + 1, order.end());  // 1, 2, ..., ndim - 1, 0
+    return allocate(entry, shape, dtype, order);
+}
+
+Buffer Buffer::copy_of(const char *entry, const uint8_t *data, const std::vector<int64_t> &shape,
+                       const std::vector<int64_t> &strides, const DType &dtype) {
+    // Any byte strides will do: the copy reads them as they are and stores C-contiguous.
+    check_memory(entry, data, shape, strides, checked_count(entry, shape, dtype.itemsize), dtype.itemsize);
+    Buffer out = allocate(entry, shape, dtype);
+    if (out.size() > 0)
+        copy_strided(out.data_, out.strides_, data, strides, shape, dtype.itemsize);
+    return out;
+}
+
+Buffer Buffer::wrap(const char *entry, uint8_t *data, const std::vector<int64_t> &shape,
+                    const std::vector<int64_t> &strides, const DType &dtype,
+                    std::shared_ptr<void> owner, bool readonly, bool external_writes) {
+    check_memory(entry, data, shape, strides, checked_count(entry, shape, dtype.itemsize), dtype.itemsize);
+    std::vector<int64_t> element_strides = strides;
+    normalize_strides(entry, shape, element_strides, dtype.itemsize, "pass copy=True for a contiguous copy");
+    auto storage = std::make_shared<Storage>();
+    ++live_counts().storages;
+    storage->host = data;
+    storage->ownership = HostOwnership::borrowed;
+    storage->owner = std::move(owner);
+    storage->readonly = readonly;
+    storage->external_writes = external_writes && !readonly;
+    return adopt_storage(std::move(storage), dtype, data, shape, std::move(element_strides));
+}
+
+Buffer Buffer::adopt_storage(std::shared_ptr<Storage> storage, const DType &dtype, uint8_t *data,
+                             std::vector<int64_t> shape, std::vector<int64_t> strides) {
+    // The storage's root halide_buffer_t: this first view's geometry, in bytes when Halide has
+    // no type of this size (complex128): one extra innermost dimension over the item's bytes.
+    Storage &s = *storage;
+    s.host = data;
+    bool bytes = !dtype.has_halide_type();
+    int unit = bytes ? 1 : dtype.itemsize;
+    if (bytes) s.root_dims.push_back(halide_dimension_t{0, dtype.itemsize, 1, 0});
+    for (size_t i = shape.size(); i-- > 0;)
+        s.root_dims.push_back(halide_dimension_t{0, int32_t(shape[i]), int32_t(strides[i] / unit), 0});
+    s.root.host = data;
+    s.root.type = bytes ? halide_type_t{halide_type_uint, 8, 1} : dtype.halide;
+    s.root.dimensions = int32_t(s.root_dims.size());
+    s.root.dim = s.root_dims.empty() ? nullptr : s.root_dims.data();
+    s.root.flags = halide_buffer_flag_host_dirty;
+
+    Buffer b;
+    b.storage_ = std::move(storage);
+    b.dtype_ = &dtype;
+    b.data_ = data;
+    b.mins_.assign(shape.size(), 0);
+    b.shape_ = std::move(shape);
+    b.strides_ = std::move(strides);
+    return b;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Geometry
+// ---------------------------------------------------------------------------------------------
+
+int64_t Buffer::size() const {
+    int64_t n = 1;
+    for (int64_t e : shape_) n *= e;
+    return n;
+}
+
+bool Buffer::is_c_contiguous() const {
+    int64_t expected = dtype_->itemsize;
+    for (size_t i = shape_.size(); i-- > 0;) {
+        if (shape_[i] == 0) return true;
+        if (shape_[i] != 1 && strides_[i] != expected) return false;
+        expected *= shape_[i];
+    }
+    return true;
+}
+
+bool Buffer::is_f_contiguous() const {
+    int64_t expected = dtype_->itemsize;
+    for (size_t i = 0; i < shape_.size(); ++i) {
+        if (shape_[i] == 0) return true;
+        if (shape_[i] != 1 && strides_[i] != expected) return false;
+        expected *= shape_[i];
+    }
+    return true;
+}
+
+std::vector<int> Buffer::memory_order() const {
+    std::vector<int> order = identity(shape_.size());
+    auto magnitude = [&](int axis) { return strides_[size_t(axis)] < 0 ? -strides_[size_t(axis)] : strides_[size_t(axis)]; };
+    std::stable_sort(order.begin(), order.end(), [&](int a, int b) { return magnitude(a) > magnitude(b); });
+    return order;
+}
+
+bool Buffer::contains(const std::vector<int64_t> &coords) const {
+    check_per_axis("contains", "coordinate", coords.size(), "pass one per axis, as in b.contains(*b.mins)");
+    for (size_t i = 0; i < coords.size(); ++i)
+        if (coords[i] < mins_[i] || coords[i] >= mins_[i] + shape_[i]) return false;
+    return true;
+}
+
+void check_mins(const char *entry, const std::vector<int64_t> &shape, const std::vector<int64_t> &mins) {
+    for (size_t i = 0; i < mins.size(); ++i)
+        if (!coordinates_fit(mins[i], shape[i]))
+            throw ValueError(std::string(entry) + "(): min " + str(mins[i]) + " of axis " + str(int64_t(i)) +
+                             " (extent " + str(shape[i]) + ") leaves " + kInt32Coordinates +
+                             "; pass mins with min + extent - 1 inside them");
+}
+
+void Buffer::set_min(const std::vector<int64_t> &mins) {
+    check_per_axis("set_min", "min", mins.size(), "pass one per axis, as in b.set_min(*b.mins)");
+    check_mins("set_min", shape_, mins);
+    // The storage's lock guards the published halide_buffer_t, and whoever holds it may be
+    // reading this view's geometry (publishing it for a pipeline): refused, never raced.
+    std::unique_lock<std::mutex> lock(storage_->mutex, std::try_to_lock);
+    if (!lock.owns_lock())
+        throw BufferError("set_min(): another thread is using this buffer's storage (a residency operation, "
+                          "or a pipeline being handed a view of it); call set_min() when it is done, or use "
+                          "b.translated() for a view with other mins");
+    mins_ = mins;
+    if (!raw_) return;
+    int n = ndim();
+    for (int i = 0; i < n; ++i) raw_->dims[size_t(n - 1 - i)].min = int32_t(mins_[size_t(i)]);
+}
+
+void Buffer::check_per_axis(const char *entry, const char *what, size_t count, const char *fix) const {
+    if (count != shape_.size())
+        throw ValueError(std::string(entry) + "(): " + counted(count, what) + " for a " + str(ndim()) +
+                         "-d buffer; " + fix);
+}
+
+int Buffer::check_axis(const char *entry, const char *verb, int64_t axis) const {
+    int n = ndim();
+    if (n == 0)
+        throw IndexError(std::string(entry) + "(): a 0-d buffer has no axes to " + verb +
+                         "; read its one element with b.numpy()[()]");
+    if (axis < -n || axis >= n)
+        throw IndexError(std::string(entry) + "(): axis " + str(axis) + " is out of range for " +
+                         str(n) + " axes; use -" + str(n) + " <= axis < " + str(n));
+    return int(axis < 0 ? axis + n : axis);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Views
+// ---------------------------------------------------------------------------------------------
+
+Buffer Buffer::view() const {
+    Buffer b;
+    b.storage_ = storage_;
+    b.dtype_ = dtype_;
+    b.data_ = data_;
+    b.shape_ = shape_;
+    b.strides_ = strides_;
+    b.mins_ = mins_;
+    return b;
+}
+
+Buffer Buffer::cropped(int64_t axis_arg, int64_t min, int64_t extent) const {
+    int axis = check_axis("cropped", "crop", axis_arg);
+    int64_t lo = mins_[axis], hi = mins_[axis] + shape_[axis];
+    if (extent < 0)
+        throw ValueError("cropped(): negative extent " + str(extent) + "; extent must be >= 0");
+    if (min < lo || min > hi || extent > hi - min)
+        throw IndexError("cropped(): [" + str(min) + ", " + str(min) + " + " + str(extent) +
+                         ") is outside axis " + str(axis) + "'s coordinates [" + str(lo) + ", " +
+                         str(hi) + "); crop within the mins and extents shown by b.mins and b.shape");
+    Buffer b = view();
+    b.data_ += (min - lo) * strides_[axis];
+    b.mins_[axis] = min;
+    b.shape_[axis] = extent;
+    return b;
+}
+
+Buffer Buffer::sliced(int64_t axis_arg, int64_t pos) const {
+    int axis = check_axis("sliced", "slice", axis_arg);
+    int64_t lo = mins_[axis], hi = mins_[axis] + shape_[axis];
+    if (pos < lo || pos >= hi)
+        throw IndexError("sliced(): coordinate " + str(pos) + " is outside axis " + str(axis) +
+                         "'s coordinates [" + str(lo) + ", " + str(hi) +
+                         "); slice at a coordinate shown by b.mins and b.shape");
+    Buffer b = view();
+    b.data_ += (pos - lo) * strides_[axis];
+    b.shape_.erase(b.shape_.begin() + axis);
+    b.strides_.erase(b.strides_.begin() + axis);
+    b.mins_.erase(b.mins_.begin() + axis);
+    return b;
+}
+
+Buffer Buffer::transposed(const std::vector<int> &axes) const {
+    int n = ndim();
+    if (n == 0 && !axes.empty())
+        throw ValueError("transposed(): a 0-d buffer has no axes to transpose; call b.transposed() "
+                         "without axes, which returns the buffer as it is");
+    std::vector<int> order = permutation("transposed", "axes", axes, n, "pass each axis exactly once");
+    Buffer b = view();
+    for (int i = 0; i < n; ++i) {
+        int a = order[size_t(i)];
+        b.shape_[size_t(i)] = shape_[size_t(a)];
+        b.strides_[size_t(i)] = strides_[size_t(a)];
+        b.mins_[size_t(i)] = mins_[size_t(a)];
+    }
+    return b;
+}
+
+Buffer Buffer::with_mins(const std::vector<int64_t> &mins) const {
+    Buffer b = view();
+    b.mins_ = mins;
+    return b;
+}
+
+Buffer Buffer::translated(int64_t axis_arg, int64_t delta) const {
+    int axis = check_axis("translated", "translate", axis_arg);
+    std::vector<int64_t> deltas(shape_.size(), 0);
+    deltas[size_t(axis)] = delta;
+    return translated(deltas);
+}
+
+Buffer Buffer::translated(const std::vector<int64_t> &deltas) const {
+    check_per_axis("translated", "delta", deltas.size(),
+                   "pass translated(axis, delta), or a sequence of one delta per axis");
+    Buffer b = view();
+    for (size_t i = 0; i < deltas.size(); ++i) {
+        int64_t min;
+        if (__builtin_add_overflow(mins_[i], deltas[i], &min) || !coordinates_fit(min, shape_[i]))
+            throw ValueError("translated(): moving axis " + str(int64_t(i)) + " (coordinates [" + str(mins_[i]) +
+                             ", " + str(mins_[i] + shape_[i]) + ")) by " + str(deltas[i]) + " leaves " +
+                             kInt32Coordinates + "; use a smaller delta");
+        b.mins_[i] = min;
+    }
+    return b;
+}
+
+Buffer Buffer::embedded(int64_t axis, int64_t pos) const { return embed("embedded", axis, pos); }
+
+Buffer Buffer::add_dimension() const { return embed("add_dimension", 0, 0); }
+
+Buffer Buffer::embed(const char *entry, int64_t axis_arg, int64_t pos) const {
+    int n = ndim();
+    if (n >= kMaxDims)
+        throw ValueError(std::string(entry) + "(): the buffer has " + str(n) + " axes, the most supported; " +
+                         "slice or reshape it first");
+    if (axis_arg < -n - 1 || axis_arg > n)
+        throw IndexError(std::string(entry) + "(): axis " + str(axis_arg) + " is out of range for the new axis of a " +
+                         str(n) + "-d buffer; use -" + str(n + 1) + " <= axis <= " + str(n) +
+                         " (numpy.expand_dims' numbering)");
+    if (!coordinates_fit(pos, 1))
+        throw ValueError(std::string(entry) + "(): pos " + str(pos) + " is outside " + kInt32Coordinates +
+                         "; pass a pos inside them");
+    size_t axis = size_t(axis_arg < 0 ? axis_arg + n + 1 : axis_arg);
+    // numpy.expand_dims' stride: the next axis's stride times its extent, the itemsize for a new
+    // last axis, so a C-contiguous buffer stays C-contiguous even to a checker that looks at
+    // axes of extent 1. One that overflows is never used: normalize_strides() replaces it.
+    int64_t stride = dtype_->itemsize;
+    if (axis < size_t(n) &&
+        __builtin_mul_overflow(strides_[axis], shape_[axis] > 0 ? shape_[axis] : 1, &stride))
+        stride = dtype_->itemsize;
+    Buffer b = view();
+    b.shape_.insert(b.shape_.begin() + std::ptrdiff_t(axis), 1);
+    b.strides_.insert(b.strides_.begin() + std::ptrdiff_t(axis), stride);
+    b.mins_.insert(b.mins_.begin() + std::ptrdiff_t(axis), pos);
+    normalize_strides(entry, b.shape_, b.strides_, dtype_->itemsize, "slice the buffer first");
+    return b;
+}
+
+Buffer Buffer::indexed(const std::vector<AxisIndex> &index) const {
+    if (index.size() != shape_.size())
+        throw IndexError("__getitem__(): " + str(int64_t(index.size())) + " indices for " +
+                         str(ndim()) + " axes; use at most one index per axis and one '...'");
+    Buffer b = view();
+    b.shape_.clear();
+    b.strides_.clear();
+    b.mins_.clear();
+    for (size_t i = 0; i < index.size(); ++i) {
+        const AxisIndex &ix = index[i];
+        if (!ix.keep) {
+            if (ix.start < 0 || ix.start >= shape_[i])
+                throw IndexError("__getitem__(): index " + str(ix.start) + " is out of range for axis " +
+                                 str(int64_t(i)) + " with extent " + str(shape_[i]));
+            b.data_ += ix.start * strides_[i];
+            continue;
+        }
+        if (ix.length > 0) b.data_ += ix.start * strides_[i];
+        int64_t stride;
+        if (__builtin_mul_overflow(strides_[i], ix.step, &stride)) {
+            if (ix.length > 1)
+                throw ValueError("__getitem__(): step " + str(ix.step) + " makes the stride of axis " +
+                                 str(int64_t(i)) + " overflow; use a smaller step");
+            stride = dtype_->itemsize;  // at most one element: the stride is never used
+        }
+        b.shape_.push_back(ix.length);
+        b.strides_.push_back(stride);
+        // A unit-step slice keeps Halide coordinates; a strided one starts a new grid at 0.
+        b.mins_.push_back(ix.step == 1 ? mins_[i] + ix.start : 0);
+    }
+    normalize_strides("__getitem__", b.shape_, b.strides_, dtype_->itemsize, "use a smaller step");
+    return b;
+}
+
+Buffer Buffer::bits() const {
+    const DType *u = dtype_bits_of(*dtype_);
+    if (!u)
+        throw TypeError(std::string("bits(): ") + dtype_->name + " has no unsigned integer of " +
+                        str(dtype_->itemsize) + " bytes; use b.numpy().view(numpy.uint64)");
+    Buffer b = view();
+    b.dtype_ = u;
+    return b;
+}
+
+Buffer Buffer::copy(const char *entry) const {
+    return copy_of(entry, data_, shape_, strides_, *dtype_);
+}
+
+Buffer Buffer::copy_keeping_layout(const char *entry) const {
+    Buffer out = allocate_like(entry, *this, *dtype_);
+    if (out.size() > 0) copy_strided(out.data_, out.strides_, data_, strides_, shape_, dtype_->itemsize);
+    return out;
+}
+
+bool Buffer::is_dense() const {
+    if (size() == 0) return true;
+    std::vector<size_t> axes;  // the axes that address memory, innermost first
+    for (size_t i = 0; i < shape_.size(); ++i)
+        if (shape_[i] > 1) axes.push_back(i);
+    std::sort(axes.begin(), axes.end(), [&](size_t a, size_t b) { return strides_[a] < strides_[b]; });
+    int64_t expected = dtype_->itemsize;
+    for (size_t axis : axes) {
+        if (strides_[axis] != expected) return false;
+        expected *= shape_[axis];
+    }
+    return true;
+}
+
+Buffer Buffer::dense_bytes(const char *entry) const {
+    if (!is_dense())
+        throw BufferError(std::string(entry) + "(): the view has gaps or negative strides; make a dense copy "
+                          "first (copy.deepcopy(b))");
+    Buffer b = view();
+    b.dtype_ = dtype_by_name("uint8");
+    b.shape_ = {nbytes()};
+    b.strides_ = {1};
+    b.mins_ = {0};
+    return b;
+}
+
+}  // namespace hb

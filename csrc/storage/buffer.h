@@ -1,0 +1,458 @@
+// buffer.h: the Buffer core. A Buffer is a view (dtype, shape, strides, mins) onto a Storage,
+// which owns or borrows the host memory and holds the one residency state shared by the
+// buffer and all its views. No Python in here: the bindings wrap it.
+//
+// Axis order is NumPy's (axis 0 outermost); strides are in bytes. The halide_buffer_t that
+// raw() publishes lists the same axes reversed (dim 0 innermost), strides in elements.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <vector>
+
+#include "device/device.h"
+#include "device/device_interface.h"
+#include "core/dtype.h"
+#include "abi/halide_abi.h"
+#include "core/live_counts.h"
+#include "storage/shared_segment.h"
+
+namespace hb {
+
+/// Who frees a Storage's host memory.
+enum class HostOwnership : uint8_t {
+    owned,     ///< allocated here (128-byte aligned, zero-filled); freed with the Storage
+    borrowed,  ///< someone else's; `owner` keeps it alive until the Storage dies
+    shared,    ///< a shared-memory segment (`segment`) other processes may map; unmapped with the Storage
+};
+
+/// Whose a Storage's device allocation is.
+enum class DeviceOwnership : uint8_t {
+    none,     ///< no device allocation: the host copy is the only one
+    owned,    ///< allocated by us; device_free() releases it
+    wrapped,  ///< someone else's native handle (device_wrap_native), kept alive by `device_owner`
+    foreign,  ///< set by a pipeline's own Halide runtime; freed through the interface it set
+};
+
+struct RawView;
+struct Storage;
+
+/// The mark a writable host lease left (host_dirty set), for a lease nobody may take up: a
+/// DLPack capsule no consumer took. withdraw() takes the mark back when nothing has happened
+/// to the storage since; otherwise (or when the lease set nothing) it does nothing.
+class HostWriteLease {
+public:
+    void withdraw();
+
+private:
+    friend class Buffer;
+    std::shared_ptr<Storage> storage_;  ///< null: nothing to withdraw
+    uint64_t generation_ = 0;           ///< the storage's generation right after the lease
+};
+
+/// The device an operation names: `device` is used when the buffer has no device copy yet;
+/// when it has one elsewhere, the call is refused if `required`, else it uses that one.
+struct DeviceChoice {
+    std::shared_ptr<Device> device;
+    bool required = false;
+    /// An export for a consumer of `device`'s kind: a storage found on a device of another kind
+    /// (another thread moved it since the caller looked) is refused before any lease is taken.
+    bool same_kind = false;
+};
+
+/// Memory and residency state shared by a buffer and every view of it. `mutex` guards all of
+/// it (and every view's published halide_buffer_t): one lock per storage.
+struct Storage {
+    uint8_t *host = nullptr;          ///< element at index 0 of the first view (owned: aligned start)
+    void *allocation = nullptr;       ///< what to free (owned storage only)
+    size_t mapped_bytes = 0;          ///< owned: pages of its own this long (unmapped, not freed); 0: a heap block
+    std::unique_ptr<SharedSegment> segment;  ///< shared storage: the segment `host` points into
+    HostOwnership ownership = HostOwnership::owned;
+    std::shared_ptr<void> owner;      ///< borrowed storage: releasing it releases the exporter
+    bool readonly = false;            ///< the memory must not be written through us
+    bool external_writes = false;     ///< borrowed writable memory its owner may write at any time
+
+    /// The lock and the GIL: a thread holding this lock never waits for the GIL (a contended
+    /// lock is waited for with the GIL released: StorageOp), and never drops the last reference
+    /// to something Python may own, which could run Python code that takes this or another
+    /// storage's lock: StorageOp::defer() keeps it until the lock is let go. Two storages are
+    /// locked in address order.
+    std::mutex mutex;
+    /// The whole storage as Halide sees it (the first view's geometry). Its flags, device and
+    /// device_interface are THE residency state; every device operation is a call through
+    /// root.device_interface on it, so one transfer always moves the whole storage.
+    halide_buffer_t root{};
+    std::vector<halide_dimension_t> root_dims;
+    DeviceOwnership device_ownership = DeviceOwnership::none;
+    std::shared_ptr<Device> device;  ///< owned / wrapped: the device it lives on
+    /// foreign: the device of the pipeline call whose runtime allocated it (null: none known).
+    std::shared_ptr<Device> runtime_device;
+    std::shared_ptr<void> device_owner;    ///< wrapped: the native handle's owner
+    /// Device memory consumers were handed without a reference of their own, freed since:
+    /// released when the storage dies (see Device::retire_lent).
+    std::vector<std::shared_ptr<void>> lent_memory;
+    Transfers transfers;                   ///< every copy of this storage's bytes
+    std::atomic<bool> ever_on_device{false};  ///< read without the lock: may a lease copy?
+    std::atomic<int> published_views{0};      ///< raw_views.size(), read without the lock
+    std::atomic<bool> host_flag_cleared{false};  ///< host_dirty was ever cleared (read without the lock)
+    /// Who may hold a pointer into the host memory that no view accounts for: live buffer-protocol
+    /// exports, and whether an ndarray view was ever handed out (its lifetime is NumPy's).
+    /// share_memory() moves a heap block only when both are zero.
+    std::atomic<int> host_exports{0};
+    std::atomic<bool> ndarray_handed_out{false};
+    std::vector<RawView *> raw_views;      ///< halide_buffer_t's handed to foreign code, still alive
+    /// The owner's own halide_buffer_t (an hl.Buffer's, see Buffer::bind()), published for the
+    /// storage's whole life; null for other storages.
+    std::unique_ptr<RawView> bound;
+    uint64_t generation = 0;               ///< counts residency operations (see HostWriteLease)
+
+    Storage() = default;
+    Storage(const Storage &) = delete;
+    Storage &operator=(const Storage &) = delete;
+    ~Storage();
+
+    // The rules (residency.cpp); the caller holds `mutex`.
+    uint64_t effective_flags() const;
+    /// Takes in what foreign code wrote into published views: flags, device memory.
+    void absorb_raw_views();
+    void absorb(RawView &r);
+    void let_go(RawView &r);     ///< foreign code freed what a view showed
+    bool bring_home(RawView &r);  ///< a pipeline's allocation for part of the storage
+    int copy_root_home();        ///< the interface's copy_to_host on the root; Halide's code
+    void download(const char *entry);
+    void allocate(const char *entry, const DeviceChoice &on);
+    void upload(const char *entry, const DeviceChoice &on);
+    std::shared_ptr<void> free_device(const char *entry);
+    void adopt_allocation();     ///< our new allocation: its copies move and count this storage
+    /// The device every operation on the device copy runs with (TargetDevice): the one it lives
+    /// on, or for a pipeline runtime's allocation the device of the call that made it, whose
+    /// context that runtime's hooks must be given.
+    Device *operation_device() const { return device ? device.get() : runtime_device.get(); }
+    void forget_view_handles();
+    /// BufferError naming `entry` for a bound storage: our device memory never goes into its
+    /// owner's halide_buffer_t, whose device copy only Halide's runtime makes.
+    void refuse_bound(const char *entry) const;
+    /// Writes the shared state into a view's halide_buffer_t (may_copy: downloading first when
+    /// the device copy is one the view cannot show).
+    void publish(RawView &r, bool may_copy);
+    void publish_all();
+};
+
+/// A view's halide_buffer_t handed to foreign code (see Buffer::raw()).
+struct RawView {
+    halide_buffer_t buf{};
+    std::vector<halide_dimension_t> dims;
+    uint64_t published = 0;         ///< flags as last written into buf
+    uint64_t published_device = 0;  ///< device as last written into buf
+    std::shared_ptr<void> handle;  ///< the backend's handle object for buf.device, if it needs one
+    const halide_device_interface_t *shown_as = nullptr;  ///< see Buffer::raw()
+    /// The device of the pipeline call it was last handed to (TargetDevice then; null outside
+    /// one): a runtime's allocation in it is copied home and freed with that device.
+    std::shared_ptr<Device> call_device;
+    /// A halide_buffer_t someone else owns describing the same memory (an hl.Buffer's, see
+    /// Buffer::bind()): its device, device_interface, flags and padding are taken into `buf`
+    /// before each absorb (pull) and written back after each publish (push). Cleared for good
+    /// when it stops describing the memory `buf` does (its owner changed its geometry in place).
+    halide_buffer_t *external = nullptr;
+    void pull();
+    void push() const;
+};
+
+/// How a residency operation waits for a storage's lock someone else holds (the bindings let
+/// other Python threads run meanwhile). The default just waits.
+using LockWaiter = void (*)(std::unique_lock<std::mutex> &);
+void set_lock_waiter(LockWaiter waiter);
+
+/// Byte strides of a dense array of this shape whose axes lie in memory in `order`, outermost
+/// first (a permutation of 0..ndim-1; c_strides() is 0, 1, ..., ndim-1).
+std::vector<int64_t> dense_strides(const std::vector<int64_t> &shape, int itemsize, const std::vector<int> &order);
+/// Byte strides of a C-contiguous array of this shape.
+std::vector<int64_t> c_strides(const std::vector<int64_t> &shape, int itemsize);
+/// `axes` as a permutation of 0..n-1 (negative axes count from the end), or ValueError
+/// "<entry>(): <what> must be a permutation of ...; <fix>".
+std::vector<int> permutation(const char *entry, const char *what, const std::vector<int> &axes, int n,
+                             const char *fix);
+/// Element count of a shape, refusing (ValueError naming `entry`) anything Halide or a 64-bit
+/// address cannot describe: more than 64 axes, negative or int32-overflowing extents, 2**63 bytes.
+int64_t checked_count(const char *entry, const std::vector<int64_t> &shape, int itemsize);
+/// ValueError naming `entry` unless every axis's [min, min + extent) fits Halide's int32
+/// coordinates (one min per axis).
+void check_mins(const char *entry, const std::vector<int64_t> &shape, const std::vector<int64_t> &mins);
+/// The bytes the elements of a non-empty array reach, relative to its element at index 0:
+/// [lo, hi). False when that overflows int64.
+bool byte_reach(const std::vector<int64_t> &shape, const std::vector<int64_t> &strides, int itemsize,
+                int64_t &lo, int64_t &hi);
+/// A shape or mins as Python writes a tuple, for messages: "(480, 640)", "(3,)".
+std::string tuple_text(const std::vector<int64_t> &values);
+
+/// One axis of an index expression, already normalised to positions by the caller.
+struct AxisIndex {
+    bool keep;       ///< false: an integer index (the axis disappears); true: a slice
+    int64_t start;   ///< first position taken
+    int64_t step;    ///< slices only: distance between taken positions (may be negative)
+    int64_t length;  ///< slices only: number of positions taken
+};
+
+/// Drops a dying shared storage from the table from_shared() finds storages in.
+void forget_shared_storage(uint64_t identity);
+
+class Buffer {
+public:
+    /// Owned, zero-filled, 128-byte aligned, C-contiguous storage.
+    static Buffer allocate(const char *entry, const std::vector<int64_t> &shape, const DType &dtype);
+    /// The same, laid out densely in `order`: the axes from outermost to innermost in memory (a
+    /// permutation; negative axes count from the end).
+    static Buffer allocate(const char *entry, const std::vector<int64_t> &shape, const DType &dtype,
+                           const std::vector<int> &order);
+    /// allocate() with other's shape, mins and memory order (Halide's make_with_shape_of).
+    static Buffer allocate_like(const char *entry, const Buffer &other, const DType &dtype);
+    /// allocate() in Halide's interleaved layout: axis 0 (the channels, Halide's last dimension)
+    /// innermost in memory, the other axes C-ordered outside it.
+    static Buffer allocate_interleaved(const char *entry, const std::vector<int64_t> &shape, const DType &dtype);
+    /// An owned C-contiguous copy of strided memory (any byte strides, even unaligned ones).
+    static Buffer copy_of(const char *entry, const uint8_t *data, const std::vector<int64_t> &shape,
+                          const std::vector<int64_t> &strides, const DType &dtype);
+    /// allocate() in a new shared-memory segment (is_shared() from the start).
+    static Buffer allocate_shared(const char *entry, const std::vector<int64_t> &shape, const DType &dtype,
+                                  const std::vector<int> &order);
+    /// A view of a segment another process handed over (`fd`, taken), whose element at index 0
+    /// of every axis lies `offset` bytes in: a view of this process's storage on it when there
+    /// is one, else a new shared storage. The geometry must lie inside the segment.
+    static Buffer from_shared(const char *entry, int fd, int64_t offset, const std::vector<int64_t> &shape,
+                              const std::vector<int64_t> &strides, const DType &dtype, bool readonly);
+    /// A view of someone else's memory; `data` is the element at index 0 of every axis.
+    static Buffer wrap(const char *entry, uint8_t *data, const std::vector<int64_t> &shape,
+                       const std::vector<int64_t> &strides, const DType &dtype,
+                       std::shared_ptr<void> owner, bool readonly, bool external_writes);
+
+    Buffer(Buffer &&) noexcept;
+    Buffer &operator=(Buffer &&) = delete;
+    ~Buffer();
+
+    // --- geometry --------------------------------------------------------------------------
+    const DType &dtype() const { return *dtype_; }
+    int ndim() const { return static_cast<int>(shape_.size()); }
+    const std::vector<int64_t> &shape() const { return shape_; }
+    const std::vector<int64_t> &strides() const { return strides_; }  ///< bytes
+    const std::vector<int64_t> &mins() const { return mins_; }        ///< Halide coordinates
+    int64_t size() const;
+    int64_t nbytes() const { return size() * dtype_->itemsize; }
+    uint8_t *data() const { return data_; }  ///< element at index 0 of every axis
+    bool is_c_contiguous() const;
+    bool is_f_contiguous() const;
+    /// The axes from outermost to innermost in memory: by decreasing |stride|, ties in axis order.
+    std::vector<int> memory_order() const;
+    /// Whether these Halide coordinates (one per axis) lie inside [min, min + extent) on every axis.
+    bool contains(const std::vector<int64_t> &coords) const;
+    /// Gives this view other mins (one per axis), in place: the elements stay. Takes the storage's
+    /// lock to update the view's published halide_buffer_t, and refuses (BufferError) rather
+    /// than wait when another thread holds it.
+    void set_min(const std::vector<int64_t> &mins);
+    bool readonly() const { return storage_->readonly; }
+    bool external_writes() const { return storage_->external_writes; }
+    /// True when both are views of the same storage (and so share residency).
+    bool shares_storage_with(const Buffer &other) const { return storage_ == other.storage_; }
+    /// Keeps the memory (and whoever owns it) alive for a holder that needs no view of it.
+    std::shared_ptr<const void> keep_alive() const { return storage_; }
+    /// For code that accounts for what keeps what alive (the bindings show Python's garbage
+    /// collector the objects a buffer keeps): calls visit(owner) on each owner the storage
+    /// holds (the host memory's owner, a wrapped device handle's owner, memory lent out),
+    /// stopping at the first nonzero result, which it returns. Visits nothing unless those
+    /// references are this view's alone: no other view, export or holder shares the storage.
+    /// Nor while someone holds the storage's lock (a residency operation may be changing them).
+    template <typename F>
+    int visit_sole_owners(F &&visit) const {
+        if (!storage_ || storage_.use_count() != 1) return 0;
+        std::unique_lock<std::mutex> lock(storage_->mutex, std::try_to_lock);
+        if (!lock.owns_lock()) return 0;
+        const Storage &s = *storage_;
+        if (int r = visit(s.owner)) return r;
+        if (int r = visit(s.device_owner)) return r;
+        for (const std::shared_ptr<void> &lent : s.lent_memory)
+            if (int r = visit(lent)) return r;
+        return 0;
+    }
+
+    // --- views (share storage and residency) -----------------------------------------------
+    Buffer view() const;  ///< same geometry, same storage; the starting point of every view
+    Buffer cropped(int64_t axis, int64_t min, int64_t extent) const;
+    Buffer sliced(int64_t axis, int64_t pos) const;
+    Buffer transposed(const std::vector<int> &axes) const;
+    Buffer with_mins(const std::vector<int64_t> &mins) const;  ///< same elements, other coordinates
+    Buffer translated(int64_t axis, int64_t delta) const;           ///< mins[axis] + delta
+    Buffer translated(const std::vector<int64_t> &deltas) const;    ///< every min moved, one delta per axis
+    /// A new axis of extent 1 at `axis` (of the result; -ndim-1..ndim) whose min is `pos`, with the
+    /// stride numpy.expand_dims gives it.
+    Buffer embedded(int64_t axis, int64_t pos) const;
+    Buffer add_dimension() const;  ///< a new outermost axis (Halide's new last dimension), min 0
+    Buffer indexed(const std::vector<AxisIndex> &index) const;
+    Buffer bits() const;  ///< same bytes as the unsigned integer of the same size
+
+    /// A C-contiguous owned copy of the host elements (a new storage, host dirty). The caller
+    /// makes the host copy current first (begin_host_read()).
+    Buffer copy(const char *entry) const;
+
+    /// An owned copy laid out densely in this view's memory order (NumPy's order 'K'), with
+    /// its mins: what copy.deepcopy() and pickling of a view with gaps make. The caller makes
+    /// the host copy current first.
+    Buffer copy_keeping_layout(const char *entry) const;
+    /// Whether the elements fill [lowest address, lowest + nbytes) exactly, strides positive
+    /// (any axis order): the bytes can travel as one run.
+    bool is_dense() const;
+    /// This dense view's bytes as a 1-d uint8 view of the same storage (see is_dense()).
+    Buffer dense_bytes(const char *entry) const;
+
+    // --- shared memory (buffer_shared.cpp) ---------------------------------------------------
+    bool is_shared() const { return storage_->ownership == HostOwnership::shared; }
+    /// Moves the storage into a shared-memory segment, once (a no-op when it is there); the
+    /// host copy is made current first and the device copy released. Pages of its own are
+    /// replaced in place, so every view, export and halide_buffer_t stays valid; a heap block
+    /// moves only while nothing else can point into it (BufferError otherwise, as for borrowed
+    /// memory and an hl.Buffer's).
+    void share_memory(const char *entry);
+    /// What another process needs to map this view: the segment's descriptor (owned by the
+    /// storage) and the byte offset of the view's element at index 0 in it.
+    struct SharedHandle {
+        int fd;
+        int64_t offset;
+    };
+    SharedHandle shared_handle(const char *entry) const;
+    /// Notes a buffer-protocol export of the host memory (taken or released) and an ndarray
+    /// view handed out, for share_memory()'s check.
+    void note_host_export(int delta) const { storage_->host_exports += delta; }
+    void note_ndarray_handed_out() const { storage_->ndarray_handed_out = true; }
+
+    // --- residency (residency.cpp): each takes the storage's lock -----------------------------
+    bool host_dirty();
+    bool device_dirty();
+    void set_host_dirty(bool value);
+    void set_device_dirty(bool value);
+    bool has_device_allocation();
+    /// The device holding the device copy; null without one, or when a pipeline's runtime does.
+    std::shared_ptr<Device> device();
+    /// Makes the host copy current: a no-op unless the device copy is newer.
+    void copy_to_host();
+    /// Allocates on `on` if needed, then uploads if the host is newer.
+    void copy_to_device(const DeviceChoice &on);
+    /// Allocates on `on` if needed; the device copy starts empty, so the host counts as newer.
+    void device_malloc(const DeviceChoice &on);
+    /// Releases the device allocation, downloading first if the device copy is newer.
+    void device_free();
+    /// Blocks until every command queued on the buffer's device has finished.
+    void device_sync();
+    /// Adopts `native` (a cl_mem or CUdeviceptr on `on`, the buffer's element `offset` bytes in) as the device copy, which
+    /// becomes the current one. `owner` keeps whoever allocated it alive.
+    void device_wrap_native(const std::shared_ptr<Device> &on, uint64_t native, uint64_t offset,
+                            std::shared_ptr<void> owner);
+    /// Lets go of a wrapped allocation (downloading first if it is newer); returns its owner.
+    std::shared_ptr<void> device_detach_native();
+    /// Lease for a reader of the host memory: the host copy becomes current.
+    void begin_host_read();
+    /// Lease for a writer of the host memory: current, then host dirty. The result can take the
+    /// mark back if the writer never comes (see HostWriteLease).
+    HostWriteLease begin_host_write(const char *entry);
+    /// What a device consumer gets: the memory (with a reference it must release), the byte
+    /// offset of this view's first element, the device.
+    struct DeviceView {
+        void *native;
+        int64_t offset;
+        std::shared_ptr<Device> device;
+    };
+    /// Lease for a device consumer: the device copy becomes current (as copy_to_device(on))
+    /// and, for a writer of writable memory, device dirty.
+    DeviceView begin_device_use(const char *entry, const DeviceChoice &on, bool write);
+    /// False while the storage has never had a device copy: leases cannot move data (a hint
+    /// read without the lock, so bindings keep the GIL for leases that cannot copy).
+    bool may_hold_device_copy() const { return storage_->ever_on_device.load(std::memory_order_relaxed); }
+    /// True while nothing can have changed the residency state since construction: never on a
+    /// device, no halide_buffer_t out, host_dirty never cleared. Leases are then no-ops (read
+    /// without the lock: exports are hot paths).
+    bool residency_untouched() const {
+        return storage_->published_views.load(std::memory_order_acquire) == 0 && !may_hold_device_copy() &&
+               !storage_->host_flag_cleared.load(std::memory_order_relaxed);
+    }
+    /// Makes the buffer ready for a pipeline that reaches device memory through `interface`
+    /// (null: a host-only pipeline): a device copy it cannot use comes home and is released
+    /// (Halide refuses to switch interfaces); a host-only pipeline gets a current host copy,
+    /// and an output the lease of a host writer.
+    void prepare_for_pipeline(const char *entry, const halide_device_interface_t *interface, bool output);
+    /// The same for a pipeline whose runtime uses `device`'s memory as it is (a CUDA pipeline in
+    /// the primary context: the same pointers): a view covering its storage is placed there
+    /// first (an input uploaded, an output allocated), so the pipeline reads and writes our
+    /// device copy; other views as above.
+    void prepare_for_pipeline(const char *entry, const halide_device_interface_t *interface, bool output,
+                              const std::shared_ptr<Device> &device);
+    /// This view is about to be overwritten whole on a device (a device pipeline's output): its
+    /// published halide_buffer_t stops asking for an upload of the old contents, when the view
+    /// covers its storage (the rest of a storage matters) and no device copy is newer.
+    void expect_overwrite();
+    /// This view is about to be read by a device pipeline: if its published halide_buffer_t
+    /// shows no device copy, it asks for an upload (Halide's runtime uploads only host-dirty
+    /// inputs, and the host copy is the current one then).
+    void expect_upload();
+    /// Where the current data is and whose the memory is, read in one residency operation.
+    struct MemoryFacts {
+        uint64_t flags;                        ///< the effective flags (host_dirty, device_dirty)
+        bool device_allocation;                ///< there is a device copy
+        DeviceOwnership device_ownership;
+        std::shared_ptr<Device> device;        ///< its device; null without one, or a pipeline runtime's
+        HostOwnership host_ownership;
+        std::shared_ptr<void> host_owner;      ///< borrowed: what keeps the host memory alive
+    };
+    MemoryFacts memory_facts();
+    // --- data operations (buffer_data.cpp): the residency rules of a write ------------------
+    /// Sets every element to `pattern` (itemsize bytes): on the device when the device copy is
+    /// current and the device can (nothing moves; device dirty), else on a current host copy
+    /// (host dirty).
+    void fill(const char *entry, const uint8_t *pattern);
+    /// Copies `src`'s elements at the coordinates both domains share (Halide's rule: mins
+    /// matter) into this buffer, wherever each side's current copy is: device to device on one
+    /// device, only those elements across the bus otherwise (counted), host to host else.
+    void copy_from(const char *entry, const Buffer &src);
+
+    /// Copies and bytes moved for this buffer's storage so far.
+    const Transfers &transfers() const { return storage_->transfers; }
+
+    /// The halide_buffer_t describing this view, flags refreshed from the shared state.
+    /// `shown_as`: the interface a pipeline's runtime knows our device copy by (the same
+    /// pointers under its own table), for a view covering its storage; null: ours.
+    halide_buffer_t *raw(const char *entry, const halide_device_interface_t *shown_as = nullptr);
+
+    // --- Halide's own buffers (halide_bridge.cpp) ---------------------------------------------
+    /// A buffer over the host memory `external` describes (an hl.Buffer's halide_buffer_t),
+    /// kept alive by `owner`, sharing one residency state with it: `external` becomes the
+    /// storage's bound view. A struct bound to a live storage already gives a view of that one.
+    static Buffer from_halide(const char *entry, halide_buffer_t *external, std::shared_ptr<void> owner);
+    /// The owner whose halide_buffer_t describes exactly this view (a bound storage, the view
+    /// covering it); null otherwise.
+    std::shared_ptr<void> halide_owner();
+
+private:
+    Buffer() = default;
+    /// The view's halide_buffer_t would show the storage's whole root (same geometry and type).
+    bool covers_whole_storage() const;
+    /// Makes `external` (describing exactly this view of a new storage) the storage's bound
+    /// view, taking in its residency state (residency.cpp).
+    void bind(halide_buffer_t *external);
+    /// The halide_buffer_t the storage is bound to, after taking in what changed there; null
+    /// when none, or no longer (residency.cpp).
+    const halide_buffer_t *bound_struct();
+    static Buffer adopt_storage(std::shared_ptr<Storage> storage, const DType &dtype, uint8_t *data,
+                                std::vector<int64_t> shape, std::vector<int64_t> strides);
+    /// `axis` as 0..ndim-1 (negative counts from the end), or IndexError naming `entry`; `verb`
+    /// says what the call does to an axis ("crop").
+    int check_axis(const char *entry, const char *verb, int64_t axis) const;
+    /// `count` values given for one per axis, or ValueError: "<entry>(): 3 <what>s for a 2-d buffer; <fix>".
+    void check_per_axis(const char *entry, const char *what, size_t count, const char *fix) const;
+    Buffer embed(const char *entry, int64_t axis, int64_t pos) const;
+
+    std::shared_ptr<Storage> storage_;
+    const DType *dtype_ = nullptr;
+    uint8_t *data_ = nullptr;
+    std::vector<int64_t> shape_, strides_, mins_;
+    std::unique_ptr<RawView> raw_;
+};
+
+}  // namespace hb

@@ -1,0 +1,157 @@
+// buffer_shared.cpp: buffers in shared memory (share_memory(), Buffer(..., shared=True)) and
+// buffers over segments other processes handed over. The segment is the storage's host memory;
+// every process keeps its own residency state over it (its own device copies).
+#include <cstring>
+#include <mutex>
+#include <string>
+#include <unordered_map>
+
+#include <unistd.h>
+
+#include "storage/buffer.h"
+#include "core/errors.h"
+#include "storage/storage_op.h"
+
+namespace hb {
+namespace {
+
+/// This process's shared storages by segment identity, so a segment that comes back (a
+/// worker's result) arrives as a view of the storage already over it: one residency state.
+struct SharedTable {
+    std::mutex mutex;
+    std::unordered_map<uint64_t, std::weak_ptr<Storage>> storages;
+};
+
+SharedTable &shared_table() {
+    static SharedTable *table = new SharedTable;  // outlives every storage, even at exit
+    return *table;
+}
+
+void remember(const std::shared_ptr<Storage> &storage) {
+    SharedTable &t = shared_table();
+    std::lock_guard<std::mutex> lock(t.mutex);
+    t.storages[storage->segment->identity()] = storage;
+}
+
+std::shared_ptr<Storage> find_shared(uint64_t identity) {
+    if (!identity) return nullptr;
+    SharedTable &t = shared_table();
+    std::lock_guard<std::mutex> lock(t.mutex);
+    auto it = t.storages.find(identity);
+    return it == t.storages.end() ? nullptr : it->second.lock();
+}
+
+/// Makes a new storage over `segment` a shared one: other processes may write it at any time,
+/// so its host copy counts as newer unless the device holds newer data.
+void make_shared_storage(Storage &s, std::unique_ptr<SharedSegment> segment) {
+    s.ownership = HostOwnership::shared;
+    s.owner.reset();
+    s.segment = std::move(segment);
+    s.external_writes = !s.readonly;
+}
+
+/// The bytes of an owned storage from its host pointer: its first view, dense.
+size_t storage_bytes(const Storage &s) {
+    size_t n = (size_t(s.root.type.bits) + 7) / 8;
+    for (const halide_dimension_t &d : s.root_dims) n *= size_t(d.extent);
+    return n;
+}
+
+}  // namespace
+
+void forget_shared_storage(uint64_t identity) {
+    SharedTable &t = shared_table();
+    std::lock_guard<std::mutex> lock(t.mutex);
+    auto it = t.storages.find(identity);
+    if (it != t.storages.end() && it->second.expired()) t.storages.erase(it);
+}
+
+Buffer Buffer::allocate_shared(const char *entry, const std::vector<int64_t> &shape, const DType &dtype,
+                               const std::vector<int> &order_arg) {
+    int64_t count = checked_count(entry, shape, dtype.itemsize);
+    std::vector<int> order = permutation(entry, "order", order_arg, int(shape.size()),
+                                         "pass 'C', 'F' or each axis once, outermost in memory first");
+    std::unique_ptr<SharedSegment> segment = SharedSegment::create(entry, size_t(count) * size_t(dtype.itemsize));
+    Buffer b = wrap(entry, segment->base(), shape, dense_strides(shape, dtype.itemsize, order), dtype, nullptr,
+                    false, false);
+    make_shared_storage(*b.storage_, std::move(segment));
+    remember(b.storage_);
+    return b;
+}
+
+Buffer Buffer::from_shared(const char *entry, int fd, int64_t offset, const std::vector<int64_t> &shape,
+                           const std::vector<int64_t> &strides, const DType &dtype, bool readonly) {
+    std::shared_ptr<Storage> known = find_shared(SharedSegment::identity_of(fd));
+    std::unique_ptr<SharedSegment> opened;
+    if (known) close(fd);
+    else opened = SharedSegment::open(entry, fd);
+    const SharedSegment &segment = known ? *known->segment : *opened;
+    // The geometry arrived from another process: it must lie inside the segment.
+    int64_t count = checked_count(entry, shape, dtype.itemsize);
+    int64_t lo = 0, hi = 0;
+    bool inside = strides.size() == shape.size() && offset >= 0 && offset <= int64_t(segment.size());
+    if (inside && count > 0)
+        inside = byte_reach(shape, strides, dtype.itemsize, lo, hi) && lo >= -offset &&
+                 hi <= int64_t(segment.size()) - offset;
+    if (!inside)
+        throw ValueError(std::string(entry) + "(): the received shape " + tuple_text(shape) + ", strides " +
+                         tuple_text(strides) + " and offset " + std::to_string(offset) +
+                         " reach outside the shared segment of " + std::to_string(segment.size()) +
+                         " bytes; the message was damaged: send the buffer again");
+    // wrap() checks and normalizes the strides; its storage becomes the shared one.
+    Buffer b = wrap(entry, segment.base() + offset, shape, strides, dtype, nullptr, readonly, false);
+    if (known) {
+        b.storage_ = std::move(known);  // a view of the storage already over the segment
+        return b;
+    }
+    make_shared_storage(*b.storage_, std::move(opened));
+    remember(b.storage_);
+    return b;
+}
+
+void Buffer::share_memory(const char *entry) {
+    StorageOp op(*storage_);
+    Storage &s = *storage_;
+    if (s.ownership == HostOwnership::shared) return;
+    s.refuse_bound(entry);
+    if (s.ownership == HostOwnership::borrowed)
+        throw BufferError(std::string(entry) + "(): the buffer borrows its memory (from_host, DLPack), "
+                          "whose owner would stop seeing the buffer's writes if it moved; share a copy, "
+                          "b.copy().share_memory(), or allocate shared memory: Buffer(shape, dtype, shared=True)");
+    // A heap block moves: nothing else may point into it. Pages of its own are replaced in place.
+    if (!s.mapped_bytes && (storage_.use_count() > 1 || s.host_exports > 0 || s.ndarray_handed_out))
+        throw BufferError(std::string(entry) + "(): other views or exports (NumPy arrays, memoryviews, "
+                          "DLPack) may point into this buffer's memory, which would stop seeing its writes "
+                          "if it moved; call share_memory() before making views, share a copy "
+                          "(b.copy().share_memory()), or allocate shared memory: Buffer(shape, dtype, "
+                          "shared=True)");
+    // Device copies are per process from here on: the host copy comes home, the device copy goes.
+    op.defer(s.free_device(entry));
+    std::unique_ptr<SharedSegment> segment;
+    if (s.mapped_bytes) {
+        segment = SharedSegment::replace(entry, static_cast<uint8_t *>(s.allocation), s.mapped_bytes);
+        s.mapped_bytes = 0;
+    } else {
+        size_t bytes = storage_bytes(s);
+        segment = SharedSegment::create(entry, bytes);
+        uint8_t *old = s.host;
+        std::memcpy(segment->base(), old, bytes);
+        s.host = s.root.host = segment->base();
+        data_ = s.host + (data_ - old);
+        for (RawView *r : s.raw_views) r->buf.host = s.host + (r->buf.host - old);
+        std::free(s.allocation);
+    }
+    s.allocation = nullptr;
+    make_shared_storage(s, std::move(segment));
+    remember(storage_);
+}
+
+Buffer::SharedHandle Buffer::shared_handle(const char *entry) const {
+    StorageOp op(*storage_, false);
+    if (storage_->ownership != HostOwnership::shared)
+        throw BufferError(std::string(entry) + "(): the buffer is not in shared memory; call "
+                          "b.share_memory() first");
+    return SharedHandle{storage_->segment->fd(), int64_t(data_ - storage_->segment->base())};
+}
+
+}  // namespace hb

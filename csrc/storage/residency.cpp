@@ -1,0 +1,704 @@
+// residency.cpp: where the current data is, and every copy that moves it (the state machine: docs/architecture.md).
+//
+// The state is the storage's root halide_buffer_t: its flags (host_dirty, device_dirty, never
+// both) and its device fields. Every rule below is one function, and every device operation
+// is a call through root.device_interface: ours, or the one a pipeline's Halide runtime set.
+// One transfer moves the whole storage (every view of it shares one state), so a crop's host
+// read downloads its parent too: simple, exact, and never stale.
+#include <algorithm>
+#include <cstring>
+#include <string>
+#include <utility>
+
+#include "storage/buffer.h"
+#include "core/errors.h"
+#include "storage/storage_op.h"
+
+namespace hb {
+
+constexpr uint64_t kHostDirty = halide_buffer_flag_host_dirty;
+constexpr uint64_t kDeviceDirty = halide_buffer_flag_device_dirty;
+
+namespace {
+
+/// The same elements at the same addresses: host, type, extents and strides (coordinates aside).
+bool same_memory(const halide_buffer_t &a, const halide_buffer_t &b) {
+    if (a.host != b.host || a.dimensions != b.dimensions || a.type.code != b.type.code ||
+        a.type.bits != b.type.bits)
+        return false;
+    for (int i = 0; i < a.dimensions; ++i) {
+        if (a.dim[i].extent != b.dim[i].extent || a.dim[i].stride != b.dim[i].stride) return false;
+    }
+    return true;
+}
+
+/// Same geometry as the storage's root: a pipeline's allocation for it covers the storage.
+bool covers_storage(const halide_buffer_t &view, const halide_buffer_t &root) {
+    if (!same_memory(view, root)) return false;
+    for (int i = 0; i < view.dimensions; ++i) {
+        if (view.dim[i].min != root.dim[i].min) return false;
+    }
+    return true;
+}
+
+}  // namespace
+
+void check(int rc, const char *entry, const char *operation) {
+    if (rc == 0) return;
+    DeviceFailure &f = last_failure();
+    if (f.code != 0) {
+        DeviceFailure failure = std::exchange(f, DeviceFailure{});
+        throw DeviceError(std::string(entry) + "(): " + operation + " failed with " + failure.name +
+                              " (" + std::to_string(failure.code) + "): " + failure.what,
+                          failure.code, failure.name);
+    }
+    throw DeviceError(std::string(entry) + "(): " + operation + " failed with Halide error " +
+                          std::to_string(rc) + "; the buffer and its current data are unchanged",
+                      rc, "halide_error_code " + std::to_string(rc));
+}
+
+// ---------------------------------------------------------------------------------------------
+// Storage: the rules (the caller holds the storage's mutex)
+// ---------------------------------------------------------------------------------------------
+
+Storage::~Storage() {
+    // What the owner's own halide_buffer_t shows is the owner's to free (an hl.Buffer does).
+    bool owners = bound && bound->external && bound->external->device == root.device;
+    if (root.device && root.device_interface && !owners) {
+        TargetDevice target(operation_device());
+        root.device_interface->device_free(nullptr, &root);  // nothing to keep: no one can read it
+    }
+    if (ownership == HostOwnership::owned && mapped_bytes) unmap_pages(static_cast<uint8_t *>(allocation), mapped_bytes);
+    else if (ownership == HostOwnership::owned) std::free(allocation);
+    if (segment) forget_shared_storage(segment->identity());
+    --live_counts().storages;
+}
+
+uint64_t Storage::effective_flags() const {
+    // Borrowed memory its owner may write is a standing lease: its host copy counts as newer
+    // unless the device holds newer data.
+    if (external_writes && !(root.flags & kDeviceDirty)) return root.flags | kHostDirty;
+    return root.flags;
+}
+
+void Storage::absorb_raw_views() {
+    for (RawView *r : raw_views) absorb(*r);
+}
+
+void Storage::absorb(RawView &r) {
+    r.pull();
+    if (r.buf.device != r.published_device) {
+        if (!r.buf.device) {
+            let_go(r);
+        } else if (!root.device && covers_storage(r.buf, root)) {
+            // A pipeline's runtime allocated the whole storage: its allocation becomes ours to track.
+            root.device = r.published_device = r.buf.device;
+            root.device_interface = r.buf.device_interface;
+            device_ownership = DeviceOwnership::foreign;
+            runtime_device = r.call_device;
+            ever_on_device = true;
+        } else if (!bring_home(r)) {
+            return;  // tried again by the next operation; until then its flags describe its own copy
+        }
+    }
+    if (r.buf.flags != r.published) {
+        // Halide's flags, as a pipeline left them; device_dirty means nothing without a device.
+        root.flags = root.device ? r.buf.flags : r.buf.flags & ~kDeviceDirty;
+        r.published = r.buf.flags;
+        if (!(root.flags & kHostDirty)) host_flag_cleared = true;
+    }
+}
+
+void Storage::let_go(RawView &r) {
+    bool whole = device_ownership == DeviceOwnership::foreign && r.published_device == root.device;
+    r.published_device = 0;
+    if (!whole) return;  // one of our view handles, forgotten by foreign code: republished on use
+    // The runtime freed the storage's allocation through this view: the data it held is gone.
+    root.device = 0;
+    root.device_interface = nullptr;
+    root.flags &= ~kDeviceDirty;
+    device_ownership = DeviceOwnership::none;
+    runtime_device.reset();
+    forget_view_handles();
+}
+
+bool Storage::bring_home(RawView &r) {
+    // A pipeline's allocation for part of the storage. The storage keeps one device copy, so
+    // the part comes home at once, onto a host copy made current first, and is freed.
+    if ((root.flags & kDeviceDirty) && copy_root_home() != 0) return false;
+    DeviceCall call("bring_home", r.call_device.get());  // the device of the call whose runtime made it
+    const halide_device_interface_t *interface = r.buf.device_interface;
+    bool newer = r.buf.flags & kDeviceDirty;
+    int64_t bytes = byte_span(&r.buf).size();
+    if (call.attempt([&] { return interface->copy_to_host(nullptr, &r.buf); }) != 0) return false;
+    if (newer) record_transfer(&transfers, Direction::to_host, bytes);
+    interface->device_free(nullptr, &r.buf);  // a failure here strands the runtime's memory, not data
+    r.published_device = r.buf.device;
+    if (newer) root.flags = (root.flags & ~kDeviceDirty) | kHostDirty;
+    r.buf.flags = r.published = root.flags;
+    return true;
+}
+
+int Storage::copy_root_home() {
+    DeviceCall call("copy_root_home", operation_device());
+    int64_t bytes = byte_span(&root).size();
+    int rc = call.attempt([&] { return root.device_interface->copy_to_host(nullptr, &root); });
+    // Our backend counts where the bytes move; a pipeline runtime's copies are counted here.
+    if (rc == 0 && device_ownership == DeviceOwnership::foreign)
+        record_transfer(&transfers, Direction::to_host, bytes);
+    return rc;
+}
+
+void Storage::download(const char *entry) {
+    if (!(root.flags & kDeviceDirty)) return;
+    if (readonly)
+        throw BufferError(std::string(entry) + "(): the device copy is newer, but the buffer wraps "
+                          "read-only memory it cannot be written into; wrap a writable copy "
+                          "(Buffer.from_host(obj, copy=True)) for device outputs");
+    check(copy_root_home(), entry, "copying to the host");
+}
+
+void Storage::allocate(const char *entry, const DeviceChoice &on) {
+    if (root.device) {
+        if (on.required && on.device != device && device && on.device->take_over(root, *device)) {
+            device = on.device;  // the same memory, used from another stream from now on
+            return;
+        }
+        if (on.required && on.device != device) {
+            refuse_bound(entry);  // device_free() would not help there
+            throw ValueError(std::string(entry) + "(): the buffer's device copy is on " +
+                             (device ? device->description() : std::string("a pipeline runtime's device")) +
+                             ", not " + on.device->description() + "; call device_free() first to move it");
+        }
+        return;
+    }
+    refuse_bound(entry);
+    if (!on.device)
+        throw ValueError(std::string(entry) + "(): the buffer has no device allocation and no device "
+                         "was given; pass device=halide_buffer.opencl.device() or halide_buffer.cuda.device()");
+    const halide_device_interface_t *interface = on.device->interface();
+    DeviceCall(entry, on.device.get())("allocating device memory",
+                                       [&] { return interface->device_malloc(nullptr, &root, interface); });
+    device = on.device;
+    adopt_allocation();
+    device_ownership = DeviceOwnership::owned;
+    ever_on_device = true;
+    // The new device copy is empty: the host holds the data.
+    root.flags |= kHostDirty;
+}
+
+void Storage::upload(const char *entry, const DeviceChoice &on) {
+    allocate(entry, on);
+    uint64_t flags = effective_flags();
+    if (!(flags & kHostDirty)) return;
+    root.flags = flags;
+    int64_t bytes = byte_span(&root).size();
+    DeviceCall(entry, operation_device())("copying to the device", [&] {
+        return root.device_interface->copy_to_device(nullptr, &root, root.device_interface);
+    });
+    if (device_ownership == DeviceOwnership::foreign) record_transfer(&transfers, Direction::to_device, bytes);
+}
+
+std::shared_ptr<void> Storage::free_device(const char *entry) {
+    if (!root.device) return nullptr;
+    download(entry);  // freeing never loses data: a newer device copy comes home first
+    DeviceCall call(entry, operation_device());
+    if (std::shared_ptr<void> lent = device ? device->retire_lent(root) : nullptr) {
+        // Consumers may still use it: freed with the storage, and whoever owns it kept till then.
+        lent_memory.push_back(std::move(lent));
+        if (device_owner) lent_memory.push_back(device_owner);
+    } else {
+        // A failure keeps the allocation (and every view's handle into it): device_free() again.
+        call("freeing device memory", [&] { return root.device_interface->device_free(nullptr, &root); });
+    }
+    forget_view_handles();
+    device_ownership = DeviceOwnership::none;
+    device.reset();
+    runtime_device.reset();
+    return std::exchange(device_owner, nullptr);
+}
+
+void Storage::refuse_bound(const char *entry) const {
+    if (bound)
+        throw BufferError(std::string(entry) + "(): the buffer's memory is an hl.Buffer's (Buffer.from_halide), "
+                          "which holds device memory only from Halide's runtime; copy it into a buffer of its "
+                          "own first: b.copy()");
+}
+
+void Storage::forget_view_handles() {
+    // Called after absorb_raw_views(): what the views show is ours to take back.
+    for (RawView *r : raw_views) {
+        r->buf.device = r->published_device = 0;
+        r->buf.device_interface = nullptr;
+        r->buf.padding = nullptr;
+        r->handle.reset();
+    }
+}
+
+void Storage::adopt_allocation() {
+    // Our backend's copies through any handle into this allocation move the whole storage
+    // (one state covers it), and are counted as this storage's.
+    DeviceAllocation *a = device->allocation(root);
+    a->whole = &root;
+    a->transfers = &transfers;
+}
+
+void Storage::publish(RawView &r, bool may_copy) {
+    if (r.buf.device != r.published_device) return;  // a pipeline's allocation still to bring home
+    uint64_t device_field = 0;
+    const halide_device_interface_t *interface = nullptr;
+    if (root.device && device_ownership == DeviceOwnership::foreign) {
+        if (covers_storage(r.buf, root)) {
+            device_field = root.device;
+            interface = root.device_interface;
+        } else if (may_copy) {
+            download("_get_raw_halide_buffer_t");  // a view the pipeline's runtime cannot describe
+        }
+    } else if (root.device) {
+        device_field = device->view_field(root, r.buf.host - root.host, r.handle);
+        if (device_field) interface = root.device_interface;
+        if (device_field && r.shown_as) {
+            if (covers_storage(r.buf, root)) {
+                interface = r.shown_as;
+            } else {
+                // A part of the storage: the pipeline's runtime cannot take our interface, so it
+                // is shown without device memory (the runtime allocates its own; it comes home
+                // after), over a current host copy.
+                if (may_copy) download("_get_raw_halide_buffer_t");
+                if (!(root.flags & kDeviceDirty)) {
+                    device_field = 0;
+                    interface = nullptr;
+                    r.handle.reset();
+                }
+            }
+        }
+    } else {
+        r.handle.reset();
+    }
+    r.buf.device = r.published_device = device_field;
+    r.buf.device_interface = interface;
+    r.buf.padding = device_field ? root.padding : nullptr;  // where our CUDA pointers find their allocation
+    r.buf.flags = r.published = effective_flags();
+    r.push();
+}
+
+void Storage::publish_all() {
+    for (RawView *r : raw_views) publish(*r, false);
+}
+
+void RawView::pull() {
+    if (!external) return;
+    if (!same_memory(*external, buf)) {
+        // Its owner changed its geometry in place: it describes other memory now. What it shows
+        // stays its own (absorb lets go of a device copy it held, without freeing it).
+        external = nullptr;
+        buf.device = 0;
+        buf.device_interface = nullptr;
+        buf.padding = nullptr;
+        return;
+    }
+    buf.device = external->device;
+    buf.device_interface = external->device_interface;
+    buf.flags = external->flags;
+    buf.padding = external->padding;
+}
+
+void RawView::push() const {
+    if (!external) return;
+    external->device = buf.device;
+    external->device_interface = buf.device_interface;
+    // Without device memory the host copy is the only one: shown host dirty, since Halide's
+    // runtime uploads only that into device memory it makes (the next absorb takes the flag in).
+    external->flags = buf.device ? buf.flags : buf.flags | kHostDirty;
+    external->padding = buf.padding;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Buffer: each operation is one rule inside one StorageOp
+// ---------------------------------------------------------------------------------------------
+
+namespace {
+
+void plain_wait(std::unique_lock<std::mutex> &lock) { lock.lock(); }
+std::atomic<LockWaiter> g_waiter{plain_wait};
+
+}  // namespace
+
+BufferError read_only_memory(const char *entry) {
+    return BufferError(std::string(entry) + "(): the buffer wraps read-only memory; use "
+                       "Buffer.from_host(obj, copy=True) for a writable copy");
+}
+
+void set_lock_waiter(LockWaiter waiter) { g_waiter = waiter ? waiter : plain_wait; }
+
+StorageOp::StorageOp(Storage &s, bool republish)
+    : storage_(s), republish_(republish), lock_(s.mutex, std::try_to_lock) {
+    if (!lock_.owns_lock()) g_waiter.load()(lock_);
+    ++storage_.generation;
+    storage_.absorb_raw_views();
+}
+
+StorageOp::~StorageOp() {
+    if (republish_) storage_.publish_all();
+}
+
+Buffer::~Buffer() {
+    if (!raw_) return;
+    StorageOp op(*storage_);  // flags (and device memory) a pipeline left in this view outlive it
+    auto &views = storage_->raw_views;
+    views.erase(std::find(views.begin(), views.end(), raw_.get()));
+    --storage_->published_views;
+}
+
+bool Buffer::host_dirty() {
+    StorageOp op(*storage_);
+    return storage_->effective_flags() & kHostDirty;
+}
+
+bool Buffer::device_dirty() {
+    StorageOp op(*storage_);
+    return storage_->effective_flags() & kDeviceDirty;
+}
+
+void Buffer::set_host_dirty(bool value) {
+    StorageOp op(*storage_);
+    Storage &s = *storage_;
+    if (value && (s.root.flags & kDeviceDirty))
+        throw ValueError("set_host_dirty(): the device copy is newer (device_dirty); call "
+                         "copy_to_host() before writing on the host");
+    if (value) {
+        s.root.flags |= kHostDirty;
+    } else {
+        s.root.flags &= ~kHostDirty;
+        s.host_flag_cleared = true;
+    }
+}
+
+void Buffer::set_device_dirty(bool value) {
+    StorageOp op(*storage_);
+    Storage &s = *storage_;
+    if (value && !s.root.device)
+        throw ValueError("set_device_dirty(): the buffer has no device allocation; call "
+                         "copy_to_device() or device_malloc() first");
+    // The effective flags: wrapped memory its owner may write (a standing lease) counts as newer
+    // on the host, so a claim that the device is newer would download the device copy over the
+    // owner's writes.
+    if (value && (s.effective_flags() & kHostDirty) && !(s.root.flags & kHostDirty))
+        throw ValueError("set_device_dirty(): the buffer wraps memory its owner may write at any time, so "
+                         "the host copy counts as newer; write on the device through a device lease "
+                         "(halide_buffer.opencl.as_array(b), b.__dlpack__ to a device consumer), or wrap "
+                         "with Buffer.from_host(obj, external_writes=False) to promise that only the "
+                         "buffer writes it");
+    if (value && (s.root.flags & kHostDirty))
+        throw ValueError("set_device_dirty(): the host copy is newer (host_dirty); call "
+                         "copy_to_device() before writing on the device");
+    if (value && s.readonly)
+        throw ValueError("set_device_dirty(): the buffer wraps read-only memory, which the device "
+                         "copy could never be written back into; wrap a writable copy "
+                         "(Buffer.from_host(obj, copy=True))");
+    if (value) s.root.flags |= kDeviceDirty;
+    else s.root.flags &= ~kDeviceDirty;
+}
+
+bool Buffer::has_device_allocation() {
+    StorageOp op(*storage_);
+    return storage_->root.device != 0;
+}
+
+std::shared_ptr<Device> Buffer::device() {
+    StorageOp op(*storage_);
+    return storage_->device;
+}
+
+Buffer::MemoryFacts Buffer::memory_facts() {
+    StorageOp op(*storage_);
+    const Storage &s = *storage_;
+    return MemoryFacts{s.effective_flags(), s.root.device != 0, s.device_ownership, s.device, s.ownership, s.owner};
+}
+
+void Buffer::copy_to_host() {
+    StorageOp op(*storage_);
+    storage_->download("copy_to_host");
+}
+
+void Buffer::copy_to_device(const DeviceChoice &on) {
+    StorageOp op(*storage_);
+    storage_->upload("copy_to_device", on);
+}
+
+void Buffer::device_malloc(const DeviceChoice &on) {
+    StorageOp op(*storage_);
+    storage_->allocate("device_malloc", on);
+}
+
+void Buffer::device_free() {
+    StorageOp op(*storage_);
+    op.defer(storage_->free_device("device_free"));
+}
+
+void Buffer::device_sync() {
+    StorageOp op(*storage_);
+    Storage &s = *storage_;
+    if (!s.root.device) return;
+    DeviceCall("device_sync", s.operation_device())("waiting for the device", [&] {
+        return s.root.device_interface->device_sync(nullptr, &s.root);
+    });
+}
+
+void Buffer::device_wrap_native(const std::shared_ptr<Device> &on, uint64_t native, uint64_t offset,
+                                std::shared_ptr<void> owner) {
+    constexpr const char *entry = "device_wrap_native";
+    StorageOp op(*storage_);
+    Storage &s = *storage_;
+    s.refuse_bound(entry);
+    if (s.root.device)
+        throw ValueError(std::string(entry) + "(): the buffer already has a device allocation; call "
+                         "device_free() first");
+    if (s.readonly)
+        throw ValueError(std::string(entry) + "(): the buffer wraps read-only memory, which the "
+                         "wrapped device data could never be written back into; wrap a writable "
+                         "buffer");
+    // The wrapped data becomes the current copy: over memory its owner may write at any time
+    // (a standing lease), the next read would download it over the owner's newer writes.
+    if (s.external_writes)
+        throw ValueError(std::string(entry) + "(): the buffer wraps host memory its owner may write at any "
+                         "time, whose writes the device data would overwrite on the next read; wrap the "
+                         "device memory in a buffer of its own (halide_buffer.opencl.wrap, "
+                         "halide_buffer.cuda.wrap), or wrap the host memory with "
+                         "Buffer.from_host(obj, external_writes=False)");
+    const halide_device_interface_t *interface = on->interface();
+    DeviceCall(entry, on.get())("wrapping the device memory",
+                                [&] { return interface->wrap_native(nullptr, &s.root, native, interface); });
+    // The buffer's lowest byte is `offset` bytes into the native memory; all of it must fit.
+    const DeviceAllocation *a = on->allocation(s.root);
+    uint64_t needed = uint64_t(byte_span(&s.root).size());
+    if (offset > a->size || needed > a->size - offset) {
+        uint64_t size = a->size;
+        interface->detach_native(nullptr, &s.root);
+        throw ValueError(std::string(entry) + "(): the device memory holds " + std::to_string(size) +
+                         " bytes, the buffer needs " + std::to_string(needed) + " from offset " +
+                         std::to_string(offset) + "; wrap a larger allocation");
+    }
+    on->finish_wrap(s.root, offset);
+    s.device = on;
+    s.adopt_allocation();
+    s.device_owner = std::move(owner);
+    s.device_ownership = DeviceOwnership::wrapped;
+    s.ever_on_device = true;
+    // The wrapped memory is the current copy; the host's previous contents are superseded.
+    s.root.flags = kDeviceDirty;
+}
+
+std::shared_ptr<void> Buffer::device_detach_native() {
+    constexpr const char *entry = "device_detach_native";
+    StorageOp op(*storage_);
+    Storage &s = *storage_;
+    if (!s.root.device) return nullptr;
+    if (s.device_ownership != DeviceOwnership::wrapped)
+        throw ValueError(std::string(entry) + "(): the device allocation was not wrapped with "
+                         "device_wrap_native(); use device_free()");
+    s.download(entry);
+    s.forget_view_handles();
+    // Memory handed to consumers without a reference of their own stays valid while the
+    // storage lives: its owner is kept (the caller gets it too).
+    if (s.device->allocation(s.root)->lent() && s.device_owner) s.lent_memory.push_back(s.device_owner);
+    DeviceCall(entry, s.device.get())("detaching the device memory",
+                                      [&] { return s.root.device_interface->detach_native(nullptr, &s.root); });
+    s.device_ownership = DeviceOwnership::none;
+    s.device.reset();
+    return std::exchange(s.device_owner, nullptr);  // the caller's: dropped after the lock is let go
+}
+
+void Buffer::begin_host_read() {
+    // Never on a device and no halide_buffer_t out: nothing can have made the host stale.
+    if (residency_untouched()) return;
+    StorageOp op(*storage_);
+    storage_->download("copy_to_host");
+}
+
+HostWriteLease Buffer::begin_host_write(const char *entry) {
+    if (storage_->readonly)
+        throw read_only_memory(entry);
+    HostWriteLease lease;
+    if (residency_untouched()) return lease;  // host_dirty since construction: nothing to change
+    StorageOp op(*storage_);
+    Storage &s = *storage_;
+    s.download(entry);
+    if (!(s.root.flags & kHostDirty)) {
+        lease.storage_ = storage_;
+        lease.generation_ = s.generation;
+    }
+    s.root.flags |= kHostDirty;
+    return lease;
+}
+
+void HostWriteLease::withdraw() {
+    if (!storage_) return;
+    std::shared_ptr<Storage> storage = std::move(storage_);  // outlives the lock
+    std::unique_lock<std::mutex> lock(storage->mutex, std::try_to_lock);
+    if (!lock.owns_lock()) g_waiter.load()(lock);
+    // Any operation since (or a halide_buffer_t out, which foreign code may have acted on)
+    // could rest on the mark: then it stays.
+    if (storage->generation == generation_ && storage->raw_views.empty()) storage->root.flags &= ~kHostDirty;
+}
+
+Buffer::DeviceView Buffer::begin_device_use(const char *entry, const DeviceChoice &on, bool write) {
+    StorageOp op(*storage_);
+    Storage &s = *storage_;
+    s.refuse_bound(entry);
+    if (s.device_ownership == DeviceOwnership::foreign)
+        throw BufferError(std::string(entry) + "(): the device copy belongs to a pipeline's Halide "
+                          "runtime; call copy_to_host() and device_free() first");
+    if (write && s.readonly)
+        throw BufferError(std::string(entry) + "(): the buffer wraps read-only memory; pass "
+                          "writable=False for a device view to read");
+    if (on.same_kind && s.device && std::strcmp(s.device->kind(), on.device->kind()) != 0)
+        throw BufferError(std::string(entry) + "(): the buffer left " + on.device->description() + " meanwhile "
+                          "(another thread moved it to " + s.device->description() + "); export it again");
+    s.upload(entry, on);
+    if (write) s.root.flags = kDeviceDirty;  // the consumer may write: a lease
+    Device::Lease l = s.device->lease(s.root, data_ - s.root.host);
+    return DeviceView{l.native, l.offset, s.device};
+}
+
+void Buffer::prepare_for_pipeline(const char *entry, const halide_device_interface_t *interface, bool output) {
+    if (output && storage_->readonly)
+        throw BufferError(std::string(entry) + "(): an output wraps read-only memory; pass a writable buffer");
+    if (!interface) {  // a host-only pipeline reads and writes the host copy
+        if (output) begin_host_write(entry);
+        else begin_host_read();
+        return;
+    }
+    StorageOp op(*storage_);
+    Storage &s = *storage_;
+    if (s.root.device && s.root.device_interface != interface) op.defer(s.free_device(entry));
+}
+
+bool Buffer::covers_whole_storage() const {
+    // covers_storage() of the halide_buffer_t raw() would publish (axes reversed, strides in elements).
+    const halide_buffer_t &root = storage_->root;
+    int n = ndim();
+    if (data_ != root.host || n != root.dimensions || dtype_->halide.code != root.type.code ||
+        dtype_->halide.bits != root.type.bits)
+        return false;
+    for (int i = 0; i < n; ++i) {
+        const halide_dimension_t &d = root.dim[n - 1 - i];
+        if (d.min != mins_[size_t(i)] || d.extent != shape_[size_t(i)] ||
+            int64_t(d.stride) * dtype_->itemsize != strides_[size_t(i)])
+            return false;
+    }
+    return true;
+}
+
+void Buffer::prepare_for_pipeline(const char *entry, const halide_device_interface_t *interface, bool output,
+                                  const std::shared_ptr<Device> &device) {
+    if (output && storage_->readonly)
+        throw BufferError(std::string(entry) + "(): an output wraps read-only memory; pass a writable buffer");
+    StorageOp op(*storage_);
+    Storage &s = *storage_;
+    if (!covers_whole_storage()) {
+        // A part of a storage: shown without device memory over a current host copy (see
+        // publish()); the runtime allocates for it, and that comes home after. Our device copy
+        // stays; one under another runtime's interface goes.
+        if (s.device_ownership == DeviceOwnership::foreign && s.root.device_interface != interface)
+            op.defer(s.free_device(entry));
+        else
+            s.download(entry);
+        return;
+    }
+    s.refuse_bound(entry);
+    if (s.root.device && s.device != device) {
+        // The same memory used from another stream is taken over; elsewhere: home first, then placed.
+        if (s.device && s.root.device_interface == device->interface() && device->take_over(s.root, *s.device))
+            s.device = device;
+        else
+            op.defer(s.free_device(entry));
+    }
+    DeviceChoice on{device, true};
+    output ? s.allocate(entry, on) : s.upload(entry, on);
+}
+
+void Buffer::expect_overwrite() {
+    if (!raw_) return;
+    StorageOp op(*storage_, false);  // no republishing: that would put the flag back
+    halide_buffer_t &buf = raw_->buf;
+    if ((buf.flags & kDeviceDirty) || !covers_storage(buf, storage_->root)) return;
+    buf.flags &= ~kHostDirty;
+    raw_->published = buf.flags;  // not news to take in: the storage's own flags stay as they are
+}
+
+void Buffer::expect_upload() {
+    if (!raw_) return;
+    StorageOp op(*storage_, false);  // no republishing: that would take the flag back
+    halide_buffer_t &buf = raw_->buf;
+    if (buf.device) {
+        // The pipeline reads the device copy it is shown. One we placed for it was uploaded just
+        // now: a standing lease's host_dirty must not make its runtime upload it again.
+        if (raw_->shown_as && !(storage_->root.flags & kHostDirty)) {
+            buf.flags &= ~kHostDirty;
+            raw_->published = buf.flags;
+        }
+        return;
+    }
+    buf.flags = kHostDirty;
+    raw_->published = buf.flags;
+}
+
+void Buffer::bind(halide_buffer_t *external) {
+    StorageOp op(*storage_);
+    Storage &s = *storage_;
+    // The root takes the owner's coordinates, so that its struct covers the storage.
+    int n = ndim();
+    for (int i = 0; i < n; ++i) s.root_dims[size_t(n - 1 - i)].min = int32_t(mins_[size_t(i)]);
+    auto r = std::make_unique<RawView>();
+    r->dims.assign(external->dim, external->dim + n);
+    r->buf = s.root;
+    r->buf.dim = n ? r->dims.data() : nullptr;
+    r->buf.device = 0;
+    r->buf.device_interface = nullptr;
+    r->published = r->buf.flags;  // the owner's flags are news unless they are the root's
+    r->external = external;
+    s.raw_views.push_back(r.get());
+    ++s.published_views;
+    s.bound = std::move(r);
+    s.absorb(*s.bound);  // its device copy and flags become the storage's
+}
+
+const halide_buffer_t *Buffer::bound_struct() {
+    StorageOp op(*storage_);
+    return storage_->bound ? storage_->bound->external : nullptr;
+}
+
+halide_buffer_t *Buffer::raw(const char *entry, const halide_device_interface_t *shown_as) {
+    if (!dtype_->has_halide_type())
+        throw BufferError(std::string(entry) + "(): Halide has no type for " + dtype_->name +
+                          "; pass a buffer of another dtype");
+    StorageOp op(*storage_);
+    if (!raw_) {
+        raw_ = std::make_unique<RawView>();
+        int n = ndim();
+        raw_->dims.resize(size_t(n));
+        for (int i = 0; i < n; ++i) {
+            // NumPy axis i is Halide dimension n - 1 - i.
+            halide_dimension_t &d = raw_->dims[size_t(n - 1 - i)];
+            d.min = int32_t(mins_[size_t(i)]);
+            d.extent = int32_t(shape_[size_t(i)]);
+            d.stride = int32_t(strides_[size_t(i)] / dtype_->itemsize);
+            d.flags = 0;
+        }
+        raw_->buf.host = data_;
+        raw_->buf.type = dtype_->halide;
+        raw_->buf.dimensions = n;
+        raw_->buf.dim = n ? raw_->dims.data() : nullptr;
+        storage_->raw_views.push_back(raw_.get());
+        ++storage_->published_views;
+    }
+    raw_->shown_as = shown_as;
+    // After the StorageOp took in what the view held: that was the previous call's.
+    Device *call = TargetDevice::current();
+    raw_->call_device = call ? call->shared_from_this() : nullptr;
+    storage_->publish(*raw_, true);
+    return &raw_->buf;
+}
+
+}  // namespace hb
