@@ -14,6 +14,7 @@
 
 #include "errors.h"
 #include "strided.h"
+#include "text.h"
 
 namespace hb {
 
@@ -21,11 +22,8 @@ namespace {
 
 constexpr size_t kAlignment = 128;
 constexpr size_t kLargeBlock = size_t(4) << 20;  // NumPy's huge-page threshold
-constexpr int kMaxDims = 64;  // NumPy's limit
 constexpr int64_t kInt32Max = std::numeric_limits<int32_t>::max();
 constexpr int64_t kInt32Min = std::numeric_limits<int32_t>::min();
-
-std::string str(int64_t v) { return std::to_string(v); }
 
 /// "1 coordinate", "3 coordinates": a count and its noun, for messages.
 std::string counted(size_t n, const char *noun) {

@@ -159,6 +159,9 @@ struct RawView {
 using LockWaiter = void (*)(std::unique_lock<std::mutex> &);
 void set_lock_waiter(LockWaiter waiter);
 
+/// The most axes a buffer has (NumPy's limit).
+constexpr int kMaxDims = 64;
+
 /// Byte strides of a dense array of this shape whose axes lie in memory in `order`, outermost
 /// first (a permutation of 0..ndim-1; c_strides() is 0, 1, ..., ndim-1).
 std::vector<int64_t> dense_strides(const std::vector<int64_t> &shape, int itemsize, const std::vector<int> &order);

@@ -8,6 +8,7 @@
 
 #include "cuda_interop.h"
 #include "errors.h"
+#include "text.h"
 
 namespace hb {
 
@@ -112,10 +113,6 @@ void delete_unused(DLManagedTensor *m) {
 // ---------------------------------------------------------------------------------------------
 
 namespace {
-
-constexpr int kMaxDims = 64;
-
-std::string str(int64_t v) { return std::to_string(v); }
 
 std::string dtype_text(const DLDataType &d) {
     return "(code " + str(d.code) + ", bits " + str(d.bits) + ", lanes " + str(d.lanes) + ")";
