@@ -156,6 +156,12 @@ std::vector<int64_t> c_strides(const std::vector<int64_t> &shape, int itemsize) 
     return dense_strides(shape, itemsize, identity(shape.size()));
 }
 
+std::vector<int64_t> byte_strides(const std::vector<int64_t> &element_strides, int itemsize) {
+    std::vector<int64_t> bytes(element_strides.size());
+    for (size_t i = 0; i < bytes.size(); ++i) bytes[i] = element_strides[i] * itemsize;
+    return bytes;
+}
+
 std::vector<int> permutation(const char *entry, const char *what, const std::vector<int> &axes, int n,
                              const char *fix) {
     std::vector<int> out;

@@ -167,6 +167,8 @@ constexpr int kMaxDims = 64;
 std::vector<int64_t> dense_strides(const std::vector<int64_t> &shape, int itemsize, const std::vector<int> &order);
 /// Byte strides of a C-contiguous array of this shape.
 std::vector<int64_t> c_strides(const std::vector<int64_t> &shape, int itemsize);
+/// Strides in elements as byte strides (each times `itemsize`).
+std::vector<int64_t> byte_strides(const std::vector<int64_t> &element_strides, int itemsize);
 /// `axes` as a permutation of 0..n-1 (negative axes count from the end), or ValueError
 /// "<entry>(): <what> must be a permutation of ...; <fix>".
 std::vector<int> permutation(const char *entry, const char *what, const std::vector<int> &axes, int n,

@@ -225,10 +225,8 @@ DLImport check_import(const char *entry, const DLTensor &t, uint64_t flags, DLPa
 }
 
 Buffer wrap_import(const char *entry, const DLImport &in, std::shared_ptr<void> owner, bool external_writes) {
-    std::vector<int64_t> bytes(in.strides.size());
-    for (size_t i = 0; i < bytes.size(); ++i) bytes[i] = in.strides[i] * in.dtype->itemsize;
-    return Buffer::wrap(entry, in.data, in.shape, bytes, *in.dtype, std::move(owner), in.readonly,
-                        external_writes && !in.copied);
+    return Buffer::wrap(entry, in.data, in.shape, byte_strides(in.strides, in.dtype->itemsize), *in.dtype,
+                        std::move(owner), in.readonly, external_writes && !in.copied);
 }
 
 namespace {
@@ -257,9 +255,7 @@ void unpack(uint8_t *&out, const uint8_t *data, int64_t first, const DLImport &i
 
 Buffer copy_import(const char *entry, const DLImport &in) {
     if (!in.packed_lanes) {
-        std::vector<int64_t> bytes(in.strides.size());
-        for (size_t i = 0; i < bytes.size(); ++i) bytes[i] = in.strides[i] * in.dtype->itemsize;
-        return Buffer::copy_of(entry, in.data, in.shape, bytes, *in.dtype);
+        return Buffer::copy_of(entry, in.data, in.shape, byte_strides(in.strides, in.dtype->itemsize), *in.dtype);
     }
     std::vector<int64_t> shape = in.shape;
     if (in.packed_lanes > 1) shape.push_back(in.packed_lanes);
