@@ -5,6 +5,7 @@
 #include <limits>
 #include <new>
 #include <string>
+#include <type_traits>
 
 #include "cuda_interop.h"
 #include "errors.h"
@@ -27,6 +28,12 @@ struct ExportContext {
     DLManagedTensor legacy{};
 
     int64_t *dims() { return reinterpret_cast<int64_t *>(this + 1); }
+    /// The managed tensor of that type (DLManagedTensorVersioned or DLManagedTensor).
+    template <typename Managed>
+    Managed &managed() {
+        if constexpr (std::is_same_v<Managed, DLManagedTensor>) return legacy;
+        else return versioned;
+    }
 
     static ExportContext *make(const Buffer &b, const Placement &at) {
         size_t n = size_t(b.ndim());
@@ -60,6 +67,32 @@ void describe(ExportContext &c, const Buffer &b, const Placement &at, DLTensor &
     t.byte_offset = 0;
 }
 
+/// A managed tensor of type Managed over `view` (one template for both, as PyTorch's
+/// ATenDLMTensor<T>); a versioned one also gets its version and flags.
+template <typename Managed>
+Managed *export_managed(const Buffer &view, bool copied, const Placement &at) {
+    ExportContext *c = ExportContext::make(view, at);
+    Managed &m = c->managed<Managed>();
+    m.manager_ctx = c;
+    m.deleter = [](Managed *self) { ExportContext::destroy(static_cast<ExportContext *>(self->manager_ctx)); };
+    if constexpr (std::is_same_v<Managed, DLManagedTensorVersioned>) {
+        const DType &t = view.dtype();
+        m.version = dlpack_version_for(t);
+        m.flags = (view.readonly() ? DLPACK_FLAG_BITMASK_READ_ONLY : 0) |
+                  (copied ? DLPACK_FLAG_BITMASK_IS_COPIED : 0) |
+                  (t.dlpack_padded ? DLPACK_FLAG_BITMASK_IS_SUBBYTE_TYPE_PADDED : 0);
+    }
+    describe(*c, view, at, m.dl_tensor);
+    return &m;
+}
+
+/// delete_unused() of either managed tensor type.
+template <typename Managed>
+void delete_unused_managed(Managed *m) {
+    static_cast<ExportContext *>(m->manager_ctx)->lease.withdraw();
+    m->deleter(m);
+}
+
 }  // namespace
 
 DLDevice dlpack_device_of(Buffer &b) {
@@ -74,39 +107,16 @@ DLPackVersion dlpack_version_for(const DType &t) {
 }
 
 DLManagedTensorVersioned *export_versioned(const Buffer &view, bool copied, const Placement &at) {
-    ExportContext *c = ExportContext::make(view, at);
-    const DType &t = view.dtype();
-    DLManagedTensorVersioned &m = c->versioned;
-    m.version = dlpack_version_for(t);
-    m.manager_ctx = c;
-    m.deleter = [](DLManagedTensorVersioned *self) {
-        ExportContext::destroy(static_cast<ExportContext *>(self->manager_ctx));
-    };
-    m.flags = (view.readonly() ? DLPACK_FLAG_BITMASK_READ_ONLY : 0) |
-              (copied ? DLPACK_FLAG_BITMASK_IS_COPIED : 0) |
-              (t.dlpack_padded ? DLPACK_FLAG_BITMASK_IS_SUBBYTE_TYPE_PADDED : 0);
-    describe(*c, view, at, m.dl_tensor);
-    return &m;
+    return export_managed<DLManagedTensorVersioned>(view, copied, at);
 }
 
 DLManagedTensor *export_legacy(const Buffer &view, const Placement &at) {
-    ExportContext *c = ExportContext::make(view, at);
-    DLManagedTensor &m = c->legacy;
-    m.manager_ctx = c;
-    m.deleter = [](DLManagedTensor *self) { ExportContext::destroy(static_cast<ExportContext *>(self->manager_ctx)); };
-    describe(*c, view, at, m.dl_tensor);
-    return &m;
+    return export_managed<DLManagedTensor>(view, false, at);
 }
 
-void delete_unused(DLManagedTensorVersioned *m) {
-    static_cast<ExportContext *>(m->manager_ctx)->lease.withdraw();
-    m->deleter(m);
-}
+void delete_unused(DLManagedTensorVersioned *m) { delete_unused_managed(m); }
 
-void delete_unused(DLManagedTensor *m) {
-    static_cast<ExportContext *>(m->manager_ctx)->lease.withdraw();
-    m->deleter(m);
-}
+void delete_unused(DLManagedTensor *m) { delete_unused_managed(m); }
 
 // ---------------------------------------------------------------------------------------------
 // Import
