@@ -150,10 +150,9 @@ const DType &element_type(const char *entry, const DLDataType &d, bool padded, i
                       "; convert the tensor to one of: " + dtype_names());
 }
 
-}  // namespace
-
-DLImport check_import(const char *entry, const DLTensor &t, uint64_t flags, DLPackVersion version) {
-    std::string where = std::string(entry) + "(): ";
+/// The tensor's header: a device we can reach, a CPU device id of 0, an ndim a buffer has, a
+/// shape when there are axes, strides when the version requires them.
+void check_header(const std::string &where, const DLTensor &t, DLPackVersion version) {
     // CUDA memory is wrapped through the CUDA backend; other devices' memory is out of reach.
     if (!host_readable(t.device) && t.device.device_type != kDLCUDA)
         throw BufferError(where + "the tensor is on DLPack device (" + str(t.device.device_type) + ", " +
@@ -172,64 +171,89 @@ DLImport check_import(const char *entry, const DLTensor &t, uint64_t flags, DLPa
     if (t.ndim > 0 && !t.strides && versioned && (version.major > 1 || version.minor >= 2))
         throw BufferError(where + "NULL strides in a DLPack " + str(version.major) + "." + str(version.minor) +
                           " tensor (allowed only before 1.2); the producer sent a malformed tensor");
+}
 
-    DLImport in;
-    const DType &dtype = element_type(entry, t.dtype, flags & DLPACK_FLAG_BITMASK_IS_SUBBYTE_TYPE_PADDED,
-                                      in.packed_lanes);
-    in.dtype = &dtype;
-    in.readonly = flags & DLPACK_FLAG_BITMASK_READ_ONLY;
-    in.copied = flags & DLPACK_FLAG_BITMASK_IS_COPIED;
-    in.shape.assign(t.shape, t.shape + t.ndim);
+/// The element count of a shape: no negative extent, at most 2**63 elements.
+int64_t element_count(const std::string &where, const std::vector<int64_t> &shape) {
     int64_t count = 1;
-    for (int64_t n : in.shape) {
+    for (int64_t n : shape) {
         if (n < 0) throw BufferError(where + "negative extent " + str(n) + " in the shape; the producer "
                                      "sent a malformed tensor");
         if (__builtin_mul_overflow(count, n, &count))
             throw BufferError(where + "the shape has more than 2**63 elements; the producer sent a "
                               "malformed tensor");
     }
-    if (t.strides) {
-        in.strides.assign(t.strides, t.strides + t.ndim);
-    } else {  // C-contiguous, in elements
-        in.strides.resize(size_t(t.ndim));
-        int64_t s = 1;
-        for (int i = t.ndim; i-- > 0;) {
-            in.strides[size_t(i)] = s;
-            if (__builtin_mul_overflow(s, in.shape[size_t(i)] > 0 ? in.shape[size_t(i)] : 1, &s))
-                s = 0;  // past every element: a stride no element reaches with (the count is 0)
-        }
+    return count;
+}
+
+/// The tensor's strides in elements: its own, or C-contiguous ones when it has none.
+std::vector<int64_t> element_strides(const DLTensor &t, const std::vector<int64_t> &shape) {
+    if (t.strides) return std::vector<int64_t>(t.strides, t.strides + t.ndim);
+    std::vector<int64_t> strides(size_t(t.ndim));
+    int64_t s = 1;
+    for (int i = t.ndim; i-- > 0;) {
+        strides[size_t(i)] = s;
+        if (__builtin_mul_overflow(s, shape[size_t(i)] > 0 ? shape[size_t(i)] : 1, &s))
+            s = 0;  // past every element: a stride no element reaches with (the count is 0)
     }
-    if (count > 0 && !t.data)
-        throw BufferError(where + "NULL data for a tensor of " + str(count) + " elements; the producer "
-                          "sent a malformed tensor");
-    // Every element's byte offset must be an address: lowest and highest, without overflow.
-    // Every element's bits, from the first element's, must stay in the address space: the
-    // lowest and the highest, without overflow (packed elements may be more or less than a byte).
-    int64_t unit = in.packed_lanes ? int64_t(dtype.dlpack.bits) * in.packed_lanes : int64_t(dtype.itemsize) * 8;
-    // A stride no step takes (an axis of extent 1 or 0, or any axis of an empty tensor) is never
-    // multiplied by an index, but byte strides are computed from every stride: one whose bits do
-    // not fit in 64 bits becomes 0, so that every later stride computation is in range.
-    for (int i = 0; i < t.ndim; ++i) {
+    return strides;
+}
+
+/// The bits every element reaches from the first: [lo, hi), each element `unit` bits wide.
+/// A stride no step takes (an axis of extent 1 or 0, or any axis of an empty tensor) is never
+/// multiplied by an index, but byte strides are computed from every stride: one whose bits do
+/// not fit in 64 bits becomes 0 in `in`, so that every later stride computation is in range.
+void bit_reach(const std::string &where, DLImport &in, int64_t count, int64_t unit, int64_t &lo, int64_t &hi) {
+    for (size_t i = 0; i < in.shape.size(); ++i) {
         int64_t bits;
-        bool steps = count > 0 && in.shape[size_t(i)] > 1;
-        if (!steps && __builtin_mul_overflow(in.strides[size_t(i)], unit, &bits)) in.strides[size_t(i)] = 0;
+        bool steps = count > 0 && in.shape[i] > 1;
+        if (!steps && __builtin_mul_overflow(in.strides[i], unit, &bits)) in.strides[i] = 0;
     }
-    int64_t lo = 0, hi = count > 0 ? unit : 0;
-    for (int i = 0; count > 0 && i < t.ndim; ++i) {
+    lo = 0;
+    hi = count > 0 ? unit : 0;
+    for (size_t i = 0; count > 0 && i < in.shape.size(); ++i) {
         int64_t reach;
-        if (__builtin_mul_overflow(in.shape[size_t(i)] - 1, in.strides[size_t(i)], &reach) ||
+        if (__builtin_mul_overflow(in.shape[i] - 1, in.strides[i], &reach) ||
             __builtin_mul_overflow(reach, unit, &reach) ||
             __builtin_add_overflow(reach < 0 ? lo : hi, reach, reach < 0 ? &lo : &hi))
             throw BufferError(where + "the strides reach beyond the address space; the producer sent a "
                               "malformed tensor");
     }
+}
+
+/// The address of the tensor's first element (data plus byte_offset), checked so that every
+/// element's bits, from the first element's, stay in the address space: the lowest and the
+/// highest, without overflow (packed elements may be more or less than a byte).
+uint8_t *first_element(const std::string &where, const DLTensor &t, DLImport &in, int64_t count) {
+    const DType &dtype = *in.dtype;
+    int64_t unit = in.packed_lanes ? int64_t(dtype.dlpack.bits) * in.packed_lanes : int64_t(dtype.itemsize) * 8;
+    int64_t lo, hi;
+    bit_reach(where, in, count, unit, lo, hi);
     uintptr_t below = (uintptr_t(0) - uintptr_t(lo) + 7) / 8, above = (uintptr_t(hi) + 7) / 8;  // whole bytes
     uintptr_t base = reinterpret_cast<uintptr_t>(t.data), first;
     if (__builtin_add_overflow(base, uintptr_t(t.byte_offset), &first) || first < below ||
         first > std::numeric_limits<uintptr_t>::max() - above)
         throw BufferError(where + "data, byte_offset and strides reach beyond the address space; the "
                           "producer sent a malformed tensor");
-    in.data = reinterpret_cast<uint8_t *>(first);
+    return reinterpret_cast<uint8_t *>(first);
+}
+
+}  // namespace
+
+DLImport check_import(const char *entry, const DLTensor &t, uint64_t flags, DLPackVersion version) {
+    std::string where = std::string(entry) + "(): ";
+    check_header(where, t, version);
+    DLImport in;
+    in.dtype = &element_type(entry, t.dtype, flags & DLPACK_FLAG_BITMASK_IS_SUBBYTE_TYPE_PADDED, in.packed_lanes);
+    in.readonly = flags & DLPACK_FLAG_BITMASK_READ_ONLY;
+    in.copied = flags & DLPACK_FLAG_BITMASK_IS_COPIED;
+    in.shape.assign(t.shape, t.shape + t.ndim);
+    int64_t count = element_count(where, in.shape);
+    in.strides = element_strides(t, in.shape);
+    if (count > 0 && !t.data)
+        throw BufferError(where + "NULL data for a tensor of " + str(count) + " elements; the producer "
+                          "sent a malformed tensor");
+    in.data = first_element(where, t, in, count);
     in.device = host_readable(t.device) ? DLDevice{kDLCPU, 0} : t.device;
     return in;
 }
