@@ -25,11 +25,9 @@ constexpr const char *kImport = "from_dlpack";
 template <typename Managed>
 void capsule_destructor(PyObject *capsule, const char *name) {
     if (!PyCapsule_IsValid(capsule, name)) return;
-    PyObject *type, *value, *traceback;
-    PyErr_Fetch(&type, &value, &traceback);
+    py::error_scope pending;  // set aside, and restored on return
     auto *m = static_cast<Managed *>(PyCapsule_GetPointer(capsule, name));
     if (m) delete_unused(m);
-    PyErr_Restore(type, value, traceback);
 }
 
 void versioned_destructor(PyObject *c) { capsule_destructor<DLManagedTensorVersioned>(c, kDLTensorVersionedCapsule); }
