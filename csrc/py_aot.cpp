@@ -452,8 +452,7 @@ py::dict required_regions(const AotPipeline &p, py::dict scalars, py::dict outpu
 PyObject *pipeline_call(PyObject *self, PyObject *args, PyObject *kwargs) {
     PyObject *result = nullptr;
     c_call([&] {
-        auto *inst = reinterpret_cast<py::detail::instance *>(self);
-        const AotPipeline &p = *inst->get_value_and_holder().value_ptr<AotPipeline>();
+        const AotPipeline &p = *instance_parts(self).value_ptr<AotPipeline>();
         result = call_with(p, &PyTuple_GET_ITEM(args, 0), size_t(PyTuple_GET_SIZE(args)), kwargs).release().ptr();
         return 0;
     });
