@@ -54,7 +54,6 @@ py::list arguments_of(const AotPipeline &p) {
 // Arguments
 // ---------------------------------------------------------------------------------------------
 
-/// A Python number as the scalar type an argument declares, range-checked.
 /// "<pipeline>(): argument '<name>'": built only for an error message.
 std::string where_of(const AotPipeline &p, const halide_filter_argument_t &a) {
     return p.name() + "(): argument '" + a.name + "'";
@@ -72,51 +71,75 @@ std::string range_of(halide_type_t t) {
     return "from 0 to " + std::to_string(uint_max(t));
 }
 
-halide_scalar_value_t to_scalar(const AotPipeline &p, py::handle v, const halide_filter_argument_t &a) {
-    auto where = [&] { return where_of(p, a); };
+/// What the steps of to_scalar() share: the argument, the value passed, the type's name.
+struct ScalarArg {
+    const AotPipeline &p;
+    const halide_filter_argument_t &a;
+    py::handle v;
+    std::string name;  ///< "an address", or the type's name
+
+    std::string where() const { return where_of(p, a); }
+    const char *value_type() const { return Py_TYPE(v.ptr())->tp_name; }
+    ValueError out_of_range() const {
+        return ValueError(where() + ": " + py::repr(v).cast<std::string>() + " is out of range for " + name +
+                          "; pass a value " + range_of(a.type));
+    }
+};
+
+/// A scalar with every byte zero, for a step to fill in.
+halide_scalar_value_t blank_scalar() {
     halide_scalar_value_t s{};
     s.u64 = 0;
-    halide_type_t t = a.type;
-    auto name = t.code == halide_type_handle ? std::string("an address") : type_text(t);
-    auto out_of_range = [&] {
-        return ValueError(where() + ": " + py::repr(v).cast<std::string>() + " is out of range for " + name +
-                          "; pass a value " + range_of(t));
-    };
-    if (t.code == halide_type_float) {
-        // Anything with __float__ or __index__ (NumPy scalars too), but not text or bools.
-        double x = PyBool_Check(v.ptr()) ? -1.0 : PyFloat_AsDouble(v.ptr());
-        if (PyBool_Check(v.ptr()) || (x == -1.0 && PyErr_Occurred())) {
-            PyErr_Clear();
-            throw TypeError(where() + ": expected a number for " + name + ", not " + Py_TYPE(v.ptr())->tp_name +
-                            "; pass an int or a float");
-        }
-        if (t.bits == 32) s.f32 = float(x);
-        else if (t.bits == 64) s.f64 = x;
-        else throw TypeError(where() + ": scalars of " + name + " are not supported; pass a float32 or float64 parameter");
-        return s;
+    return s;
+}
+
+halide_scalar_value_t float_scalar(const ScalarArg &arg) {
+    // Anything with __float__ or __index__ (NumPy scalars too), but not text or bools.
+    PyObject *v = arg.v.ptr();
+    double x = PyBool_Check(v) ? -1.0 : PyFloat_AsDouble(v);
+    if (PyBool_Check(v) || (x == -1.0 && PyErr_Occurred())) {
+        PyErr_Clear();
+        throw TypeError(arg.where() + ": expected a number for " + arg.name + ", not " + arg.value_type() +
+                        "; pass an int or a float");
     }
-    if (t.code == halide_type_handle) {
-        if (v.is_none()) return s;
-        if (!is_integer(v) || PyBool_Check(v.ptr()))
-            throw TypeError(where() + ": expected an address (int) or None, not " + Py_TYPE(v.ptr())->tp_name +
-                            "; pass the address as an int, or None for a null pointer");
-        uint64_t address;
-        if (!as_uint64(v, address)) throw out_of_range();
-        s.handle = reinterpret_cast<void *>(uintptr_t(address));
-        return s;
-    }
-    if (t.code == halide_type_uint && t.bits == 1) {  // bool
-        if (!PyBool_Check(v.ptr()) && !PyIndex_Check(v.ptr()))
-            throw TypeError(where() + ": expected a bool, not " + Py_TYPE(v.ptr())->tp_name + "; pass True or False");
-        s.b = PyObject_IsTrue(v.ptr()) == 1;
-        return s;
-    }
-    if (!is_integer(v) || PyBool_Check(v.ptr()))
-        throw TypeError(where() + ": expected an int for " + name + ", not " + Py_TYPE(v.ptr())->tp_name +
+    halide_scalar_value_t s = blank_scalar();
+    if (arg.a.type.bits == 32) s.f32 = float(x);
+    else if (arg.a.type.bits == 64) s.f64 = x;
+    else throw TypeError(arg.where() + ": scalars of " + arg.name +
+                         " are not supported; pass a float32 or float64 parameter");
+    return s;
+}
+
+halide_scalar_value_t address_scalar(const ScalarArg &arg) {
+    halide_scalar_value_t s = blank_scalar();
+    if (arg.v.is_none()) return s;
+    if (!is_integer(arg.v) || PyBool_Check(arg.v.ptr()))
+        throw TypeError(arg.where() + ": expected an address (int) or None, not " + arg.value_type() +
+                        "; pass the address as an int, or None for a null pointer");
+    uint64_t address;
+    if (!as_uint64(arg.v, address)) throw arg.out_of_range();
+    s.handle = reinterpret_cast<void *>(uintptr_t(address));
+    return s;
+}
+
+halide_scalar_value_t bool_scalar(const ScalarArg &arg) {
+    if (!PyBool_Check(arg.v.ptr()) && !PyIndex_Check(arg.v.ptr()))
+        throw TypeError(arg.where() + ": expected a bool, not " + arg.value_type() + "; pass True or False");
+    halide_scalar_value_t s = blank_scalar();
+    s.b = PyObject_IsTrue(arg.v.ptr()) == 1;
+    return s;
+}
+
+/// A signed or unsigned integer type's value, range-checked.
+halide_scalar_value_t int_scalar(const ScalarArg &arg) {
+    halide_type_t t = arg.a.type;
+    if (!is_integer(arg.v) || PyBool_Check(arg.v.ptr()))
+        throw TypeError(arg.where() + ": expected an int for " + arg.name + ", not " + arg.value_type() +
                         "; pass an int (int(x) converts a number, rounding toward zero)");
+    halide_scalar_value_t s = blank_scalar();
     if (t.code == halide_type_int) {
         int64_t x;
-        if (!as_int64(v, x) || x < -int_max(t) - 1 || x > int_max(t)) throw out_of_range();
+        if (!as_int64(arg.v, x) || x < -int_max(t) - 1 || x > int_max(t)) throw arg.out_of_range();
         if (t.bits == 8) s.i8 = int8_t(x);
         else if (t.bits == 16) s.i16 = int16_t(x);
         else if (t.bits == 32) s.i32 = int32_t(x);
@@ -124,12 +147,22 @@ halide_scalar_value_t to_scalar(const AotPipeline &p, py::handle v, const halide
         return s;
     }
     uint64_t x;
-    if (!as_uint64(v, x) || x > uint_max(t)) throw out_of_range();
+    if (!as_uint64(arg.v, x) || x > uint_max(t)) throw arg.out_of_range();
     if (t.bits == 8) s.u8 = uint8_t(x);
     else if (t.bits == 16) s.u16 = uint16_t(x);
     else if (t.bits == 32) s.u32 = uint32_t(x);
     else s.u64 = x;
     return s;
+}
+
+/// A Python number as the scalar type an argument declares, range-checked.
+halide_scalar_value_t to_scalar(const AotPipeline &p, py::handle v, const halide_filter_argument_t &a) {
+    halide_type_t t = a.type;
+    ScalarArg arg{p, a, v, t.code == halide_type_handle ? std::string("an address") : type_text(t)};
+    if (t.code == halide_type_float) return float_scalar(arg);
+    if (t.code == halide_type_handle) return address_scalar(arg);
+    if (t.code == halide_type_uint && t.bits == 1) return bool_scalar(arg);
+    return int_scalar(arg);
 }
 
 /// A buffer argument as a Buffer object (a Buffer, or anything Buffer.from_host wraps), its
