@@ -279,36 +279,47 @@ std::shared_ptr<CudaDevice> call_device(const halide_filter_metadata_t &m, const
     return device;
 }
 
-py::object call_with(const AotPipeline &p, PyObject *const *pos, size_t npos, PyObject *kwargs) {
-    const halide_filter_metadata_t &m = p.metadata();
-    size_t n = size_t(m.num_arguments);
-    // A nested call (an argument's __array__ calling a pipeline) gets scratch of its own.
-    thread_local CallScratch shared;
-    thread_local bool busy = false;
-    CallScratch nested;
-    CallScratch &scratch = busy ? nested : shared;
-    struct Finish {
-        CallScratch &s;
-        bool &busy;
-        bool was;
-        ~Finish() {
-            s.finish();
-            busy = was;
-        }
-    } finish{scratch, busy, busy};
-    busy = true;
-    scratch.start(n);
-    std::vector<py::object> &given = scratch.given;
-    std::vector<void *> &argv = scratch.argv;
+/// This thread's scratch for one call (start() it), emptied when the call ends, however it
+/// ends. A nested call (an argument's __array__ calling a pipeline) gets scratch of its own.
+struct ScratchUse {
+    ScratchUse() : scratch(busy() ? nested : shared()), was_busy(busy()) { busy() = true; }
+    ~ScratchUse() {
+        scratch.finish();
+        busy() = was_busy;
+    }
+    ScratchUse(const ScratchUse &) = delete;
+    ScratchUse &operator=(const ScratchUse &) = delete;
 
-    // Positional arguments in metadata order (a pipeline's __user_context is ours to pass).
+    static CallScratch &shared() {
+        thread_local CallScratch s;
+        return s;
+    }
+    static bool &busy() {
+        thread_local bool b = false;
+        return b;
+    }
+
+    CallScratch nested;  ///< a nested call's (declared first: constructed before `scratch` refers to it)
+    CallScratch &scratch;
+    bool was_busy;
+};
+
+/// Positional arguments in metadata order (a pipeline's __user_context is ours to pass).
+void take_positional(const AotPipeline &p, PyObject *const *pos, size_t npos, std::vector<py::object> &given) {
+    const halide_filter_metadata_t &m = p.metadata();
     size_t k = 0;
-    for (size_t i = 0; i < n && k < npos; ++i) {
+    for (size_t i = 0; i < given.size() && k < npos; ++i) {
         if (!is_user_context(m.arguments[i])) given[i] = py::reinterpret_borrow<py::object>(pos[k++]);
     }
     if (k < npos)
         throw TypeError(p.name() + "() takes " + std::to_string(k) + " arguments, " + std::to_string(npos) +
                         " given; pass at most " + std::to_string(k) + " (" + names_of(p) + ")");
+}
+
+/// Keyword arguments by name: TypeError for an unknown name or a second value.
+void take_keywords(const AotPipeline &p, PyObject *kwargs, std::vector<py::object> &given) {
+    const halide_filter_metadata_t &m = p.metadata();
+    size_t n = given.size();
     Py_ssize_t at = 0;
     PyObject *key, *value;
     while (kwargs && PyDict_Next(kwargs, &at, &key, &value)) {
@@ -325,74 +336,104 @@ py::object call_with(const AotPipeline &p, PyObject *const *pos, size_t npos, Py
                             "; pass it by position or by name, not both");
         given[i] = py::reinterpret_borrow<py::object>(value);
     }
+}
 
-    for (size_t i = 0; i < n; ++i) {
+/// Every argument for the call: scalars (or their defaults) into the scratch's scalars, buffers
+/// as Buffer objects, the outputs not given noted as missing; TypeError for a missing input.
+void convert_arguments(const AotPipeline &p, CallScratch &s) {
+    const halide_filter_metadata_t &m = p.metadata();
+    for (size_t i = 0; i < s.given.size(); ++i) {
         const halide_filter_argument_t &a = m.arguments[i];
-        bool absent = !given[i] || given[i].is_none();
+        bool absent = !s.given[i] || s.given[i].is_none();
         if (is_user_context(a)) {
-            argv[i] = &scratch.scalars[i];  // a null user_context
+            s.argv[i] = &s.scalars[i];  // a null user_context
         } else if (!is_buffer(a)) {
             if (absent && !a.scalar_def)
                 throw TypeError(where_of(p, a) + " is missing; pass a value of type " + type_text(a.type));
-            scratch.scalars[i] = absent ? *a.scalar_def : to_scalar(p, given[i], a);
-            argv[i] = &scratch.scalars[i];
+            s.scalars[i] = absent ? *a.scalar_def : to_scalar(p, s.given[i], a);
+            s.argv[i] = &s.scalars[i];
         } else if (!absent) {
-            given[i] = to_buffer(p, given[i], a);
-            if (a.kind == halide_argument_kind_output_buffer) scratch.outputs.push_back(i);
+            s.given[i] = to_buffer(p, s.given[i], a);
+            if (a.kind == halide_argument_kind_output_buffer) s.outputs.push_back(i);
         } else if (a.kind == halide_argument_kind_output_buffer) {
-            given[i] = py::object();  // None: allocated below
-            scratch.missing.push_back(i);
-            scratch.outputs.push_back(i);
+            s.given[i] = py::object();  // None: allocated by enter_buffers()
+            s.missing.push_back(i);
+            s.outputs.push_back(i);
         } else {
             throw TypeError(where_of(p, a) + " is missing; pass a " + type_text(a.type) + " buffer of " +
                             std::to_string(a.dimensions) + " axes");
         }
     }
+}
 
+/// Prepares buffer argument i for the call and passes its halide_buffer_t: on `gpu` when there
+/// is one (shown to the pipeline as on its device interface), else as the pipeline needs it.
+void enter_buffer(const AotPipeline &p, CallScratch &s, size_t i, const std::shared_ptr<CudaDevice> &gpu) {
+    Buffer &b = buffer_of(s.given[i].ptr());
+    bool output = p.metadata().arguments[i].kind == halide_argument_kind_output_buffer;
+    if (gpu) {  // places the buffer on the GPU: may allocate and copy, whatever it held before
+        py::gil_scoped_release nogil;
+        b.prepare_for_pipeline(p.name().c_str(), p.device_interface(), output, gpu);
+    } else {
+        run_lease(b, [&] { b.prepare_for_pipeline(p.name().c_str(), p.device_interface(), output); });
+    }
+    s.argv[i] = b.raw(p.name().c_str(), gpu ? p.device_interface() : nullptr);
+}
+
+/// Enters every buffer given, then allocates the outputs not given (bounds queries) and
+/// enters them.
+void enter_buffers(const AotPipeline &p, CallScratch &s, const std::shared_ptr<CudaDevice> &gpu) {
+    const halide_filter_metadata_t &m = p.metadata();
+    for (size_t i = 0; i < s.given.size(); ++i) {
+        if (s.given[i] && is_buffer(m.arguments[i])) enter_buffer(p, s, i, gpu);
+    }
+    if (s.missing.empty()) return;
+    for (int r = 0; r < 2; ++r) ask_bounds(p, s, s.queries[r], kRequestMins[r]);
+    for (size_t i : s.missing) {
+        s.given[i] = allocate_queried(p.name() + "(): output '" + m.arguments[i].name + "'", s.queries[0][i],
+                                      s.queries[1][i]);
+        enter_buffer(p, s, i, gpu);
+    }
+}
+
+/// A device pipeline overwrites its outputs whole: their old host contents need not go up.
+/// Its inputs without a device copy it can use must: its runtime uploads only host-dirty ones.
+void expect_transfers(const AotPipeline &p, const std::vector<py::object> &given) {
+    if (!p.device_interface()) return;
+    const halide_filter_metadata_t &m = p.metadata();
+    for (size_t i = 0; i < given.size(); ++i) {
+        if (!given[i] || !is_buffer(m.arguments[i])) continue;
+        Buffer &b = buffer_of(given[i].ptr());
+        m.arguments[i].kind == halide_argument_kind_output_buffer ? b.expect_overwrite() : b.expect_upload();
+    }
+}
+
+/// What a call returns: its one output, or a tuple of its outputs in the pipeline's order.
+py::object call_outputs(const CallScratch &s) {
+    if (s.outputs.size() == 1) return s.given[s.outputs[0]];
+    py::tuple result(s.outputs.size());
+    for (size_t j = 0; j < s.outputs.size(); ++j) result[j] = s.given[s.outputs[j]];
+    return std::move(result);
+}
+
+py::object call_with(const AotPipeline &p, PyObject *const *pos, size_t npos, PyObject *kwargs) {
+    ScratchUse use;
+    CallScratch &scratch = use.scratch;
+    scratch.start(size_t(p.metadata().num_arguments));
+    take_positional(p, pos, npos, scratch.given);
+    take_keywords(p, kwargs, scratch.given);
+    convert_arguments(p, scratch);
     // A CUDA pipeline runs on the device of its first argument on one, else the default device,
     // and its arguments are placed there: it reads and writes our device copies as they are.
-    std::shared_ptr<CudaDevice> gpu = p.uses_cuda() ? call_device(m, given) : nullptr;
-    const halide_device_interface_t *shown_as = gpu ? p.device_interface() : nullptr;
-    auto enter = [&](size_t i) {
-        Buffer &b = buffer_of(given[i].ptr());
-        bool output = m.arguments[i].kind == halide_argument_kind_output_buffer;
-        if (gpu) {  // places the buffer on the GPU: may allocate and copy, whatever it held before
-            py::gil_scoped_release nogil;
-            b.prepare_for_pipeline(p.name().c_str(), p.device_interface(), output, gpu);
-        } else {
-            run_lease(b, [&] { b.prepare_for_pipeline(p.name().c_str(), p.device_interface(), output); });
-        }
-        argv[i] = b.raw(p.name().c_str(), shown_as);
-    };
+    std::shared_ptr<CudaDevice> gpu = p.uses_cuda() ? call_device(p.metadata(), scratch.given) : nullptr;
     TargetDevice target(gpu.get());  // the device our handlers give the pipeline's runtime
-    for (size_t i = 0; i < n; ++i) {
-        if (given[i] && is_buffer(m.arguments[i])) enter(i);
-    }
-    if (!scratch.missing.empty()) {
-        for (int r = 0; r < 2; ++r) ask_bounds(p, scratch, scratch.queries[r], kRequestMins[r]);
-        for (size_t i : scratch.missing) {
-            given[i] = allocate_queried(p.name() + "(): output '" + m.arguments[i].name + "'",
-                                        scratch.queries[0][i], scratch.queries[1][i]);
-            enter(i);
-        }
-    }
-    // A device pipeline overwrites its outputs whole: their old host contents need not go up.
-    // Its inputs without a device copy it can use must: its runtime uploads only host-dirty ones.
-    if (p.device_interface()) {
-        for (size_t i = 0; i < n; ++i) {
-            if (!given[i] || !is_buffer(m.arguments[i])) continue;
-            Buffer &b = buffer_of(given[i].ptr());
-            m.arguments[i].kind == halide_argument_kind_output_buffer ? b.expect_overwrite() : b.expect_upload();
-        }
-    }
+    enter_buffers(p, scratch, gpu);
+    expect_transfers(p, scratch.given);
     {
         py::gil_scoped_release nogil;
-        p.call(argv.data());
+        p.call(scratch.argv.data());
     }
-    if (scratch.outputs.size() == 1) return given[scratch.outputs[0]];
-    py::tuple result(scratch.outputs.size());
-    for (size_t j = 0; j < scratch.outputs.size(); ++j) result[j] = given[scratch.outputs[j]];
-    return std::move(result);
+    return call_outputs(scratch);
 }
 
 /// An output region as required_regions() takes it: (mins, shape), sequences of ints.
