@@ -110,7 +110,8 @@ struct Kept {
 };
 /// An owner holding `kept`, deleted (with the GIL) when the last copy goes.
 std::shared_ptr<void> keep(std::unique_ptr<Kept> kept);
-/// An owner holding `obj` (null for None).
+/// An owner holding `obj` (null for None). Buffer::keep_alive() is another thing: the storage
+/// itself as an owner, for C++ holders (an export), with no Python object in it.
 std::shared_ptr<void> keep_object(py::handle obj);
 /// The Kept in an owner made by keep(); nullptr for none, or for an owner of the core's own
 /// (another storage, memory lent out).
