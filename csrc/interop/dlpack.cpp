@@ -5,9 +5,11 @@
 #include <limits>
 #include <new>
 #include <string>
+#include <type_traits>
 
 #include "interop/cuda_interop.h"
 #include "core/errors.h"
+#include "core/text.h"
 
 namespace hb {
 
@@ -26,6 +28,12 @@ struct ExportContext {
     DLManagedTensor legacy{};
 
     int64_t *dims() { return reinterpret_cast<int64_t *>(this + 1); }
+    /// The managed tensor of that type (DLManagedTensorVersioned or DLManagedTensor).
+    template <typename Managed>
+    Managed &managed() {
+        if constexpr (std::is_same_v<Managed, DLManagedTensor>) return legacy;
+        else return versioned;
+    }
 
     static ExportContext *make(const Buffer &b, const Placement &at) {
         size_t n = size_t(b.ndim());
@@ -59,6 +67,32 @@ void describe(ExportContext &c, const Buffer &b, const Placement &at, DLTensor &
     t.byte_offset = 0;
 }
 
+/// A managed tensor of type Managed over `view` (one template for both, as PyTorch's
+/// ATenDLMTensor<T>); a versioned one also gets its version and flags.
+template <typename Managed>
+Managed *export_managed(const Buffer &view, bool copied, const Placement &at) {
+    ExportContext *c = ExportContext::make(view, at);
+    Managed &m = c->managed<Managed>();
+    m.manager_ctx = c;
+    m.deleter = [](Managed *self) { ExportContext::destroy(static_cast<ExportContext *>(self->manager_ctx)); };
+    if constexpr (std::is_same_v<Managed, DLManagedTensorVersioned>) {
+        const DType &t = view.dtype();
+        m.version = dlpack_version_for(t);
+        m.flags = (view.readonly() ? DLPACK_FLAG_BITMASK_READ_ONLY : 0) |
+                  (copied ? DLPACK_FLAG_BITMASK_IS_COPIED : 0) |
+                  (t.dlpack_padded ? DLPACK_FLAG_BITMASK_IS_SUBBYTE_TYPE_PADDED : 0);
+    }
+    describe(*c, view, at, m.dl_tensor);
+    return &m;
+}
+
+/// delete_unused() of either managed tensor type.
+template <typename Managed>
+void delete_unused_managed(Managed *m) {
+    static_cast<ExportContext *>(m->manager_ctx)->lease.withdraw();
+    m->deleter(m);
+}
+
 }  // namespace
 
 DLDevice dlpack_device_of(Buffer &b) {
@@ -73,49 +107,22 @@ DLPackVersion dlpack_version_for(const DType &t) {
 }
 
 DLManagedTensorVersioned *export_versioned(const Buffer &view, bool copied, const Placement &at) {
-    ExportContext *c = ExportContext::make(view, at);
-    const DType &t = view.dtype();
-    DLManagedTensorVersioned &m = c->versioned;
-    m.version = dlpack_version_for(t);
-    m.manager_ctx = c;
-    m.deleter = [](DLManagedTensorVersioned *self) {
-        ExportContext::destroy(static_cast<ExportContext *>(self->manager_ctx));
-    };
-    m.flags = (view.readonly() ? DLPACK_FLAG_BITMASK_READ_ONLY : 0) |
-              (copied ? DLPACK_FLAG_BITMASK_IS_COPIED : 0) |
-              (t.dlpack_padded ? DLPACK_FLAG_BITMASK_IS_SUBBYTE_TYPE_PADDED : 0);
-    describe(*c, view, at, m.dl_tensor);
-    return &m;
+    return export_managed<DLManagedTensorVersioned>(view, copied, at);
 }
 
 DLManagedTensor *export_legacy(const Buffer &view, const Placement &at) {
-    ExportContext *c = ExportContext::make(view, at);
-    DLManagedTensor &m = c->legacy;
-    m.manager_ctx = c;
-    m.deleter = [](DLManagedTensor *self) { ExportContext::destroy(static_cast<ExportContext *>(self->manager_ctx)); };
-    describe(*c, view, at, m.dl_tensor);
-    return &m;
+    return export_managed<DLManagedTensor>(view, false, at);
 }
 
-void delete_unused(DLManagedTensorVersioned *m) {
-    static_cast<ExportContext *>(m->manager_ctx)->lease.withdraw();
-    m->deleter(m);
-}
+void delete_unused(DLManagedTensorVersioned *m) { delete_unused_managed(m); }
 
-void delete_unused(DLManagedTensor *m) {
-    static_cast<ExportContext *>(m->manager_ctx)->lease.withdraw();
-    m->deleter(m);
-}
+void delete_unused(DLManagedTensor *m) { delete_unused_managed(m); }
 
 // ---------------------------------------------------------------------------------------------
 // Import
 // ---------------------------------------------------------------------------------------------
 
 namespace {
-
-constexpr int kMaxDims = 64;
-
-std::string str(int64_t v) { return std::to_string(v); }
 
 std::string dtype_text(const DLDataType &d) {
     return "(code " + str(d.code) + ", bits " + str(d.bits) + ", lanes " + str(d.lanes) + ")";
@@ -143,10 +150,9 @@ const DType &element_type(const char *entry, const DLDataType &d, bool padded, i
                       "; convert the tensor to one of: " + dtype_names());
 }
 
-}  // namespace
-
-DLImport check_import(const char *entry, const DLTensor &t, uint64_t flags, DLPackVersion version) {
-    std::string where = std::string(entry) + "(): ";
+/// The tensor's header: a device we can reach, a CPU device id of 0, an ndim a buffer has, a
+/// shape when there are axes, strides when the version requires them.
+void check_header(const std::string &where, const DLTensor &t, DLPackVersion version) {
     // CUDA memory is wrapped through the CUDA backend; other devices' memory is out of reach.
     if (!host_readable(t.device) && t.device.device_type != kDLCUDA)
         throw BufferError(where + "the tensor is on DLPack device (" + str(t.device.device_type) + ", " +
@@ -165,73 +171,96 @@ DLImport check_import(const char *entry, const DLTensor &t, uint64_t flags, DLPa
     if (t.ndim > 0 && !t.strides && versioned && (version.major > 1 || version.minor >= 2))
         throw BufferError(where + "NULL strides in a DLPack " + str(version.major) + "." + str(version.minor) +
                           " tensor (allowed only before 1.2); the producer sent a malformed tensor");
+}
 
-    DLImport in;
-    const DType &dtype = element_type(entry, t.dtype, flags & DLPACK_FLAG_BITMASK_IS_SUBBYTE_TYPE_PADDED,
-                                      in.packed_lanes);
-    in.dtype = &dtype;
-    in.readonly = flags & DLPACK_FLAG_BITMASK_READ_ONLY;
-    in.copied = flags & DLPACK_FLAG_BITMASK_IS_COPIED;
-    in.shape.assign(t.shape, t.shape + t.ndim);
+/// The element count of a shape: no negative extent, at most 2**63 elements.
+int64_t element_count(const std::string &where, const std::vector<int64_t> &shape) {
     int64_t count = 1;
-    for (int64_t n : in.shape) {
+    for (int64_t n : shape) {
         if (n < 0) throw BufferError(where + "negative extent " + str(n) + " in the shape; the producer "
                                      "sent a malformed tensor");
         if (__builtin_mul_overflow(count, n, &count))
             throw BufferError(where + "the shape has more than 2**63 elements; the producer sent a "
                               "malformed tensor");
     }
-    if (t.strides) {
-        in.strides.assign(t.strides, t.strides + t.ndim);
-    } else {  // C-contiguous, in elements
-        in.strides.resize(size_t(t.ndim));
-        int64_t s = 1;
-        for (int i = t.ndim; i-- > 0;) {
-            in.strides[size_t(i)] = s;
-            if (__builtin_mul_overflow(s, in.shape[size_t(i)] > 0 ? in.shape[size_t(i)] : 1, &s))
-                s = 0;  // past every element: a stride no element reaches with (the count is 0)
-        }
+    return count;
+}
+
+/// The tensor's strides in elements: its own, or C-contiguous ones when it has none.
+std::vector<int64_t> element_strides(const DLTensor &t, const std::vector<int64_t> &shape) {
+    if (t.strides) return std::vector<int64_t>(t.strides, t.strides + t.ndim);
+    std::vector<int64_t> strides(size_t(t.ndim));
+    int64_t s = 1;
+    for (int i = t.ndim; i-- > 0;) {
+        strides[size_t(i)] = s;
+        if (__builtin_mul_overflow(s, shape[size_t(i)] > 0 ? shape[size_t(i)] : 1, &s))
+            s = 0;  // past every element: a stride no element reaches with (the count is 0)
     }
-    if (count > 0 && !t.data)
-        throw BufferError(where + "NULL data for a tensor of " + str(count) + " elements; the producer "
-                          "sent a malformed tensor");
-    // Every element's byte offset must be an address: lowest and highest, without overflow.
-    // Every element's bits, from the first element's, must stay in the address space: the
-    // lowest and the highest, without overflow (packed elements may be more or less than a byte).
-    int64_t unit = in.packed_lanes ? int64_t(dtype.dlpack.bits) * in.packed_lanes : int64_t(dtype.itemsize) * 8;
-    // A stride no step takes (an axis of extent 1 or 0, or any axis of an empty tensor) is never
-    // multiplied by an index, but byte strides are computed from every stride: one whose bits do
-    // not fit in 64 bits becomes 0, so that every later stride computation is in range.
-    for (int i = 0; i < t.ndim; ++i) {
+    return strides;
+}
+
+/// The bits every element reaches from the first: [lo, hi), each element `unit` bits wide.
+/// A stride no step takes (an axis of extent 1 or 0, or any axis of an empty tensor) is never
+/// multiplied by an index, but byte strides are computed from every stride: one whose bits do
+/// not fit in 64 bits becomes 0 in `in`, so that every later stride computation is in range.
+void bit_reach(const std::string &where, DLImport &in, int64_t count, int64_t unit, int64_t &lo, int64_t &hi) {
+    for (size_t i = 0; i < in.shape.size(); ++i) {
         int64_t bits;
-        bool steps = count > 0 && in.shape[size_t(i)] > 1;
-        if (!steps && __builtin_mul_overflow(in.strides[size_t(i)], unit, &bits)) in.strides[size_t(i)] = 0;
+        bool steps = count > 0 && in.shape[i] > 1;
+        if (!steps && __builtin_mul_overflow(in.strides[i], unit, &bits)) in.strides[i] = 0;
     }
-    int64_t lo = 0, hi = count > 0 ? unit : 0;
-    for (int i = 0; count > 0 && i < t.ndim; ++i) {
+    lo = 0;
+    hi = count > 0 ? unit : 0;
+    for (size_t i = 0; count > 0 && i < in.shape.size(); ++i) {
         int64_t reach;
-        if (__builtin_mul_overflow(in.shape[size_t(i)] - 1, in.strides[size_t(i)], &reach) ||
+        if (__builtin_mul_overflow(in.shape[i] - 1, in.strides[i], &reach) ||
             __builtin_mul_overflow(reach, unit, &reach) ||
             __builtin_add_overflow(reach < 0 ? lo : hi, reach, reach < 0 ? &lo : &hi))
             throw BufferError(where + "the strides reach beyond the address space; the producer sent a "
                               "malformed tensor");
     }
+}
+
+/// The address of the tensor's first element (data plus byte_offset), checked so that every
+/// element's bits, from the first element's, stay in the address space: the lowest and the
+/// highest, without overflow (packed elements may be more or less than a byte).
+uint8_t *first_element(const std::string &where, const DLTensor &t, DLImport &in, int64_t count) {
+    const DType &dtype = *in.dtype;
+    int64_t unit = in.packed_lanes ? int64_t(dtype.dlpack.bits) * in.packed_lanes : int64_t(dtype.itemsize) * 8;
+    int64_t lo, hi;
+    bit_reach(where, in, count, unit, lo, hi);
     uintptr_t below = (uintptr_t(0) - uintptr_t(lo) + 7) / 8, above = (uintptr_t(hi) + 7) / 8;  // whole bytes
     uintptr_t base = reinterpret_cast<uintptr_t>(t.data), first;
     if (__builtin_add_overflow(base, uintptr_t(t.byte_offset), &first) || first < below ||
         first > std::numeric_limits<uintptr_t>::max() - above)
         throw BufferError(where + "data, byte_offset and strides reach beyond the address space; the "
                           "producer sent a malformed tensor");
-    in.data = reinterpret_cast<uint8_t *>(first);
+    return reinterpret_cast<uint8_t *>(first);
+}
+
+}  // namespace
+
+DLImport check_import(const char *entry, const DLTensor &t, uint64_t flags, DLPackVersion version) {
+    std::string where = std::string(entry) + "(): ";
+    check_header(where, t, version);
+    DLImport in;
+    in.dtype = &element_type(entry, t.dtype, flags & DLPACK_FLAG_BITMASK_IS_SUBBYTE_TYPE_PADDED, in.packed_lanes);
+    in.readonly = flags & DLPACK_FLAG_BITMASK_READ_ONLY;
+    in.copied = flags & DLPACK_FLAG_BITMASK_IS_COPIED;
+    in.shape.assign(t.shape, t.shape + t.ndim);
+    int64_t count = element_count(where, in.shape);
+    in.strides = element_strides(t, in.shape);
+    if (count > 0 && !t.data)
+        throw BufferError(where + "NULL data for a tensor of " + str(count) + " elements; the producer "
+                          "sent a malformed tensor");
+    in.data = first_element(where, t, in, count);
     in.device = host_readable(t.device) ? DLDevice{kDLCPU, 0} : t.device;
     return in;
 }
 
 Buffer wrap_import(const char *entry, const DLImport &in, std::shared_ptr<void> owner, bool external_writes) {
-    std::vector<int64_t> bytes(in.strides.size());
-    for (size_t i = 0; i < bytes.size(); ++i) bytes[i] = in.strides[i] * in.dtype->itemsize;
-    return Buffer::wrap(entry, in.data, in.shape, bytes, *in.dtype, std::move(owner), in.readonly,
-                        external_writes && !in.copied);
+    return Buffer::wrap(entry, in.data, in.shape, byte_strides(in.strides, in.dtype->itemsize), *in.dtype,
+                        std::move(owner), in.readonly, external_writes && !in.copied);
 }
 
 namespace {
@@ -260,9 +289,7 @@ void unpack(uint8_t *&out, const uint8_t *data, int64_t first, const DLImport &i
 
 Buffer copy_import(const char *entry, const DLImport &in) {
     if (!in.packed_lanes) {
-        std::vector<int64_t> bytes(in.strides.size());
-        for (size_t i = 0; i < bytes.size(); ++i) bytes[i] = in.strides[i] * in.dtype->itemsize;
-        return Buffer::copy_of(entry, in.data, in.shape, bytes, *in.dtype);
+        return Buffer::copy_of(entry, in.data, in.shape, byte_strides(in.strides, in.dtype->itemsize), *in.dtype);
     }
     std::vector<int64_t> shape = in.shape;
     if (in.packed_lanes > 1) shape.push_back(in.packed_lanes);

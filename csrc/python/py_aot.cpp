@@ -54,7 +54,6 @@ py::list arguments_of(const AotPipeline &p) {
 // Arguments
 // ---------------------------------------------------------------------------------------------
 
-/// A Python number as the scalar type an argument declares, range-checked.
 /// "<pipeline>(): argument '<name>'": built only for an error message.
 std::string where_of(const AotPipeline &p, const halide_filter_argument_t &a) {
     return p.name() + "(): argument '" + a.name + "'";
@@ -72,51 +71,75 @@ std::string range_of(halide_type_t t) {
     return "from 0 to " + std::to_string(uint_max(t));
 }
 
-halide_scalar_value_t to_scalar(const AotPipeline &p, py::handle v, const halide_filter_argument_t &a) {
-    auto where = [&] { return where_of(p, a); };
+/// What the steps of to_scalar() share: the argument, the value passed, the type's name.
+struct ScalarArg {
+    const AotPipeline &p;
+    const halide_filter_argument_t &a;
+    py::handle v;
+    std::string name;  ///< "an address", or the type's name
+
+    std::string where() const { return where_of(p, a); }
+    const char *value_type() const { return Py_TYPE(v.ptr())->tp_name; }
+    ValueError out_of_range() const {
+        return ValueError(where() + ": " + py::repr(v).cast<std::string>() + " is out of range for " + name +
+                          "; pass a value " + range_of(a.type));
+    }
+};
+
+/// A scalar with every byte zero, for a step to fill in.
+halide_scalar_value_t blank_scalar() {
     halide_scalar_value_t s{};
     s.u64 = 0;
-    halide_type_t t = a.type;
-    auto name = t.code == halide_type_handle ? std::string("an address") : type_text(t);
-    auto out_of_range = [&] {
-        return ValueError(where() + ": " + py::repr(v).cast<std::string>() + " is out of range for " + name +
-                          "; pass a value " + range_of(t));
-    };
-    if (t.code == halide_type_float) {
-        // Anything with __float__ or __index__ (NumPy scalars too), but not text or bools.
-        double x = PyBool_Check(v.ptr()) ? -1.0 : PyFloat_AsDouble(v.ptr());
-        if (PyBool_Check(v.ptr()) || (x == -1.0 && PyErr_Occurred())) {
-            PyErr_Clear();
-            throw TypeError(where() + ": expected a number for " + name + ", not " + Py_TYPE(v.ptr())->tp_name +
-                            "; pass an int or a float");
-        }
-        if (t.bits == 32) s.f32 = float(x);
-        else if (t.bits == 64) s.f64 = x;
-        else throw TypeError(where() + ": scalars of " + name + " are not supported; pass a float32 or float64 parameter");
-        return s;
+    return s;
+}
+
+halide_scalar_value_t float_scalar(const ScalarArg &arg) {
+    // Anything with __float__ or __index__ (NumPy scalars too), but not text or bools.
+    PyObject *v = arg.v.ptr();
+    double x = PyBool_Check(v) ? -1.0 : PyFloat_AsDouble(v);
+    if (PyBool_Check(v) || (x == -1.0 && PyErr_Occurred())) {
+        PyErr_Clear();
+        throw TypeError(arg.where() + ": expected a number for " + arg.name + ", not " + arg.value_type() +
+                        "; pass an int or a float");
     }
-    if (t.code == halide_type_handle) {
-        if (v.is_none()) return s;
-        if (!is_integer(v) || PyBool_Check(v.ptr()))
-            throw TypeError(where() + ": expected an address (int) or None, not " + Py_TYPE(v.ptr())->tp_name +
-                            "; pass the address as an int, or None for a null pointer");
-        uint64_t address;
-        if (!as_uint64(v, address)) throw out_of_range();
-        s.handle = reinterpret_cast<void *>(uintptr_t(address));
-        return s;
-    }
-    if (t.code == halide_type_uint && t.bits == 1) {  // bool
-        if (!PyBool_Check(v.ptr()) && !PyIndex_Check(v.ptr()))
-            throw TypeError(where() + ": expected a bool, not " + Py_TYPE(v.ptr())->tp_name + "; pass True or False");
-        s.b = PyObject_IsTrue(v.ptr()) == 1;
-        return s;
-    }
-    if (!is_integer(v) || PyBool_Check(v.ptr()))
-        throw TypeError(where() + ": expected an int for " + name + ", not " + Py_TYPE(v.ptr())->tp_name +
+    halide_scalar_value_t s = blank_scalar();
+    if (arg.a.type.bits == 32) s.f32 = float(x);
+    else if (arg.a.type.bits == 64) s.f64 = x;
+    else throw TypeError(arg.where() + ": scalars of " + arg.name +
+                         " are not supported; pass a float32 or float64 parameter");
+    return s;
+}
+
+halide_scalar_value_t address_scalar(const ScalarArg &arg) {
+    halide_scalar_value_t s = blank_scalar();
+    if (arg.v.is_none()) return s;
+    if (!is_integer(arg.v) || PyBool_Check(arg.v.ptr()))
+        throw TypeError(arg.where() + ": expected an address (int) or None, not " + arg.value_type() +
+                        "; pass the address as an int, or None for a null pointer");
+    uint64_t address;
+    if (!as_uint64(arg.v, address)) throw arg.out_of_range();
+    s.handle = reinterpret_cast<void *>(uintptr_t(address));
+    return s;
+}
+
+halide_scalar_value_t bool_scalar(const ScalarArg &arg) {
+    if (!PyBool_Check(arg.v.ptr()) && !PyIndex_Check(arg.v.ptr()))
+        throw TypeError(arg.where() + ": expected a bool, not " + arg.value_type() + "; pass True or False");
+    halide_scalar_value_t s = blank_scalar();
+    s.b = PyObject_IsTrue(arg.v.ptr()) == 1;
+    return s;
+}
+
+/// A signed or unsigned integer type's value, range-checked.
+halide_scalar_value_t int_scalar(const ScalarArg &arg) {
+    halide_type_t t = arg.a.type;
+    if (!is_integer(arg.v) || PyBool_Check(arg.v.ptr()))
+        throw TypeError(arg.where() + ": expected an int for " + arg.name + ", not " + arg.value_type() +
                         "; pass an int (int(x) converts a number, rounding toward zero)");
+    halide_scalar_value_t s = blank_scalar();
     if (t.code == halide_type_int) {
         int64_t x;
-        if (!as_int64(v, x) || x < -int_max(t) - 1 || x > int_max(t)) throw out_of_range();
+        if (!as_int64(arg.v, x) || x < -int_max(t) - 1 || x > int_max(t)) throw arg.out_of_range();
         if (t.bits == 8) s.i8 = int8_t(x);
         else if (t.bits == 16) s.i16 = int16_t(x);
         else if (t.bits == 32) s.i32 = int32_t(x);
@@ -124,12 +147,22 @@ halide_scalar_value_t to_scalar(const AotPipeline &p, py::handle v, const halide
         return s;
     }
     uint64_t x;
-    if (!as_uint64(v, x) || x > uint_max(t)) throw out_of_range();
+    if (!as_uint64(arg.v, x) || x > uint_max(t)) throw arg.out_of_range();
     if (t.bits == 8) s.u8 = uint8_t(x);
     else if (t.bits == 16) s.u16 = uint16_t(x);
     else if (t.bits == 32) s.u32 = uint32_t(x);
     else s.u64 = x;
     return s;
+}
+
+/// A Python number as the scalar type an argument declares, range-checked.
+halide_scalar_value_t to_scalar(const AotPipeline &p, py::handle v, const halide_filter_argument_t &a) {
+    halide_type_t t = a.type;
+    ScalarArg arg{p, a, v, t.code == halide_type_handle ? std::string("an address") : type_text(t)};
+    if (t.code == halide_type_float) return float_scalar(arg);
+    if (t.code == halide_type_handle) return address_scalar(arg);
+    if (t.code == halide_type_uint && t.bits == 1) return bool_scalar(arg);
+    return int_scalar(arg);
 }
 
 /// A buffer argument as a Buffer object (a Buffer, or anything Buffer.from_host wraps), its
@@ -246,36 +279,47 @@ std::shared_ptr<CudaDevice> call_device(const halide_filter_metadata_t &m, const
     return device;
 }
 
-py::object call_with(const AotPipeline &p, PyObject *const *pos, size_t npos, PyObject *kwargs) {
-    const halide_filter_metadata_t &m = p.metadata();
-    size_t n = size_t(m.num_arguments);
-    // A nested call (an argument's __array__ calling a pipeline) gets scratch of its own.
-    thread_local CallScratch shared;
-    thread_local bool busy = false;
-    CallScratch nested;
-    CallScratch &scratch = busy ? nested : shared;
-    struct Finish {
-        CallScratch &s;
-        bool &busy;
-        bool was;
-        ~Finish() {
-            s.finish();
-            busy = was;
-        }
-    } finish{scratch, busy, busy};
-    busy = true;
-    scratch.start(n);
-    std::vector<py::object> &given = scratch.given;
-    std::vector<void *> &argv = scratch.argv;
+/// This thread's scratch for one call (start() it), emptied when the call ends, however it
+/// ends. A nested call (an argument's __array__ calling a pipeline) gets scratch of its own.
+struct ScratchUse {
+    ScratchUse() : scratch(busy() ? nested : shared()), was_busy(busy()) { busy() = true; }
+    ~ScratchUse() {
+        scratch.finish();
+        busy() = was_busy;
+    }
+    ScratchUse(const ScratchUse &) = delete;
+    ScratchUse &operator=(const ScratchUse &) = delete;
 
-    // Positional arguments in metadata order (a pipeline's __user_context is ours to pass).
+    static CallScratch &shared() {
+        thread_local CallScratch s;
+        return s;
+    }
+    static bool &busy() {
+        thread_local bool b = false;
+        return b;
+    }
+
+    CallScratch nested;  ///< a nested call's (declared first: constructed before `scratch` refers to it)
+    CallScratch &scratch;
+    bool was_busy;
+};
+
+/// Positional arguments in metadata order (a pipeline's __user_context is ours to pass).
+void take_positional(const AotPipeline &p, PyObject *const *pos, size_t npos, std::vector<py::object> &given) {
+    const halide_filter_metadata_t &m = p.metadata();
     size_t k = 0;
-    for (size_t i = 0; i < n && k < npos; ++i) {
+    for (size_t i = 0; i < given.size() && k < npos; ++i) {
         if (!is_user_context(m.arguments[i])) given[i] = py::reinterpret_borrow<py::object>(pos[k++]);
     }
     if (k < npos)
         throw TypeError(p.name() + "() takes " + std::to_string(k) + " arguments, " + std::to_string(npos) +
                         " given; pass at most " + std::to_string(k) + " (" + names_of(p) + ")");
+}
+
+/// Keyword arguments by name: TypeError for an unknown name or a second value.
+void take_keywords(const AotPipeline &p, PyObject *kwargs, std::vector<py::object> &given) {
+    const halide_filter_metadata_t &m = p.metadata();
+    size_t n = given.size();
     Py_ssize_t at = 0;
     PyObject *key, *value;
     while (kwargs && PyDict_Next(kwargs, &at, &key, &value)) {
@@ -292,74 +336,104 @@ py::object call_with(const AotPipeline &p, PyObject *const *pos, size_t npos, Py
                             "; pass it by position or by name, not both");
         given[i] = py::reinterpret_borrow<py::object>(value);
     }
+}
 
-    for (size_t i = 0; i < n; ++i) {
+/// Every argument for the call: scalars (or their defaults) into the scratch's scalars, buffers
+/// as Buffer objects, the outputs not given noted as missing; TypeError for a missing input.
+void convert_arguments(const AotPipeline &p, CallScratch &s) {
+    const halide_filter_metadata_t &m = p.metadata();
+    for (size_t i = 0; i < s.given.size(); ++i) {
         const halide_filter_argument_t &a = m.arguments[i];
-        bool absent = !given[i] || given[i].is_none();
+        bool absent = !s.given[i] || s.given[i].is_none();
         if (is_user_context(a)) {
-            argv[i] = &scratch.scalars[i];  // a null user_context
+            s.argv[i] = &s.scalars[i];  // a null user_context
         } else if (!is_buffer(a)) {
             if (absent && !a.scalar_def)
                 throw TypeError(where_of(p, a) + " is missing; pass a value of type " + type_text(a.type));
-            scratch.scalars[i] = absent ? *a.scalar_def : to_scalar(p, given[i], a);
-            argv[i] = &scratch.scalars[i];
+            s.scalars[i] = absent ? *a.scalar_def : to_scalar(p, s.given[i], a);
+            s.argv[i] = &s.scalars[i];
         } else if (!absent) {
-            given[i] = to_buffer(p, given[i], a);
-            if (a.kind == halide_argument_kind_output_buffer) scratch.outputs.push_back(i);
+            s.given[i] = to_buffer(p, s.given[i], a);
+            if (a.kind == halide_argument_kind_output_buffer) s.outputs.push_back(i);
         } else if (a.kind == halide_argument_kind_output_buffer) {
-            given[i] = py::object();  // None: allocated below
-            scratch.missing.push_back(i);
-            scratch.outputs.push_back(i);
+            s.given[i] = py::object();  // None: allocated by enter_buffers()
+            s.missing.push_back(i);
+            s.outputs.push_back(i);
         } else {
             throw TypeError(where_of(p, a) + " is missing; pass a " + type_text(a.type) + " buffer of " +
                             std::to_string(a.dimensions) + " axes");
         }
     }
+}
 
+/// Prepares buffer argument i for the call and passes its halide_buffer_t: on `gpu` when there
+/// is one (shown to the pipeline as on its device interface), else as the pipeline needs it.
+void enter_buffer(const AotPipeline &p, CallScratch &s, size_t i, const std::shared_ptr<CudaDevice> &gpu) {
+    Buffer &b = buffer_of(s.given[i].ptr());
+    bool output = p.metadata().arguments[i].kind == halide_argument_kind_output_buffer;
+    if (gpu) {  // places the buffer on the GPU: may allocate and copy, whatever it held before
+        py::gil_scoped_release nogil;
+        b.prepare_for_pipeline(p.name().c_str(), p.device_interface(), output, gpu);
+    } else {
+        run_lease(b, [&] { b.prepare_for_pipeline(p.name().c_str(), p.device_interface(), output); });
+    }
+    s.argv[i] = b.raw(p.name().c_str(), gpu ? p.device_interface() : nullptr);
+}
+
+/// Enters every buffer given, then allocates the outputs not given (bounds queries) and
+/// enters them.
+void enter_buffers(const AotPipeline &p, CallScratch &s, const std::shared_ptr<CudaDevice> &gpu) {
+    const halide_filter_metadata_t &m = p.metadata();
+    for (size_t i = 0; i < s.given.size(); ++i) {
+        if (s.given[i] && is_buffer(m.arguments[i])) enter_buffer(p, s, i, gpu);
+    }
+    if (s.missing.empty()) return;
+    for (int r = 0; r < 2; ++r) ask_bounds(p, s, s.queries[r], kRequestMins[r]);
+    for (size_t i : s.missing) {
+        s.given[i] = allocate_queried(p.name() + "(): output '" + m.arguments[i].name + "'", s.queries[0][i],
+                                      s.queries[1][i]);
+        enter_buffer(p, s, i, gpu);
+    }
+}
+
+/// A device pipeline overwrites its outputs whole: their old host contents need not go up.
+/// Its inputs without a device copy it can use must: its runtime uploads only host-dirty ones.
+void expect_transfers(const AotPipeline &p, const std::vector<py::object> &given) {
+    if (!p.device_interface()) return;
+    const halide_filter_metadata_t &m = p.metadata();
+    for (size_t i = 0; i < given.size(); ++i) {
+        if (!given[i] || !is_buffer(m.arguments[i])) continue;
+        Buffer &b = buffer_of(given[i].ptr());
+        m.arguments[i].kind == halide_argument_kind_output_buffer ? b.expect_overwrite() : b.expect_upload();
+    }
+}
+
+/// What a call returns: its one output, or a tuple of its outputs in the pipeline's order.
+py::object call_outputs(const CallScratch &s) {
+    if (s.outputs.size() == 1) return s.given[s.outputs[0]];
+    py::tuple result(s.outputs.size());
+    for (size_t j = 0; j < s.outputs.size(); ++j) result[j] = s.given[s.outputs[j]];
+    return std::move(result);
+}
+
+py::object call_with(const AotPipeline &p, PyObject *const *pos, size_t npos, PyObject *kwargs) {
+    ScratchUse use;
+    CallScratch &scratch = use.scratch;
+    scratch.start(size_t(p.metadata().num_arguments));
+    take_positional(p, pos, npos, scratch.given);
+    take_keywords(p, kwargs, scratch.given);
+    convert_arguments(p, scratch);
     // A CUDA pipeline runs on the device of its first argument on one, else the default device,
     // and its arguments are placed there: it reads and writes our device copies as they are.
-    std::shared_ptr<CudaDevice> gpu = p.uses_cuda() ? call_device(m, given) : nullptr;
-    const halide_device_interface_t *shown_as = gpu ? p.device_interface() : nullptr;
-    auto enter = [&](size_t i) {
-        Buffer &b = buffer_of(given[i].ptr());
-        bool output = m.arguments[i].kind == halide_argument_kind_output_buffer;
-        if (gpu) {  // places the buffer on the GPU: may allocate and copy, whatever it held before
-            py::gil_scoped_release nogil;
-            b.prepare_for_pipeline(p.name().c_str(), p.device_interface(), output, gpu);
-        } else {
-            run_lease(b, [&] { b.prepare_for_pipeline(p.name().c_str(), p.device_interface(), output); });
-        }
-        argv[i] = b.raw(p.name().c_str(), shown_as);
-    };
+    std::shared_ptr<CudaDevice> gpu = p.uses_cuda() ? call_device(p.metadata(), scratch.given) : nullptr;
     TargetDevice target(gpu.get());  // the device our handlers give the pipeline's runtime
-    for (size_t i = 0; i < n; ++i) {
-        if (given[i] && is_buffer(m.arguments[i])) enter(i);
-    }
-    if (!scratch.missing.empty()) {
-        for (int r = 0; r < 2; ++r) ask_bounds(p, scratch, scratch.queries[r], kRequestMins[r]);
-        for (size_t i : scratch.missing) {
-            given[i] = allocate_queried(p.name() + "(): output '" + m.arguments[i].name + "'",
-                                        scratch.queries[0][i], scratch.queries[1][i]);
-            enter(i);
-        }
-    }
-    // A device pipeline overwrites its outputs whole: their old host contents need not go up.
-    // Its inputs without a device copy it can use must: its runtime uploads only host-dirty ones.
-    if (p.device_interface()) {
-        for (size_t i = 0; i < n; ++i) {
-            if (!given[i] || !is_buffer(m.arguments[i])) continue;
-            Buffer &b = buffer_of(given[i].ptr());
-            m.arguments[i].kind == halide_argument_kind_output_buffer ? b.expect_overwrite() : b.expect_upload();
-        }
-    }
+    enter_buffers(p, scratch, gpu);
+    expect_transfers(p, scratch.given);
     {
         py::gil_scoped_release nogil;
-        p.call(argv.data());
+        p.call(scratch.argv.data());
     }
-    if (scratch.outputs.size() == 1) return given[scratch.outputs[0]];
-    py::tuple result(scratch.outputs.size());
-    for (size_t j = 0; j < scratch.outputs.size(); ++j) result[j] = given[scratch.outputs[j]];
-    return std::move(result);
+    return call_outputs(scratch);
 }
 
 /// An output region as required_regions() takes it: (mins, shape), sequences of ints.
@@ -452,8 +526,7 @@ py::dict required_regions(const AotPipeline &p, py::dict scalars, py::dict outpu
 PyObject *pipeline_call(PyObject *self, PyObject *args, PyObject *kwargs) {
     PyObject *result = nullptr;
     c_call([&] {
-        auto *inst = reinterpret_cast<py::detail::instance *>(self);
-        const AotPipeline &p = *inst->get_value_and_holder().value_ptr<AotPipeline>();
+        const AotPipeline &p = *instance_parts(self).value_ptr<AotPipeline>();
         result = call_with(p, &PyTuple_GET_ITEM(args, 0), size_t(PyTuple_GET_SIZE(args)), kwargs).release().ptr();
         return 0;
     });

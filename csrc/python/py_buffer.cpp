@@ -322,8 +322,7 @@ Buffer &buffer_of(PyObject *self) {
     if (!PyObject_TypeCheck(self, buffer_type))
         throw TypeError(std::string("Buffer: expected a halide_buffer.Buffer, not ") +
                         Py_TYPE(self)->tp_name + "; call the method on a Buffer");
-    auto *inst = reinterpret_cast<py::detail::instance *>(self);
-    Buffer *b = inst->get_value_and_holder().value_ptr<Buffer>();
+    Buffer *b = instance_parts(self).value_ptr<Buffer>();
     if (!b) throw TypeError("Buffer: the object was never initialised; construct it with "
                             "halide_buffer.Buffer(shape, dtype)");
     return *b;

@@ -25,11 +25,9 @@ constexpr const char *kImport = "from_dlpack";
 template <typename Managed>
 void capsule_destructor(PyObject *capsule, const char *name) {
     if (!PyCapsule_IsValid(capsule, name)) return;
-    PyObject *type, *value, *traceback;
-    PyErr_Fetch(&type, &value, &traceback);
+    py::error_scope pending;  // set aside, and restored on return
     auto *m = static_cast<Managed *>(PyCapsule_GetPointer(capsule, name));
     if (m) delete_unused(m);
-    PyErr_Restore(type, value, traceback);
 }
 
 void versioned_destructor(PyObject *c) { capsule_destructor<DLManagedTensorVersioned>(c, kDLTensorVersionedCapsule); }
@@ -283,8 +281,7 @@ Buffer adopt_cuda(const DLImport &in, std::shared_ptr<void> owner, int copy, boo
         throw BufferError(std::string(kImport) + "(): the CUDA tensor is read-only, and a buffer's device "
                           "copy is written by uploads; pass copy=True for a copy of its values");
     std::shared_ptr<CudaDevice> device = cuda_device(in.device.device_id, kImport);
-    std::vector<int64_t> bytes(in.strides.size());
-    for (size_t i = 0; i < bytes.size(); ++i) bytes[i] = in.strides[i] * in.dtype->itemsize;
+    std::vector<int64_t> bytes = byte_strides(in.strides, in.dtype->itemsize);
     bool copy_now = copy == 1 && !in.copied && !producer_copied;
     // The wrapped memory's owner is the tensor's: device_detach_native() hands back its producer
     // object (None for a raw capsule), and the tensor is deleted when it is let go.

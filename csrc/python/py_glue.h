@@ -110,7 +110,8 @@ struct Kept {
 };
 /// An owner holding `kept`, deleted (with the GIL) when the last copy goes.
 std::shared_ptr<void> keep(std::unique_ptr<Kept> kept);
-/// An owner holding `obj` (null for None).
+/// An owner holding `obj` (null for None). Buffer::keep_alive() is another thing: the storage
+/// itself as an owner, for C++ holders (an export), with no Python object in it.
 std::shared_ptr<void> keep_object(py::handle obj);
 /// The Kept in an owner made by keep(); nullptr for none, or for an owner of the core's own
 /// (another storage, memory lent out).
@@ -121,13 +122,24 @@ int traverse_owner(const std::shared_ptr<void> &owner, visitproc visit, void *ar
 /// For py::custom_type_setup: instances of the type take part in cyclic garbage collection,
 /// `traverse` visiting what they keep (see traverse_instance()).
 void take_part_in_gc(PyHeapTypeObject *type, traverseproc traverse);
+/// The C++ object and holder inside `self`, an instance of a py::class_ type with one C++ type
+/// (pybind11's value_and_holder: value_ptr<T>(), holder_constructed(), holder<H>()).
+///
+/// The one place that names pybind11's private py::detail::instance. It is needed where a raw
+/// PyObject * whose type is already known reaches our own code: the slots we install
+/// (Pipeline's tp_call, tp_traverse) and buffer_of(). pybind11's public way, py::cast, would
+/// look the type up and check it again on every call, and a tp_traverse only reads pointers.
+/// It assumes the instance layout and get_value_and_holder() of pybind11 2.12 (pyproject's
+/// lower bound) through 3.1 (what it is built and tested with).
+inline py::detail::value_and_holder instance_parts(PyObject *self) {
+    return reinterpret_cast<py::detail::instance *>(self)->get_value_and_holder();
+}
 /// A tp_traverse for a pybind11 type holding its C++ object in a `Holder`: the instance's type,
 /// then, once the holder is constructed, what visit_holder(holder, visit, arg) visits.
 template <typename Holder, int (*visit_holder)(const Holder &, visitproc, void *)>
 int traverse_instance(PyObject *self, visitproc visit, void *arg) {
     Py_VISIT(Py_TYPE(self));  // a heap type: each instance holds a reference to it
-    auto *inst = reinterpret_cast<py::detail::instance *>(self);
-    py::detail::value_and_holder v_h = inst->get_value_and_holder();
+    py::detail::value_and_holder v_h = instance_parts(self);
     if (!v_h.holder_constructed()) return 0;  // e.g. Buffer.__new__ alone: nothing held
     return visit_holder(v_h.holder<Holder>(), visit, arg);
 }

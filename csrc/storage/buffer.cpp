@@ -14,6 +14,7 @@
 
 #include "core/errors.h"
 #include "core/strided.h"
+#include "core/text.h"
 
 namespace hb {
 
@@ -21,11 +22,8 @@ namespace {
 
 constexpr size_t kAlignment = 128;
 constexpr size_t kLargeBlock = size_t(4) << 20;  // NumPy's huge-page threshold
-constexpr int kMaxDims = 64;  // NumPy's limit
 constexpr int64_t kInt32Max = std::numeric_limits<int32_t>::max();
 constexpr int64_t kInt32Min = std::numeric_limits<int32_t>::min();
-
-std::string str(int64_t v) { return std::to_string(v); }
 
 /// "1 coordinate", "3 coordinates": a count and its noun, for messages.
 std::string counted(size_t n, const char *noun) {
@@ -156,6 +154,12 @@ std::vector<int64_t> dense_strides(const std::vector<int64_t> &shape, int itemsi
 
 std::vector<int64_t> c_strides(const std::vector<int64_t> &shape, int itemsize) {
     return dense_strides(shape, itemsize, identity(shape.size()));
+}
+
+std::vector<int64_t> byte_strides(const std::vector<int64_t> &element_strides, int itemsize) {
+    std::vector<int64_t> bytes(element_strides.size());
+    for (size_t i = 0; i < bytes.size(); ++i) bytes[i] = element_strides[i] * itemsize;
+    return bytes;
 }
 
 std::vector<int> permutation(const char *entry, const char *what, const std::vector<int> &axes, int n,

@@ -165,11 +165,16 @@ struct RawView {
 using LockWaiter = void (*)(std::unique_lock<std::mutex> &);
 void set_lock_waiter(LockWaiter waiter);
 
+/// The most axes a buffer has (NumPy's limit).
+constexpr int kMaxDims = 64;
+
 /// Byte strides of a dense array of this shape whose axes lie in memory in `order`, outermost
 /// first (a permutation of 0..ndim-1; c_strides() is 0, 1, ..., ndim-1).
 std::vector<int64_t> dense_strides(const std::vector<int64_t> &shape, int itemsize, const std::vector<int> &order);
 /// Byte strides of a C-contiguous array of this shape.
 std::vector<int64_t> c_strides(const std::vector<int64_t> &shape, int itemsize);
+/// Strides in elements as byte strides (each times `itemsize`).
+std::vector<int64_t> byte_strides(const std::vector<int64_t> &element_strides, int itemsize);
 /// `axes` as a permutation of 0..n-1 (negative axes count from the end), or ValueError
 /// "<entry>(): <what> must be a permutation of ...; <fix>".
 std::vector<int> permutation(const char *entry, const char *what, const std::vector<int> &axes, int n,
