@@ -12,8 +12,8 @@ import pytest
 
 import halide_buffer as hb
 
+from buffer_protocol import PyBUF_FORMAT, PyBUF_STRIDES, PyBUF_WRITABLE, release, request
 from conftest import NONE, Moves, down, ramp, up
-from test_exports import PyBUF_FORMAT, PyBUF_STRIDES, PyBUF_WRITABLE, release, request
 
 HOST_DIRTY, DEVICE_DIRTY = 1, 2
 
