@@ -3,6 +3,7 @@ one test per row of the residency table, each asserting the data and the exact c
 
 import ctypes
 import gc
+import threading
 
 import numpy as np
 import pyopencl as cl
@@ -387,11 +388,24 @@ def test_device_free_keeps_a_newer_device_copy(dev):
     assert moves() == NONE
 
 
-def test_device_sync_waits_for_queued_work(dev, queue):
+def test_device_sync_waits_for_queued_work(dev, ctx, queue):
     b = ramp((1024,))
     a = hb.opencl.as_array(b)
-    a.fill(6)  # queued, not waited for
-    b.device_sync()
+    # A fill queued behind a user event: it cannot run before another thread opens the gate,
+    # and its state is read from its event, without queueing anything after it.
+    gate = cl.UserEvent(ctx)
+    filled = cl.enqueue_fill_buffer(queue, a.base_data, np.float32(6), a.offset, b.nbytes, wait_for=[gate])
+    queue.flush()
+    complete = cl.command_execution_status.COMPLETE
+    assert filled.command_execution_status != complete  # held back by the gate
+    opener = threading.Timer(0.5, gate.set_status, (complete,))
+    opener.start()  # device_sync() waits without the GIL: the timer's thread can open the gate
+    try:
+        b.device_sync()
+        assert filled.command_execution_status == complete, "device_sync() returned before the queued fill ran"
+    finally:
+        opener.join()
+        filled.wait()
     hb.Buffer((1,)).device_sync()  # no device: nothing to wait for
     np.testing.assert_array_equal(a.get(), np.full(1024, 6, np.float32))
 
