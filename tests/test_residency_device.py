@@ -319,6 +319,24 @@ def test_wrapped_strided_memory_downloads_only_its_elements(dev):
     np.testing.assert_array_equal(base, expected)  # the gaps are untouched
 
 
+
+def test_wrapped_negative_stride_memory_uploads_its_elements_in_place(dev, queue):
+    """What the upload of a storage with negative strides puts on the device, read back with
+    pyopencl before anything else writes there: every element at its place in the span."""
+    base = np.arange(24, dtype=np.float32).reshape(4, 6)
+    b = hb.Buffer.from_host(base[::-1, ::2])  # gaps and a negative stride
+    moves = Moves(b)
+    a = hb.opencl.as_array(b[::-1], writable=False)  # the same elements, flipped: base[:, ::2]
+    assert moves() == up(23 * 4)  # the span from the lowest to the highest element
+    span = np.full(24, -1, np.float32)
+    cl.enqueue_copy(queue, span[:23], a.base_data, src_offset=a.offset)  # blocking: waits for the read
+    np.testing.assert_array_equal(span.reshape(4, 6)[:, ::2], base[:, ::2])
+    np.testing.assert_array_equal(span[:23], base.reshape(-1)[:23])  # the gaps are the host's bytes too
+    # One axis, reversed: pyopencl reads the elements in order.
+    c = hb.Buffer.from_host(np.arange(8, dtype=np.int32)[::-1])
+    np.testing.assert_array_equal(hb.opencl.as_array(c[::-1], writable=False).get(), np.arange(8, dtype=np.int32))
+    assert c.transfers.to_device == 1 and c.transfers.to_host == 0
+
 # --- views share residency ---------------------------------------------------------------------
 
 def test_views_of_a_device_resident_buffer_stay_on_the_device(dev):
