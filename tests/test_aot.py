@@ -1,7 +1,7 @@
 """hb.aot: Halide AOT pipelines loaded from their own metadata and called with Buffers.
 
 Every pipeline here is generated with the ``halide`` wheel, compiled ahead of time for the
-explicit x86-64 target of test_halide_pipeline (plus ``-opencl`` for the device pipelines, which
+explicit x86-64 target of tests/pipelines.py (plus ``-opencl`` for the device pipelines, which
 run on PoCL), linked into a shared library, and opened with ``hb.aot.load``. The last part builds
 Halide's own generated Python extension and calls it with hb.Buffer arguments.
 
@@ -12,6 +12,7 @@ output arguments are taken from the Func objects, never spelled out.
 import gc
 import importlib.util
 import os
+import re
 import subprocess
 import sys
 import sysconfig
@@ -23,45 +24,19 @@ import pytest
 
 import halide_buffer as hb
 
+import opencl_interposer
 from conftest import NONE, Moves, down
-from test_foreign_device import brighter_func
-from test_halide_pipeline import (TARGET, affine_bf16_func, affine_u8_func, build, c_compiler,
-                                  expected_affine_bf16, expected_affine_u8, find_compiler, random_bf16,
-                                  random_u8)
+from pipelines import (OPENCL_TARGET, TARGET, affine_bf16_func, affine_offset_func, affine_u8_func,
+                       brighter_opencl_func, build, c_compiler, compile_and_load, crop2, cxx_compiler,
+                       expected_affine, expected_affine_bf16, expected_affine_u8, output_bounds_follow, random_bf16,
+                       random_u8)
 
 pytestmark = pytest.mark.needs_halide
-
-OPENCL_TARGET = TARGET + "-opencl"
-
-
-def compile_and_load(directory, compiler, func, args, name, target=TARGET):
-    """Builds `func` (a Func or an hl.Pipeline) into lib<name>.so and loads it with hb.aot."""
-    build(directory, compiler, func, args, name, target=target)
-    return hb.aot.load(directory / f"lib{name}.so", name)
-
-
-def output_bounds_follow(func, inp):
-    """The output's min and extent in each dimension are the input's: the bounds query fixes them."""
-    for i in range(inp.dimensions()):
-        func.output_buffer().dim(i).set_bounds(inp.dim(i).min(), inp.dim(i).extent())
 
 
 # ---------------------------------------------------------------------------------------------
 # Pipelines
 # ---------------------------------------------------------------------------------------------
-
-
-def affine_offset_func():
-    """out(x, y) = uint8(int32(in(x, y)) * 2 + x + 3 * y + offset), offset an int16 Param;
-    the output covers the input's coordinates. Dimension 0 of the input must be dense."""
-    x, y = hl.Var("x"), hl.Var("y")
-    inp = hl.ImageParam(hl.UInt(8), 2, "inp")
-    offset = hl.Param(hl.Int(16), "offset")
-    out = hl.Func("affine")
-    out[x, y] = hl.u8(hl.i32(inp[x, y]) * 2 + x + 3 * y + hl.i32(offset))
-    out.vectorize(x, 16)
-    output_bounds_follow(out, inp)
-    return out, [inp, offset]
 
 
 def scaled_f32_func():
@@ -103,11 +78,18 @@ def plus_and_half_pipeline():
     return hl.Pipeline([plus, half]), [inp], (plus, half)
 
 
-def brighter_opencl_func():
-    """test_foreign_device's brighter (in + 10 in 8x8 GPU tiles), sized like its input."""
-    out, args = brighter_func()
-    output_bounds_follow(out, args[0])
-    return out, args
+def unsigned_params_func():
+    """out(x, y) = in(x, y) + small + uint8(medium >> 8) + uint8(large >> 24) (uint8, wrapping):
+    Params of uint8, uint16 and uint32, sized like the input."""
+    x, y = hl.Var("x"), hl.Var("y")
+    inp = hl.ImageParam(hl.UInt(8), 2, "inp")
+    small, medium = hl.Param(hl.UInt(8), "small"), hl.Param(hl.UInt(16), "medium")
+    large = hl.Param(hl.UInt(32), "large")
+    out = hl.Func("unsigned_params")
+    out[x, y] = inp[x, y] + small + hl.u8(medium >> 8) + hl.u8(large >> 24)
+    out.vectorize(x, 16)
+    output_bounds_follow(out, inp)
+    return out, [inp, small, medium, large]
 
 
 @pytest.fixture(scope="module")
@@ -134,6 +116,7 @@ def host(tmp_path_factory):
         "pair_out": (pair.name() + ".0", pair.name() + ".1"),
         "two": compile_and_load(directory, cc, two, two_args, "hb_aot_two"),
         "two_out": (plus.name(), half.name()),
+        "unsigned": compile_and_load(directory, cc, *unsigned_params_func(), "hb_aot_unsigned"),
         "directory": directory,
     }
 
@@ -159,10 +142,6 @@ def brighter(device):
 # ---------------------------------------------------------------------------------------------
 
 
-def expected_affine(a, offset, mins=(0, 0)):
-    return ((expected_affine_u8(a, mins).astype(np.int64) + offset) % 256).astype(np.uint8)
-
-
 def random_f32(rng, shape):
     """Eighths in [-128, 128): every product with the gains used and every sum below is exact,
     so a fused multiply-add gives the same bits as NumPy's two roundings."""
@@ -172,11 +151,6 @@ def random_f32(rng, shape):
 def expected_scaled(a, gain, mins=(0, 0)):
     x = np.arange(mins[1], mins[1] + a.shape[1], dtype=np.float32)[None, :]
     return a * np.float32(gain) + x
-
-
-def crop2(b, y0, ny, x0, nx):
-    """A crop keeping Halide coordinates: its mins are (y0, x0)."""
-    return b.cropped(0, y0, ny).cropped(1, x0, nx)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -308,6 +282,31 @@ def test_int_param_is_range_checked_and_typed(host):
     np.testing.assert_array_equal(np.asarray(p(a, 1)), expected_affine(a, 1))
 
 
+UNSIGNED_PARAMS = [("small", "uint8", 8), ("medium", "uint16", 16), ("large", "uint32", 32)]
+
+
+def expected_unsigned(a, small, medium, large):
+    return ((a.astype(np.int64) + small + (medium >> 8) + (large >> 24)) % 256).astype(np.uint8)
+
+
+def test_unsigned_params_are_range_checked(host):
+    p = host["unsigned"]
+    a = random_u8(np.random.default_rng(22), (2, 32))
+    numpy_scalars = (np.uint8(7), np.uint16(0x1234), np.uint32(0x89abcdef))
+    for values in ((0, 0, 0), (255, 65535, 2**32 - 1), numpy_scalars, (1, 256, 2**31)):
+        np.testing.assert_array_equal(np.asarray(p(a, *values)), expected_unsigned(a, *(int(v) for v in values)))
+    fine = {"small": 255, "medium": 65535, "large": 2**32 - 1}
+    for name, dtype, bits in UNSIGNED_PARAMS:
+        for value in (2**bits, -1, 2**70, -(2**70)):
+            with pytest.raises(ValueError, match=rf"^hb_aot_unsigned\(\): argument '{name}': {value} is out of range "
+                                                 rf"for {dtype}; pass a value from 0 to {2**bits - 1}$"):
+                p(a, **dict(fine, **{name: value}))
+    for value, kind in ((1.0, "float"), (True, "bool")):
+        with pytest.raises(TypeError, match=rf"argument 'small': expected an int for uint8, not {kind}"):
+            p(a, value, 0, 0)
+    np.testing.assert_array_equal(np.asarray(p(a, **fine)), expected_unsigned(a, **fine))
+
+
 def test_allocated_output_takes_the_inputs_coordinates(host):
     rng = np.random.default_rng(6)
     a = random_u8(rng, (30, 70))
@@ -333,7 +332,8 @@ def test_an_output_the_pipeline_does_not_size_must_be_given(host):
     p = host["unfixed"]
     a = random_u8(np.random.default_rng(7), (6, 32))
     inp = hb.Buffer.from_host(a)
-    with pytest.raises(ValueError, match=rf"hb_aot_unfixed\(\): output '{host['unfixed_out']}': the pipeline "
+    out_name = re.escape(host["unfixed_out"])  # "affine_u8$1" once another test made an affine_u8
+    with pytest.raises(ValueError, match=rf"hb_aot_unfixed\(\): output '{out_name}': the pipeline "
                                          r"does not fix this output's size \(its bounds query gave an extent "
                                          r"of 0\); pass an output buffer"):
         p(inp)
@@ -641,6 +641,56 @@ def test_host_writes_reach_a_device_pipeline(brighter):
     np.testing.assert_array_equal(np.asarray(brighter(w)), np.full((16, 16), 16, np.uint8))
 
 
+@pytest.mark.parametrize("rows", ["leading", "middle"])
+def test_a_device_output_of_some_rows_leaves_the_others_intact(brighter, dev, rows):
+    """A crop of the leading rows starts at the storage's own host address: its allocation by
+    the pipeline's runtime is for the crop only, not for the storage."""
+    y0 = 0 if rows == "leading" else 2
+    src = random_u8(np.random.default_rng(23), (12, 8))
+    out = hb.Buffer.from_host(np.full((12, 8), 77, np.uint8), copy=True)
+    crop = out[y0:y0 + 8]
+    assert (crop.mins, crop.shape) == ((y0, 0), (8, 8))
+    assert brighter(hb.Buffer.from_host(src)[y0:y0 + 8], crop) is crop  # the output's mins are the input's
+    expected = np.full((12, 8), 77, np.uint8)
+    expected[y0:y0 + 8] = src[y0:y0 + 8] + np.uint8(10)
+    np.testing.assert_array_equal(np.asarray(out), expected)
+    assert not out.has_device_allocation()  # the crop's allocation came home and was freed
+    np.testing.assert_array_equal(np.asarray(crop), expected[y0:y0 + 8])
+    # On our device the whole storage goes up, the other rows with it.
+    out.copy_to_device(dev)
+    np.testing.assert_array_equal(hb.opencl.as_array(out, writable=False).get(), expected)
+    # Again, the storage's device copy ours this time: the runtime's allocation is still the crop's.
+    again = brighter(crop, crop)
+    expected[y0:y0 + 8] += np.uint8(10)
+    np.testing.assert_array_equal(np.asarray(again), expected[y0:y0 + 8])
+    np.testing.assert_array_equal(np.asarray(out), expected)
+    out.copy_to_device(dev)
+    np.testing.assert_array_equal(hb.opencl.as_array(out, writable=False).get(), expected)
+
+
+@pytest.mark.parametrize("made", ["owned", "wrapped"])
+def test_a_device_pipeline_does_not_upload_the_outputs_it_overwrites(brighter, made):
+    """An output a device pipeline writes whole is only allocated on the device: its host data,
+    host-dirty as it is, does not go up first. The input does, once."""
+    if not opencl_interposer.active():
+        pytest.skip(f"the OpenCL interposer counts the runtime's copies: {opencl_interposer.reason()}")
+    src = random_u8(np.random.default_rng(24), (16, 24))
+    inp = hb.Buffer.from_host(src, copy=True)
+    if made == "owned":
+        out = hb.Buffer((16, 24), "uint8")
+        out.numpy(writable=True)[...] = 99
+    else:
+        out = hb.Buffer.from_host(np.full((16, 24), 99, np.uint8))  # its owner may write: always host-dirty
+    assert out.host_dirty() and inp.host_dirty()
+    before = opencl_interposer.counts()
+    assert brighter(inp, out) is out
+    after = opencl_interposer.counts()
+    written = {k: after[k] - before[k] for k in ("writes", "write_bytes")}
+    assert written == {"writes": 1, "write_bytes": 16 * 24}  # the input, and nothing of the output
+    assert out.device_dirty()
+    np.testing.assert_array_equal(np.asarray(out), (src + np.uint8(10)).astype(np.uint8))
+
+
 def test_device_pipeline_errors_leave_buffers_usable(brighter):
     src = random_u8(np.random.default_rng(16), (16, 16))
     inp = hb.Buffer.from_host(src, copy=True)
@@ -659,10 +709,6 @@ def test_device_pipeline_errors_leave_buffers_usable(brighter):
 # ---------------------------------------------------------------------------------------------
 # Halide's generated Python extension, called with hb.Buffer
 # ---------------------------------------------------------------------------------------------
-
-
-def cxx_compiler():
-    return find_compiler(("g++", "c++", "clang++"), "build Halide's Python extension")
 
 
 def python_extension(directory, func, args, name):

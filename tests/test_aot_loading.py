@@ -17,8 +17,8 @@ import pytest
 
 import halide_buffer as hb
 
-from test_aot import OPENCL_TARGET, affine_offset_func, brighter_opencl_func, expected_affine
-from test_halide_pipeline import build, c_compiler, random_u8
+from pipelines import (OPENCL_TARGET, affine_offset_func, brighter_opencl_func, build, c_compiler, expected_affine,
+                       random_u8)
 
 pytestmark = pytest.mark.needs_halide
 

@@ -15,7 +15,7 @@ import pytest
 
 import halide_buffer as hb
 
-from test_halide_pipeline import c_compiler
+from pipelines import c_compiler
 
 SOURCE = r"""
 #include <stdint.h>

@@ -16,9 +16,7 @@ import pytest
 
 import halide_buffer as hb
 
-from test_aot import OPENCL_TARGET, compile_and_load, crop2, output_bounds_follow
-from test_foreign_device import brighter_func
-from test_halide_pipeline import c_compiler, random_u8
+from pipelines import OPENCL_TARGET, brighter_func, c_compiler, compile_and_load, crop2, output_bounds_follow, random_u8
 
 pytestmark = pytest.mark.needs_halide
 

@@ -20,8 +20,7 @@ import pytest
 
 import halide_buffer as hb
 
-from test_aot import affine_offset_func, expected_affine
-from test_halide_pipeline import affine_u8_func, build, c_compiler, random_u8
+from pipelines import affine_offset_func, affine_u8_func, build, c_compiler, expected_affine, random_u8
 
 pytestmark = pytest.mark.needs_halide
 

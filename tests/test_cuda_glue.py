@@ -1,7 +1,7 @@
 """halide_buffer/include/halide_buffer_cuda.c: the glue that makes a Halide CUDA pipeline use the
 device's primary context and the legacy default stream.
 
-One real pipeline (in + 10 in 8x8 GPU tiles, from test_foreign_device) is compiled for an
+One real pipeline (in + 10 in 8x8 GPU tiles, tests/pipelines.py's brighter_func) is compiled for an
 explicit ``-cuda`` target (Halide compiles CUDA code without a GPU) and linked with the glue.
 Without a CUDA driver the glue's hooks must fail cleanly: a Halide error code and message, an
 ``hb.PipelineError``, no abort. What the hooks do with a driver (the primary context of the
@@ -20,9 +20,8 @@ import pytest
 
 import halide_buffer as hb
 
-from test_aot import output_bounds_follow
-from test_foreign_device import brighter_func
-from test_halide_pipeline import ERROR_HANDLER, TARGET, HalideBufferT, c_compiler, find_compiler
+from pipelines import (ERROR_HANDLER, TARGET, HalideBufferT, brighter_func, c_compiler, find_compiler,
+                       output_bounds_follow)
 
 pytestmark = pytest.mark.needs_halide
 

@@ -18,8 +18,7 @@ import pytest
 
 import halide_buffer as hb
 from conftest import bits_of, random_bits
-from test_aot import OPENCL_TARGET, compile_and_load
-from test_halide_pipeline import TARGET, c_compiler
+from pipelines import OPENCL_TARGET, TARGET, c_compiler, compile_and_load
 
 STRICT = TARGET + "-strict_float"
 PAD_MODES = {"nearest": "edge", "reflect": "symmetric", "periodic": "wrap"}

@@ -6,9 +6,10 @@ import random
 import threading
 
 import numpy as np
-import pyopencl as cl
 
 import halide_buffer as hb
+
+import opencl_interposer
 
 THREADS = 8
 STEPS = 300
@@ -37,8 +38,9 @@ def shared_step(shared, expected, rng):
         np.testing.assert_array_equal(memoryview(shared.transposed()), expected)
 
 
-def own_step(own, model, rng):
-    """Writes and reads of a buffer only this thread uses, checked against its own model."""
+def own_step(own, model, rng, device_fills):
+    """Writes and reads of a buffer only this thread uses, checked against its own model; a
+    pyopencl fill on the device is counted in `device_fills`."""
     op = rng.randrange(4)
     lo = rng.randrange(N - 1)
     hi = rng.randrange(lo + 1, N)
@@ -51,6 +53,7 @@ def own_step(own, model, rng):
         a.fill(np.int32(value))
         a.queue.finish()
         model[lo:hi] = value
+        device_fills.append(hi - lo)
     elif op == 2:
         own.device_free()
     np.testing.assert_array_equal(np.asarray(own), model)
@@ -63,6 +66,8 @@ def test_eight_threads_mixing_operations():
     hb.opencl.as_array(shared)  # the device copy is the current one: readers race to download it
     start = threading.Barrier(THREADS)
     errors = []
+    device_fills = []  # list.append is atomic: one list for every thread
+    launched = opencl_interposer.counts() if opencl_interposer.active() else None
 
     def work(seed):
         rng = random.Random(seed)
@@ -74,7 +79,7 @@ def test_eight_threads_mixing_operations():
                 if rng.random() < 0.5:
                     shared_step(shared, expected, rng)
                 else:
-                    own_step(own, model, rng)
+                    own_step(own, model, rng, device_fills)
         except BaseException as e:  # reported below, with the thread that raised it
             errors.append((seed, e))
 
@@ -89,4 +94,13 @@ def test_eight_threads_mixing_operations():
     t = shared.transfers
     assert t.to_device_bytes == t.to_device * N * 4 and t.to_host_bytes == t.to_host * N * 4
     assert t.to_host >= 1  # the first reader downloaded the device copy
-    assert cl  # pyopencl drives the device kernels above
+    # The device writes really ran on the device: pyopencl's fill is a kernel launch (or a
+    # clEnqueueFillBuffer) on the buffer's cl_mem, and each one was checked above through the
+    # host copy it had to download.
+    assert device_fills, "no thread filled its buffer on the device"
+    if launched is not None:
+        now = opencl_interposer.counts()
+        assert (now["kernels"] + now["fills"]) - (launched["kernels"] + launched["fills"]) >= len(device_fills)
+    # pyopencl reads the shared buffer's device copy: it holds the data too.
+    shared.copy_to_device()
+    np.testing.assert_array_equal(hb.opencl.as_array(shared, writable=False).get(), expected)

@@ -206,6 +206,29 @@ def test_a_float8_buffer_to_torch_and_back_is_the_same_memory_labelled_1_1():
     np.testing.assert_array_equal(bits_of(np.asarray(back)), bits_of(src))
 
 
+
+@pytest.mark.parametrize("max_version", [None, (1, 0)], ids=["legacy", "versioned"])
+@pytest.mark.parametrize("made", ["owned", "wrapped"])
+def test_our_capsule_dropped_unconsumed_releases_its_storage(max_version, made):
+    """A capsule of our own that no consumer takes: dropping it deletes the tensor, which lets go
+    of the storage and of the array it wraps."""
+    gc.collect()  # storages of earlier tests that only garbage still holds
+    before = hb._core._live_counts()
+    a = np.arange(12, dtype=np.float32).reshape(3, 4)
+    alive = weakref.ref(a)
+    b = hb.Buffer.from_host(a) if made == "wrapped" else hb.Buffer.from_host(a, copy=True)
+    del a
+    capsule = b.__dlpack__(max_version=max_version)
+    assert capsule_name(capsule) == ("dltensor" if max_version is None else "dltensor_versioned")
+    del b
+    gc.collect()
+    assert hb._core._live_counts()["storages"] == before["storages"] + 1  # the capsule's tensor holds it
+    assert (alive() is not None) == (made == "wrapped")
+    del capsule
+    gc.collect()
+    assert hb._core._live_counts() == before
+    assert alive() is None
+
 def test_copy_requests_are_passed_to_the_producer():
     producer = DLPackOnly(np.arange(3.0))
     out = hb.from_dlpack(producer, copy=True)

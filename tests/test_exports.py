@@ -7,6 +7,8 @@ import pytest
 
 import halide_buffer as hb
 
+from buffer_protocol import (PyBUF_C_CONTIGUOUS, PyBUF_F_CONTIGUOUS, PyBUF_FORMAT, PyBUF_ND, PyBUF_SIMPLE,
+                             PyBUF_STRIDES, PyBUF_WRITABLE, release, request)
 from conftest import ALL_DTYPES, bits_of, random_bits
 
 WITH_FORMAT = [t.name for t in hb.dtypes() if t.format]
@@ -39,29 +41,6 @@ def test_memoryview_of_strided_view_keeps_strides():
     m = memoryview(hb.Buffer.from_host(a)[::-1, ::2])
     assert m.strides == (-16, 8)
     np.testing.assert_array_equal(np.asarray(m), a[::-1, ::2])
-
-
-class PyBuffer(ctypes.Structure):
-    _fields_ = [("buf", ctypes.c_void_p), ("obj", ctypes.c_void_p), ("len", ctypes.c_ssize_t),
-                ("itemsize", ctypes.c_ssize_t), ("readonly", ctypes.c_int), ("ndim", ctypes.c_int),
-                ("format", ctypes.c_char_p), ("shape", ctypes.POINTER(ctypes.c_ssize_t)),
-                ("strides", ctypes.POINTER(ctypes.c_ssize_t)), ("suboffsets", ctypes.c_void_p),
-                ("internal", ctypes.c_void_p)]
-
-
-PyBUF_SIMPLE, PyBUF_WRITABLE, PyBUF_FORMAT, PyBUF_ND, PyBUF_STRIDES = 0, 1, 4, 8, 0x18
-PyBUF_C_CONTIGUOUS, PyBUF_F_CONTIGUOUS = 0x38, 0x58
-
-
-def request(obj, flags):
-    """Asks obj for a buffer exactly as a C consumer would; returns the filled Py_buffer."""
-    view = PyBuffer()
-    ctypes.pythonapi.PyObject_GetBuffer(ctypes.py_object(obj), ctypes.byref(view), flags)
-    return view
-
-
-def release(view):
-    ctypes.pythonapi.PyBuffer_Release(ctypes.byref(view))
 
 
 def test_simple_request_describes_contiguous_bytes():

@@ -12,23 +12,13 @@ import pytest
 import halide_buffer as hb
 
 from conftest import NONE, Moves, down, up
-from test_halide_pipeline import TARGET, build, c_compiler
+from pipelines import OPENCL_TARGET, brighter_func, build, c_compiler
 
 pytestmark = pytest.mark.needs_halide
 
 
-def brighter_func():
-    """out(x, y) = in(x, y) + 10 (uint8, wrapping), computed on the GPU target in 8x8 tiles."""
-    x, y, xo, yo, xi, yi = (hl.Var(n) for n in ("x", "y", "xo", "yo", "xi", "yi"))
-    inp = hl.ImageParam(hl.UInt(8), 2, "inp")
-    out = hl.Func("brighter")
-    out[x, y] = inp[x, y] + hl.u8(10)
-    out.gpu_tile(x, y, xo, yo, xi, yi, 8, 8)
-    return out, [inp]
-
-
 def host_brighter_func():
-    """The same sum scheduled on the host, in a pipeline built for an OpenCL target: its runtime
+    """brighter_func's sum scheduled on the host, in a pipeline built for an OpenCL target: its runtime
     brings device-resident inputs to the host itself (halide_copy_to_host)."""
     x, y = hl.Var("x"), hl.Var("y")
     inp = hl.ImageParam(hl.UInt(8), 2, "inp")
@@ -41,10 +31,9 @@ def host_brighter_func():
 def pipelines(tmp_path_factory):
     hb.opencl.device()  # opens the OpenCL loader process-wide, where the pipeline's runtime looks
     directory = tmp_path_factory.mktemp("halide_opencl")
-    target = TARGET + "-opencl"
     return {
-        "device": build(directory, c_compiler(), *brighter_func(), "hb_test_brighter_opencl", target=target),
-        "host": build(directory, c_compiler(), *host_brighter_func(), "hb_test_host_brighter", target=target),
+        "device": build(directory, c_compiler(), *brighter_func(), "hb_test_brighter_opencl", target=OPENCL_TARGET),
+        "host": build(directory, c_compiler(), *host_brighter_func(), "hb_test_host_brighter", target=OPENCL_TARGET),
     }
 
 

@@ -17,8 +17,7 @@ import pytest
 
 import halide_buffer as hb
 from conftest import NONE, Moves, bits_of, down, random_bits, up
-from test_aot import OPENCL_TARGET, compile_and_load, output_bounds_follow
-from test_halide_pipeline import c_compiler
+from pipelines import OPENCL_TARGET, c_compiler, compile_and_load, output_bounds_follow
 
 pytestmark = pytest.mark.needs_halide
 

@@ -23,8 +23,7 @@ import pytest
 import halide_buffer as hb
 
 from conftest import NONE, Moves, bits_of, counts, down, random_bits, up
-from test_foreign_device import brighter_func
-from test_halide_pipeline import TARGET, HalideBufferT, build, c_compiler
+from pipelines import TARGET, HalideBufferT, brighter_func, build, c_compiler
 
 pytestmark = pytest.mark.needs_halide
 

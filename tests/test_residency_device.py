@@ -3,6 +3,7 @@ one test per row of the residency table, each asserting the data and the exact c
 
 import ctypes
 import gc
+import threading
 
 import numpy as np
 import pyopencl as cl
@@ -12,8 +13,8 @@ import pytest
 
 import halide_buffer as hb
 
+from buffer_protocol import PyBUF_FORMAT, PyBUF_STRIDES, PyBUF_WRITABLE, release, request
 from conftest import NONE, Moves, down, ramp, up
-from test_exports import PyBUF_FORMAT, PyBUF_STRIDES, PyBUF_WRITABLE, release, request
 
 HOST_DIRTY, DEVICE_DIRTY = 1, 2
 
@@ -318,6 +319,24 @@ def test_wrapped_strided_memory_downloads_only_its_elements(dev):
     np.testing.assert_array_equal(base, expected)  # the gaps are untouched
 
 
+
+def test_wrapped_negative_stride_memory_uploads_its_elements_in_place(dev, queue):
+    """What the upload of a storage with negative strides puts on the device, read back with
+    pyopencl before anything else writes there: every element at its place in the span."""
+    base = np.arange(24, dtype=np.float32).reshape(4, 6)
+    b = hb.Buffer.from_host(base[::-1, ::2])  # gaps and a negative stride
+    moves = Moves(b)
+    a = hb.opencl.as_array(b[::-1], writable=False)  # the same elements, flipped: base[:, ::2]
+    assert moves() == up(23 * 4)  # the span from the lowest to the highest element
+    span = np.full(24, -1, np.float32)
+    cl.enqueue_copy(queue, span[:23], a.base_data, src_offset=a.offset)  # blocking: waits for the read
+    np.testing.assert_array_equal(span.reshape(4, 6)[:, ::2], base[:, ::2])
+    np.testing.assert_array_equal(span[:23], base.reshape(-1)[:23])  # the gaps are the host's bytes too
+    # One axis, reversed: pyopencl reads the elements in order.
+    c = hb.Buffer.from_host(np.arange(8, dtype=np.int32)[::-1])
+    np.testing.assert_array_equal(hb.opencl.as_array(c[::-1], writable=False).get(), np.arange(8, dtype=np.int32))
+    assert c.transfers.to_device == 1 and c.transfers.to_host == 0
+
 # --- views share residency ---------------------------------------------------------------------
 
 def test_views_of_a_device_resident_buffer_stay_on_the_device(dev):
@@ -387,11 +406,24 @@ def test_device_free_keeps_a_newer_device_copy(dev):
     assert moves() == NONE
 
 
-def test_device_sync_waits_for_queued_work(dev, queue):
+def test_device_sync_waits_for_queued_work(dev, ctx, queue):
     b = ramp((1024,))
     a = hb.opencl.as_array(b)
-    a.fill(6)  # queued, not waited for
-    b.device_sync()
+    # A fill queued behind a user event: it cannot run before another thread opens the gate,
+    # and its state is read from its event, without queueing anything after it.
+    gate = cl.UserEvent(ctx)
+    filled = cl.enqueue_fill_buffer(queue, a.base_data, np.float32(6), a.offset, b.nbytes, wait_for=[gate])
+    queue.flush()
+    complete = cl.command_execution_status.COMPLETE
+    assert filled.command_execution_status != complete  # held back by the gate
+    opener = threading.Timer(0.5, gate.set_status, (complete,))
+    opener.start()  # device_sync() waits without the GIL: the timer's thread can open the gate
+    try:
+        b.device_sync()
+        assert filled.command_execution_status == complete, "device_sync() returned before the queued fill ran"
+    finally:
+        opener.join()
+        filled.wait()
     hb.Buffer((1,)).device_sync()  # no device: nothing to wait for
     np.testing.assert_array_equal(a.get(), np.full(1024, 6, np.float32))
 

@@ -41,9 +41,7 @@ import pytest  # noqa: E402
 
 import halide_buffer as hb  # noqa: E402
 
-from test_aot import output_bounds_follow  # noqa: E402
-from test_foreign_device import brighter_func  # noqa: E402
-from test_halide_pipeline import TARGET, c_compiler  # noqa: E402
+from pipelines import TARGET, brighter_func, c_compiler, output_bounds_follow  # noqa: E402
 
 CUDA_TARGET = TARGET + "-cuda"
 GLUE = Path(hb.get_include()) / "halide_buffer_cuda.c"

@@ -1,149 +1,22 @@
-"""Real Halide AOT pipelines called on halide_buffer.Buffer objects.
+"""The halide_buffer_t of ``Buffer._get_raw_halide_buffer_t()`` handed straight to real Halide
+pipelines: owned and wrapped buffers, crops with non-zero mins, non-unit and negative strides,
+bfloat16, and a constraint violation reported through the pipeline's error handler.
 
-Each pipeline is generated here with the ``halide`` wheel, compiled ahead of time for an
-explicit x86-64 target (Halide 21 mis-detects AVX-512 on some CPUs, so the host target is
-never used), linked into a shared library with the C compiler, loaded with ctypes, and called
-with the addresses from ``Buffer._get_raw_halide_buffer_t()``. The generated function is
-``int name(halide_buffer_t *in, halide_buffer_t *out)``.
-
-NumPy axis order is reversed into Halide dimensions: for a NumPy shape (h, w), Halide's x
-(dimension 0) runs along the last NumPy axis with extent w, and y along the first.
+The pipelines (tests/pipelines.py) are compiled ahead of time, loaded with ctypes and called as
+``int name(halide_buffer_t *in, halide_buffer_t *out)``; hb.aot is not involved.
 """
 
-import ctypes
-import shutil
-import subprocess
-
-import halide as hl  # required test dependency: the test fails, not skips, without it
+import halide  # noqa: F401 - required test dependency: the test fails, not skips, without it
 import ml_dtypes
 import numpy as np
 import pytest
 
 import halide_buffer as hb
 
+from pipelines import (HalideBufferT, affine_bf16_func, affine_u8_func, build, c_compiler, expected_affine_bf16,
+                       expected_affine_u8, random_bf16, random_u8, raw_view)
+
 pytestmark = pytest.mark.needs_halide
-
-TARGET = "x86-64-linux-avx-avx2-f16c-fma-sse41"
-
-# void (*halide_error_handler_t)(void *user_context, const char *message)
-ERROR_HANDLER = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_char_p)
-
-
-class HalideDimension(ctypes.Structure):
-    _fields_ = [
-        ("min", ctypes.c_int32),
-        ("extent", ctypes.c_int32),
-        ("stride", ctypes.c_int32),
-        ("flags", ctypes.c_uint32),
-    ]
-
-
-class HalideBufferT(ctypes.Structure):
-    """Read-only peek at a published halide_buffer_t, to prove what a test really passes."""
-
-    _fields_ = [
-        ("device", ctypes.c_uint64),
-        ("device_interface", ctypes.c_void_p),
-        ("host", ctypes.c_void_p),
-        ("flags", ctypes.c_uint64),
-        ("type_code", ctypes.c_uint8),
-        ("type_bits", ctypes.c_uint8),
-        ("type_lanes", ctypes.c_uint16),
-        ("dimensions", ctypes.c_int32),
-        ("dim", ctypes.POINTER(HalideDimension)),
-        ("padding", ctypes.c_void_p),
-    ]
-
-
-def raw_view(b):
-    """(host address, [(min, extent, stride) for each Halide dimension]) of b's halide_buffer_t."""
-    raw = HalideBufferT.from_address(b._get_raw_halide_buffer_t())
-    dims = [(raw.dim[i].min, raw.dim[i].extent, raw.dim[i].stride) for i in range(raw.dimensions)]
-    return raw.host, dims
-
-
-class Pipeline:
-    """A generated pipeline in its own shared library (with its own Halide runtime)."""
-
-    def __init__(self, library_path, name):
-        self.lib = ctypes.CDLL(str(library_path))
-        self.fn = self.lib[name]
-        self.fn.argtypes = [ctypes.c_void_p, ctypes.c_void_p]
-        self.fn.restype = ctypes.c_int
-        self.errors = []
-        # Halide's default handler calls abort(); ours records the message instead. The
-        # callback object must outlive every call, so the pipeline keeps it.
-        self._handler = ERROR_HANDLER(self._on_error)
-        set_handler = self.lib.halide_set_error_handler
-        set_handler.argtypes = [ERROR_HANDLER]
-        set_handler.restype = ctypes.c_void_p
-        set_handler(self._handler)
-
-    def _on_error(self, user_context, message):
-        self.errors.append(message.decode(errors="replace"))
-
-    def call(self, inp, out):
-        """Runs the pipeline; returns (return code, Halide's error messages of this call)."""
-        del self.errors[:]
-        rc = self.fn(
-            ctypes.c_void_p(inp._get_raw_halide_buffer_t()),
-            ctypes.c_void_p(out._get_raw_halide_buffer_t()),
-        )
-        return rc, list(self.errors)
-
-    def run(self, inp, out):
-        rc, errors = self.call(inp, out)
-        assert rc == 0, f"pipeline returned {rc}: {errors}"
-        assert errors == []
-
-
-def find_compiler(names, purpose):
-    """The first of `names` on PATH; the test skips, saying so, when there is none."""
-    for name in names:
-        path = shutil.which(name)
-        if path:
-            return path
-    pytest.skip(f"no compiler ({', '.join(names)}) on PATH to {purpose}")
-
-
-def c_compiler():
-    return find_compiler(("gcc", "cc", "clang"), "link the Halide pipelines")
-
-
-def build(directory, compiler, func, args, name, target=TARGET):
-    obj = directory / f"{name}.o"
-    func.compile_to_object(str(obj), args, name, hl.Target(target))
-    lib = directory / f"lib{name}.so"
-    link = subprocess.run(
-        [compiler, "-shared", "-o", str(lib), str(obj), "-lpthread", "-ldl", "-lm"],
-        capture_output=True,
-        text=True,
-    )
-    assert link.returncode == 0, f"linking {name} failed:\n{link.stderr}"
-    return Pipeline(lib, name)
-
-
-def affine_u8_func(any_input_stride):
-    """out(x, y) = uint8(int32(in(x, y)) * 2 + x + 3 * y): wraps modulo 256."""
-    x, y = hl.Var("x"), hl.Var("y")
-    inp = hl.ImageParam(hl.UInt(8), 2, "inp")
-    if any_input_stride:
-        # Halide assumes a dense innermost dimension unless told otherwise.
-        inp.dim(0).set_stride(hl.Expr())
-    out = hl.Func("affine_u8")
-    out[x, y] = hl.u8(hl.i32(inp[x, y]) * 2 + x + 3 * y)
-    out.vectorize(x, 16)
-    return out, [inp]
-
-
-def affine_bf16_func():
-    """out(x, y) = bfloat16(float(in(x, y)) * 3 + float(x) * 0.25): one rounding to bfloat16."""
-    x, y = hl.Var("x"), hl.Var("y")
-    inp = hl.ImageParam(hl.BFloat(16), 2, "inp")
-    out = hl.Func("affine_bf16")
-    out[x, y] = hl.cast(hl.BFloat(16), hl.f32(inp[x, y]) * 3 + hl.f32(x) * 0.25)
-    out.vectorize(x, 8)
-    return out, [inp]
 
 
 @pytest.fixture(scope="session")
@@ -155,42 +28,6 @@ def pipelines(tmp_path_factory):
         "u8_dense": build(directory, compiler, *affine_u8_func(False), "hb_test_affine_u8_dense"),
         "bf16": build(directory, compiler, *affine_bf16_func(), "hb_test_affine_bf16"),
     }
-
-
-# ---------------------------------------------------------------------------------------------
-# NumPy references
-# ---------------------------------------------------------------------------------------------
-
-
-def coordinates(shape, mins):
-    """Halide (x, y) coordinate grids, broadcastable to a NumPy (h, w) array."""
-    (y0, x0), (h, w) = mins, shape
-    return np.arange(x0, x0 + w)[None, :], np.arange(y0, y0 + h)[:, None]
-
-
-def expected_affine_u8(a, mins=(0, 0)):
-    x, y = coordinates(a.shape, mins)
-    return ((a.astype(np.int64) * 2 + x + 3 * y) % 256).astype(np.uint8)
-
-
-def expected_affine_bf16(a, mins=(0, 0)):
-    x, _ = coordinates(a.shape, mins)
-    f32 = np.float32
-    return (a.astype(f32) * f32(3) + x.astype(f32) * f32(0.25)).astype(ml_dtypes.bfloat16)
-
-
-def random_u8(rng, shape):
-    return rng.integers(0, 256, size=shape, dtype=np.uint8)
-
-
-def random_bf16(rng, shape):
-    """Finite normal bfloat16 values of both signs, every mantissa pattern, plus zeros."""
-    sign = rng.integers(0, 2, size=shape, dtype=np.uint16) << 15
-    exponent = rng.integers(127 - 20, 127 + 20, size=shape, dtype=np.uint16) << 7
-    mantissa = rng.integers(0, 128, size=shape, dtype=np.uint16)
-    bits = sign | exponent | mantissa
-    bits[rng.random(shape) < 0.05] = 0
-    return bits.view(ml_dtypes.bfloat16)
 
 
 def hb_filled(a, dtype):
