@@ -65,8 +65,8 @@ import numpy as np
 
 import halide_buffer as hb
 
-from bench_common import (Case, Rounds, cases_json, environment, environment_line, fmt_ratio, noisy_timings,
-                          print_noise_note, ratio, run_cases, test_support, write_json)
+from bench_common import (Case, Rounds, cases_json, environment, environment_line, fmt_bytes, fmt_ratio, fmt_time,
+                          noisy_timings, print_noise_note, ratio, run_cases, test_support, write_json)
 
 TARGET = "x86-64-linux-avx-avx2-f16c-fma-sse41"
 HOST_NAME = "hb_bench_add_one"
@@ -459,19 +459,6 @@ def loop_sanity_checks(cases, src, calls, counter, counter_reason):
                                   f"saw {after['kernels'] - before['kernels']} kernel launches for "
                                   f"{calls} calls)")
     return problems, counter_reason
-
-
-def fmt_bytes(n):
-    if n is None:
-        return "-"
-    for unit, size in (("MiB", 1 << 20), ("KiB", 1 << 10)):
-        if n >= size:
-            return f"{n / size:.3g} {unit}"
-    return f"{n:.0f} B"
-
-
-def fmt_time(s):
-    return f"{s * 1e6:.1f} us" if s < 1e-3 else f"{s * 1e3:.2f} ms"
 
 
 def report_loops(cases, args, device, ext_reason, counter_ok, counter_reason, nbytes, wrapper):
