@@ -125,6 +125,25 @@ def print_noise_note(noisy, disagreement):
               f"was busy. If {disagreement}, rerun, e.g. with --repeat 21.")
 
 
+KiB, MiB = 1 << 10, 1 << 20
+
+
+def fmt_bytes(n):
+    """A byte count for a table: whole MiB or KiB as such ("256 MiB"), other sizes of 1 KiB and
+    more to three significant digits ("36.5 KiB"), smaller ones in bytes; "-" for None."""
+    if n is None:
+        return "-"
+    for unit, size in (("MiB", MiB), ("KiB", KiB)):
+        if n >= size:
+            return f"{int(n // size)} {unit}" if n % size == 0 else f"{n / size:.3g} {unit}"
+    return f"{n:.0f} B"
+
+
+def fmt_time(s):
+    """A time in seconds for a table: microseconds under 1 ms, milliseconds above."""
+    return f"{s * 1e6:.1f} us" if s < 1e-3 else f"{s * 1e3:.2f} ms"
+
+
 def ratio(x, y):
     return None if (x is None or y is None) else x / y
 

@@ -52,8 +52,8 @@ import numpy as np
 
 import halide_buffer as hb
 
-from bench_common import (Case, CopyCase, cases_json, environment, environment_line, fmt_ratio, ratio, run_cases,
-                          run_copy_cases, write_json)
+from bench_common import (Case, CopyCase, cases_json, environment, environment_line, fmt_ratio, fmt_time, ratio,
+                          run_cases, run_copy_cases, write_json)
 
 MiB = 1 << 20
 COPY_BYTES = 256 * MiB
@@ -157,10 +157,6 @@ def measure_copies(cupy, dev, repeat):
     cases, keep = make_copy_cases(cupy, dev)
     run_copy_cases(cases, repeat)
     return cases, check_copies(dev, keep)
-
-
-def fmt_time(s):
-    return f"{s * 1e3:.2f} ms"
 
 
 def report_copies(cases, repeat, device):

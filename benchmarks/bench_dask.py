@@ -9,8 +9,8 @@ It needs the ``halide`` wheel, a C compiler, dask, distributed and dask-image (t
 install); without them it exits with status 2. The pipeline is a 3x3 box blur of a uint8
 image: the nine neighbours summed in uint16, divided by 9, cast to uint8, scheduled
 ``vectorize(x, 32).parallel(y, 64)``. It is compiled with ``Func.compile_to_object`` for the
-explicit target of ``bench_aot.py`` and linked into a shared library in a temporary directory
-for ``hb.aot.load``; worker processes load it again from there when the pipeline is unpickled.
+explicit target of ``bench_pipelines.py`` and linked into a shared library in a temporary
+directory for ``hb.aot.load``; worker processes load it again from there when the pipeline is unpickled.
 The image is ``--size`` square (default 8192), random, as a dask array of ``--chunk`` square
 chunks (default 2048; it must divide ``--size`` and be at least 64, the rows the schedule's
 parallel loop takes at a time). The pipeline reads one pixel beyond each side of its output, so
@@ -60,7 +60,7 @@ import numpy as np
 
 import halide_buffer as hb
 
-from bench_aot import TARGET, BuildError, c_compiler, run_tool
+from bench_pipelines import TARGET, BuildError, c_compiler, run_tool
 from bench_common import (Case, cases_json, environment, environment_line, noisy_timings, paired, print_ms_table,
                           print_noise_note, run_cases, write_json)
 

@@ -43,9 +43,8 @@ import numpy as np
 
 import halide_buffer as hb
 
-from bench_common import CopyCase, environment, environment_line, print_noise_note, run_copy_cases
-
-KiB, MiB = 1 << 10, 1 << 20
+from bench_common import (MiB, CopyCase, environment, environment_line, fmt_bytes, fmt_time, print_noise_note,
+                          run_copy_cases)
 
 # (label, bytes, copies per round). The counts keep each round of each case near 15-100 ms:
 # long enough that the PoCL worker threads' wake-ups average out.
@@ -59,14 +58,6 @@ TRACE_BYTES = MiB
 
 def data_address(arr: np.ndarray) -> int:
     return arr.__array_interface__["data"][0]
-
-
-def fmt_bytes(n: int) -> str:
-    if n >= MiB and n % MiB == 0:
-        return f"{n // MiB} MiB"
-    if n >= KiB and n % KiB == 0:
-        return f"{n // KiB} KiB"
-    return f"{n} B"
 
 
 # --------------------------------------------------------------------------------------------
@@ -265,12 +256,6 @@ def run_trace(nbytes):
 # --------------------------------------------------------------------------------------------
 # Report
 # --------------------------------------------------------------------------------------------
-
-
-def fmt_time(s):
-    if s < 1e-3:
-        return f"{s * 1e6:.1f} us"
-    return f"{s * 1e3:.2f} ms"
 
 
 def report_copies(cases, repeat, device):

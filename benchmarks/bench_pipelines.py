@@ -1,0 +1,132 @@
+"""The AOT benchmarks' pipelines: ``out(x, y) = in(x, y) + 1`` on uint8, built for ``hb.aot.load``
+and as the Python extension Halide generates for it (the peer), plus the compiler helpers that
+build them (also used by ``bench_dask.py``).
+
+Every pipeline is compiled with ``Func.compile_to`` for the explicit target ``TARGET`` (Halide
+21 mis-detects AVX-512 on some CPUs, so the host target is never used), into an object and
+Halide's generated Python extension source (``OutputFileType.python_extension``). The object is
+linked into a shared library for ``hb.aot.load``; the extension source is compiled with the C++
+compiler against Python's and Halide's include directories and linked with the same object into
+an importable module. Without a C++ compiler, or if that build fails, the extension is reported
+unavailable (with the reason).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import shlex
+import shutil
+import subprocess
+import sysconfig
+from pathlib import Path
+
+TARGET = "x86-64-linux-avx-avx2-f16c-fma-sse41"
+
+
+class BuildError(Exception):
+    pass
+
+
+def c_compiler():
+    cc = os.environ.get("CC") or shutil.which("gcc") or shutil.which("cc") or shutil.which("clang")
+    return shlex.split(cc) if cc else None
+
+
+def cxx_compiler():
+    cxx = os.environ.get("CXX") or shutil.which("g++") or shutil.which("c++") or shutil.which("clang++")
+    return shlex.split(cxx) if cxx else None
+
+
+def run_tool(cmd, what):
+    try:
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+    except (OSError, subprocess.SubprocessError) as e:
+        raise BuildError(f"{what} failed: {e}") from e
+    if proc.returncode != 0:
+        tail = (proc.stderr or proc.stdout).strip().splitlines()[-5:]
+        raise BuildError(f"{what} failed (exit {proc.returncode})"
+                         + (": " + " | ".join(tail) if tail else ""))
+
+
+def import_from(path: Path, name: str):
+    spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+# --------------------------------------------------------------------------------------------
+# The pipelines, their shared libraries and Halide's generated extensions
+# --------------------------------------------------------------------------------------------
+
+
+def add_one_func(hl, name, gpu):
+    """out(x, y) = in(x, y) + 1 on uint8 (wrapping); in 8x8 GPU tiles when `gpu`."""
+    x, y = hl.Var("x"), hl.Var("y")
+    inp = hl.ImageParam(hl.UInt(8), 2, "inp")
+    out = hl.Func(name)
+    out[x, y] = inp[x, y] + hl.u8(1)
+    if gpu:
+        xo, yo, xi, yi = (hl.Var(n) for n in ("xo", "yo", "xi", "yi"))
+        out.gpu_tile(x, y, xo, yo, xi, yi, 8, 8)
+    return out, [inp]
+
+
+class Built:
+    """One pipeline: its shared library (for hb.aot and ctypes) and its generated extension."""
+
+    def __init__(self, library, wrapper_source, extension, extension_reason):
+        self.library = library                  # Path of lib<name>.so
+        self.wrapper_source = wrapper_source    # the generated extension's C++ source (text)
+        self.extension = extension              # the imported module, or None
+        self.extension_reason = extension_reason
+
+
+def build_pipeline(hl, workdir: Path, name, gpu, want_extension):
+    cc = c_compiler()
+    if not cc:
+        raise BuildError("no C compiler (gcc, cc, clang or $CC) to link the pipeline")
+    func, args = add_one_func(hl, name, gpu)
+    obj, src = workdir / f"{name}.o", workdir / f"{name}.py.cpp"
+    outputs = {hl.OutputFileType.object: str(obj)}
+    if want_extension:
+        outputs[hl.OutputFileType.python_extension] = str(src)
+    try:
+        func.compile_to(outputs, args, name, hl.Target(TARGET + ("-opencl" if gpu else "")))
+    except Exception as e:  # noqa: BLE001 - Halide raises its own error types
+        raise BuildError(f"Halide's compile_to failed: {type(e).__name__}: {e}") from e
+    library = workdir / f"lib{name}.so"
+    run_tool([*cc, "-shared", "-o", str(library), str(obj), "-lpthread", "-ldl", "-lm"],
+             f"linking lib{name}.so")
+    if not want_extension:
+        return Built(library, "", None, "skipped (--no-peer)")
+    wrapper = src.read_text() if src.is_file() else ""
+    extension, reason = None, None
+    try:
+        extension = build_extension(hl, workdir, name, obj, src)
+    except BuildError as e:
+        reason = str(e)
+    except Exception as e:  # noqa: BLE001 - any import failure means "peer unavailable"
+        reason = f"importing the generated extension failed: {type(e).__name__}: {e}"
+    return Built(library, wrapper, extension, reason)
+
+
+def build_extension(hl, workdir, name, obj, src):
+    """Compiles Halide's generated extension source and links it with the pipeline's object."""
+    if not src.is_file():
+        raise BuildError("compile_to wrote no python_extension source")
+    cxx = cxx_compiler()
+    if not cxx:
+        raise BuildError("no C++ compiler (g++, c++, clang++ or $CXX) to build the generated extension")
+    halide_include = Path(hl.__file__).resolve().parent / "include"
+    if not (halide_include / "HalideRuntime.h").is_file():
+        raise BuildError("HalideRuntime.h not found in the halide package's include directory")
+    py_include = sysconfig.get_paths()["include"]
+    target = workdir / (name + (sysconfig.get_config_var("EXT_SUFFIX") or ".so"))
+    # -O3 -DNDEBUG: the optimisation level setuptools gives the halide_buffer extension.
+    run_tool([*cxx, "-O3", "-DNDEBUG", "-std=c++17", "-shared", "-fPIC", f"-I{py_include}",
+              f"-I{halide_include}", str(src), str(obj), "-o", str(target),
+              "-lpthread", "-ldl", "-lm"],
+             f"compiling the generated extension {src.name}")
+    return import_from(target, name)
