@@ -1,6 +1,6 @@
 """The AOT benchmarks' pipelines: ``out(x, y) = in(x, y) + 1`` on uint8, built for ``hb.aot.load``
 and as the Python extension Halide generates for it (the peer), plus the compiler helpers that
-build them (also used by ``bench_dask.py``).
+build them (also used by ``bench_dask.py``), on top of the tests' ``tests/pipelines.py``.
 
 Every pipeline is compiled with ``Func.compile_to`` for the explicit target ``TARGET`` (Halide
 21 mis-detects AVX-512 on some CPUs, so the host target is never used), into an object and
@@ -16,26 +16,37 @@ from __future__ import annotations
 import importlib.util
 import os
 import shlex
-import shutil
 import subprocess
+import sys
 import sysconfig
 from pathlib import Path
 
-TARGET = "x86-64-linux-avx-avx2-f16c-fma-sse41"
+# The targets and compilers are the tests' (tests/pipelines.py: one place builds real pipelines).
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
+import pipelines  # noqa: E402
+from pipelines import OPENCL_TARGET, TARGET  # noqa: E402,F401  (re-exported for the benchmarks)
 
 
 class BuildError(Exception):
     pass
 
 
+def compiler_command(variable, find):
+    """$CC or $CXX as a command, else what tests/pipelines.py finds on PATH; None without one."""
+    if os.environ.get(variable):
+        return shlex.split(os.environ[variable])
+    try:
+        return [find()]
+    except pipelines.NoCompiler:
+        return None
+
+
 def c_compiler():
-    cc = os.environ.get("CC") or shutil.which("gcc") or shutil.which("cc") or shutil.which("clang")
-    return shlex.split(cc) if cc else None
+    return compiler_command("CC", pipelines.c_compiler)
 
 
 def cxx_compiler():
-    cxx = os.environ.get("CXX") or shutil.which("g++") or shutil.which("c++") or shutil.which("clang++")
-    return shlex.split(cxx) if cxx else None
+    return compiler_command("CXX", pipelines.cxx_compiler)
 
 
 def run_tool(cmd, what):
@@ -93,7 +104,7 @@ def build_pipeline(hl, workdir: Path, name, gpu, want_extension):
     if want_extension:
         outputs[hl.OutputFileType.python_extension] = str(src)
     try:
-        func.compile_to(outputs, args, name, hl.Target(TARGET + ("-opencl" if gpu else "")))
+        func.compile_to(outputs, args, name, hl.Target(OPENCL_TARGET if gpu else TARGET))
     except Exception as e:  # noqa: BLE001 - Halide raises its own error types
         raise BuildError(f"Halide's compile_to failed: {type(e).__name__}: {e}") from e
     library = workdir / f"lib{name}.so"
