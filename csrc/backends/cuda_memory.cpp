@@ -256,18 +256,6 @@ std::string CudaMemory::transfer_call(const CopyPlan &plan, Direction direction)
 
 namespace {
 
-/// A read or write between a region and host memory.
-int transfer(const CudaDevice &device, const DeviceRegion &region, const HostRegion &host, Direction direction) {
-    bool read = direction == Direction::to_host;
-    CUdeviceptr base = base_of(region);
-    return CudaEngine::transfer(region, host, direction, [&](const CopyPlan &plan, uint8_t *at) {
-        return run_commands(device, plan, [&](int64_t on_device, int64_t on_host) {
-            End dev = device_end(plan, 0, base + uint64_t(on_device)), mem = host_end(plan, 1, at + on_host);
-            return read ? enqueue_copy(plan, dev, mem, device.stream()) : enqueue_copy(plan, mem, dev, device.stream());
-        });
-    });
-}
-
 /// Whether two regions share a byte of device memory (copies between them must not overlap).
 bool overlapping(const DeviceRegion &a, const DeviceRegion &b) {
     ByteSpan sa = region_span(a.shape, a.strides, a.itemsize), sb = region_span(b.shape, b.strides, b.itemsize);
@@ -319,12 +307,15 @@ CUresult enqueue_memset(CUdeviceptr at, size_t pitch, const uint8_t *word, int64
 
 }  // namespace
 
-int CudaDevice::read(const DeviceRegion &src, const HostRegion &dst) const {
-    return transfer(*this, src, dst, Direction::to_host);
-}
-
-int CudaDevice::write(const HostRegion &src, const DeviceRegion &dst) const {
-    return transfer(*this, dst, src, Direction::to_device);
+int CudaDevice::transfer(const DeviceRegion &region, const HostRegion &host, Direction direction) const {
+    bool read = direction == Direction::to_host;
+    CUdeviceptr base = base_of(region);
+    return CudaEngine::transfer(region, host, direction, [&](const CopyPlan &plan, uint8_t *at) {
+        return run_commands(*this, plan, [&](int64_t on_device, int64_t on_host) {
+            End dev = device_end(plan, 0, base + uint64_t(on_device)), mem = host_end(plan, 1, at + on_host);
+            return read ? enqueue_copy(plan, dev, mem, stream_) : enqueue_copy(plan, mem, dev, stream_);
+        });
+    });
 }
 
 int CudaDevice::copy(const DeviceRegion &src, const DeviceRegion &dst) const {

@@ -51,8 +51,7 @@ public:
     bool take_over(halide_buffer_t &root, const Device &other) const override;
     // Data primitives (cuda_memory.cpp), on the stream, each waiting for it.
     int fill(const DeviceRegion &region, const uint8_t *pattern) const override;
-    int read(const DeviceRegion &src, const HostRegion &dst) const override;
-    int write(const HostRegion &src, const DeviceRegion &dst) const override;
+    int transfer(const DeviceRegion &region, const HostRegion &host, Direction direction) const override;
     int copy(const DeviceRegion &src, const DeviceRegion &dst) const override;
     /// The same GPU (any stream of it): one memory space, copied within by cuMemcpy*.
     bool shares_memory_with(const Device &other) const override;

@@ -66,8 +66,7 @@ public:
     std::shared_ptr<void> retire_lent(halide_buffer_t &root) const override;
     // Data primitives (opencl_memory.cpp), on the queue, each waiting for it (clFinish).
     int fill(const DeviceRegion &region, const uint8_t *pattern) const override;
-    int read(const DeviceRegion &src, const HostRegion &dst) const override;
-    int write(const HostRegion &src, const DeviceRegion &dst) const override;
+    int transfer(const DeviceRegion &region, const HostRegion &host, Direction direction) const override;
     int copy(const DeviceRegion &src, const DeviceRegion &dst) const override;
     /// The same context: buffers of one context copy into each other (clEnqueueCopyBuffer*).
     bool shares_memory_with(const Device &other) const override;

@@ -224,17 +224,6 @@ bool overlapping(const DeviceRegion &a, const DeviceRegion &b) {
     return base_of(a) + sa.lo < base_of(b) + sb.hi && base_of(b) + sb.lo < base_of(a) + sa.hi;
 }
 
-/// A read or write between a region and host memory.
-int transfer(const OpenCLDevice &device, const DeviceRegion &region, const HostRegion &host, Direction direction) {
-    cl_mem mem = memory_of(region);
-    int64_t base = base_of(region);
-    return Engine<OpenCLMemory>::transfer(region, host, direction, [&](const CopyPlan &plan, uint8_t *at) {
-        return run_commands(device.queue(), plan, [&](int64_t on_device, int64_t on_host) {
-            return enqueue_transfer(device.queue(), plan, mem, base + on_device, at + on_host, direction);
-        });
-    });
-}
-
 /// Whether clEnqueueFillBuffer takes a pattern of `size` bytes: 1, 2, 4, ..., 128.
 bool fillable(int64_t size) { return size >= 1 && size <= 128 && (size & (size - 1)) == 0; }
 
@@ -283,12 +272,14 @@ int fill_from_temporary(const OpenCLDevice &device, const DeviceRegion &region, 
 
 }  // namespace
 
-int OpenCLDevice::read(const DeviceRegion &src, const HostRegion &dst) const {
-    return transfer(*this, src, dst, Direction::to_host);
-}
-
-int OpenCLDevice::write(const HostRegion &src, const DeviceRegion &dst) const {
-    return transfer(*this, dst, src, Direction::to_device);
+int OpenCLDevice::transfer(const DeviceRegion &region, const HostRegion &host, Direction direction) const {
+    cl_mem mem = memory_of(region);
+    int64_t base = base_of(region);
+    return Engine<OpenCLMemory>::transfer(region, host, direction, [&](const CopyPlan &plan, uint8_t *at) {
+        return run_commands(queue_, plan, [&](int64_t on_device, int64_t on_host) {
+            return enqueue_transfer(queue_, plan, mem, base + on_device, at + on_host, direction);
+        });
+    });
 }
 
 int OpenCLDevice::copy(const DeviceRegion &src, const DeviceRegion &dst) const {

@@ -83,9 +83,13 @@ public:
     /// CUDA: a pattern that is no repeated 1-, 2- or 4-byte word the region is aligned to).
     virtual int fill(const DeviceRegion &/*region*/, const uint8_t */*pattern*/) const { return kNotOnDevice; }
     /// Device elements to host elements (host strides of any sign).
-    virtual int read(const DeviceRegion &/*src*/, const HostRegion &/*dst*/) const { return kNotOnDevice; }
+    int read(const DeviceRegion &src, const HostRegion &dst) const { return transfer(src, dst, Direction::to_host); }
     /// Host elements to device elements.
-    virtual int write(const HostRegion &/*src*/, const DeviceRegion &/*dst*/) const { return kNotOnDevice; }
+    int write(const HostRegion &src, const DeviceRegion &dst) const { return transfer(dst, src, Direction::to_device); }
+    /// What read() and write() are: elements between `region` and `host`, either way.
+    virtual int transfer(const DeviceRegion &/*region*/, const HostRegion &/*host*/, Direction /*direction*/) const {
+        return kNotOnDevice;
+    }
     /// Device elements to device elements on this device's queue or stream (call it on dst's
     /// device; src's own queue or stream is waited for). kNotOnDevice when src's memory is not
     /// shared with this device (shares_memory_with) or src and dst share a byte (rectangle

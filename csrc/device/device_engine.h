@@ -169,37 +169,46 @@ struct Engine {
         return rc;
     }
 
+    /// What copy_to_host or copy_to_device through `view` moves: the span of the whole storage.
+    struct SpanCopy {
+        halide_buffer_t *buf;
+        DeviceAllocation *a;
+        ByteSpan span;
+        explicit SpanCopy(halide_buffer_t *view)
+            : buf(copy_target(view)), a(Backend::allocation_of(buf)), span(byte_span(buf)) {}
+        uint8_t *host() const { return buf->host + span.lo; }
+        int64_t at() const { return Backend::offset_of(buf) + span.lo; }  ///< its first byte on the device
+        /// A finished copy of the span: counted, or its failure recorded.
+        int done(int rc, Direction direction, const char *call) const {
+            if (rc != 0) return transfer_failed(direction, rc, call, span.size());
+            record_transfer(a->transfers, direction, span.size());
+            return 0;
+        }
+    };
+
     static int copy_to_host(void *, halide_buffer_t *view) {
-        halide_buffer_t *buf = copy_target(view);
-        DeviceAllocation *a = Backend::allocation_of(buf);
-        if (!buf->host) return halide_error::host_is_null;
-        ByteSpan span = byte_span(buf);
-        if (span.size() == 0) return 0;
-        uint8_t *staging = span.dense ? buf->host + span.lo : static_cast<uint8_t *>(std::malloc(size_t(span.size())));
+        SpanCopy c(view);
+        if (!c.buf->host) return halide_error::host_is_null;
+        if (c.span.size() == 0) return 0;
+        uint64_t bytes = uint64_t(c.span.size());
+        auto *staging = c.span.dense ? c.host() : static_cast<uint8_t *>(std::malloc(size_t(bytes)));
         if (!staging) return halide_error::out_of_memory;
-        int rc = Backend::read(device_of(a), a->native, Backend::offset_of(buf) + span.lo, staging, uint64_t(span.size()));
-        if (!span.dense) {
-            if (rc == 0) scatter_elements(buf, staging - span.lo);
+        int rc = Backend::read(device_of(c.a), c.a->native, c.at(), staging, bytes);
+        if (!c.span.dense) {
+            if (rc == 0) scatter_elements(c.buf, staging - c.span.lo);
             std::free(staging);
         }
-        if (rc != 0) return transfer_failed(Direction::to_host, rc, Backend::kRead, span.size());
-        record_transfer(a->transfers, Direction::to_host, span.size());
-        return 0;
+        return c.done(rc, Direction::to_host, Backend::kRead);
     }
 
     static int copy_to_device(void *, halide_buffer_t *view) {
-        halide_buffer_t *buf = copy_target(view);
-        DeviceAllocation *a = Backend::allocation_of(buf);
-        if (!buf->host) return halide_error::host_is_null;
-        ByteSpan span = byte_span(buf);
-        if (span.size() == 0) return 0;
+        SpanCopy c(view);
+        if (!c.buf->host) return halide_error::host_is_null;
+        if (c.span.size() == 0) return 0;
         // The whole span goes up, gaps included: they are host bytes of the same storage (current,
         // as the host is: one state covers the storage) or bytes no element of ours reads.
-        int rc = Backend::write(device_of(a), a->native, Backend::offset_of(buf) + span.lo, buf->host + span.lo,
-                                uint64_t(span.size()));
-        if (rc != 0) return transfer_failed(Direction::to_device, rc, Backend::kWrite, span.size());
-        record_transfer(a->transfers, Direction::to_device, span.size());
-        return 0;
+        int rc = Backend::write(device_of(c.a), c.a->native, c.at(), c.host(), uint64_t(c.span.size()));
+        return c.done(rc, Direction::to_device, Backend::kWrite);
     }
 
     static int device_and_host_malloc(void *uc, halide_buffer_t *buf) {
