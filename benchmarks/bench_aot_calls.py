@@ -38,8 +38,8 @@ import numpy as np
 
 import halide_buffer as hb
 
-from bench_common import (Case, cases_json, environment, environment_line, fmt_ratio, noisy_timings,
-                          print_noise_note, ratio, run_cases, write_json)
+from bench_common import (Case, cases_json, environment_line, finish, fmt_ratio, noisy_timings, ratio,
+                          run_cases)
 from bench_pipelines import TARGET, BuildError, build_pipeline
 
 HOST_NAME = "hb_bench_add_one"
@@ -209,26 +209,17 @@ def main(argv=None):
         run_cases(cases, args.number, args.repeat)
         ratios, target, noisy = report_calls(cases, args, built.extension_reason)
 
-    for p_ in problems:
-        print(f"WARNING: {p_}")
-    print_noise_note(noisy, "a paired ratio disagrees with the ratio of the bests")
-
-    if args.json:
-        out = {
-            "benchmark": "aot_calls",
-            "number": args.number,
-            "repeat": args.repeat,
-            "target": TARGET,
-            "shape": list(SMALL),
-            "environment": environment(),
-            "peer": {"available": ext is not None, "reason": built.extension_reason},
-            "cases": cases_json(cases),
-            "ratios": ratios,
-            "call_target": target,
-            "problems": problems,
-            "noisy": noisy,
-        }
-        write_json(args.json, out)
+    finish(
+        args, "aot_calls", problems, noisy, "a paired ratio disagrees with the ratio of the bests",
+        number=args.number,
+        repeat=args.repeat,
+        target=TARGET,
+        shape=list(SMALL),
+        peer={"available": ext is not None, "reason": built.extension_reason},
+        cases=cases_json(cases),
+        ratios=ratios,
+        call_target=target,
+    )
     return 0
 
 

@@ -45,8 +45,8 @@ import numpy as np
 
 import halide_buffer as hb
 
-from bench_common import (Rounds, environment, environment_line, fmt_bytes, fmt_ratio, fmt_time,
-                          print_noise_note, ratio, test_support, write_json)
+from bench_common import (Rounds, environment_line, finish, fmt_bytes, fmt_ratio, fmt_time, ratio,
+                          test_support)
 from bench_pipelines import TARGET, BuildError, build_pipeline
 
 CL_NAME = "hb_bench_add_one_cl"
@@ -382,21 +382,12 @@ def main(argv=None):
             print(f"cannot build the pipeline: {e}", file=sys.stderr)
             return 2
 
-    for p_ in problems:
-        print(f"WARNING: {p_}")
-    print_noise_note(noisy, "a paired ratio disagrees with the ratio of the bests")
-
-    if args.json:
-        out = {
-            "benchmark": "aot_loops",
-            "repeat": args.repeat,
-            "target": TARGET,
-            "environment": environment(),
-            "opencl": opencl,
-            "problems": problems,
-            "noisy": noisy,
-        }
-        write_json(args.json, out)
+    finish(
+        args, "aot_loops", problems, noisy, "a paired ratio disagrees with the ratio of the bests",
+        repeat=args.repeat,
+        target=TARGET,
+        opencl=opencl,
+    )
     return 0
 
 

@@ -195,3 +195,15 @@ def cases_json(cases):
 def write_json(path, report):
     """Keeps a run's figures (--json)."""
     Path(path).write_text(json.dumps(report, indent=2) + "\n")
+
+
+def finish(args, benchmark, problems, noisy, disagreement, environment_=None, **figures):
+    """The end of every benchmark's run: its warnings and the noise note printed, and with --json
+    the report written: the benchmark's name, `figures`, the environment, problems and noisy
+    cases."""
+    for p in problems:
+        print(f"WARNING: {p}")
+    print_noise_note(noisy, disagreement)
+    if args.json:
+        write_json(args.json, {"benchmark": benchmark, **figures, "environment": environment_ or environment(),
+                               "problems": problems, "noisy": noisy})

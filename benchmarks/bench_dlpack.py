@@ -52,8 +52,8 @@ import numpy as np
 
 import halide_buffer as hb
 
-from bench_common import (Case, cases_json, environment, environment_line, fmt_ratio, noisy_timings, paired,
-                          print_noise_note, ratio, run_cases, write_json)
+from bench_common import (Case, cases_json, environment, environment_line, finish, fmt_ratio, noisy_timings, paired,
+                          ratio, run_cases)
 
 try:
     import torch
@@ -425,52 +425,43 @@ def main(argv=None):
         print(f"PyTorch rows: {torch_line}")
     print(f"Buffer.__dlpack__(max_version) / ndarray.__dlpack__(...):   {r_export:.2f}x "
           f"(passing a keyword costs {keywords_ns:.0f} ns: __dlpack__(stream=None) - __dlpack__())")
-    for p in problems:
-        print(f"WARNING: {p}")
     noisy = noisy_timings(cases)
-    print_noise_note(noisy, "a ratio and its per-round median disagree")
-
-    if args.json:
-        env = environment()
-        env["torch"] = torch.__version__ if torch is not None else None
-        out = {
-            "benchmark": "dlpack",
-            "number": args.number,
-            "repeat": args.repeat,
-            "shape": list(SMALL),
-            "environment": env,
-            "peer": {"available": peer_mod is not None, "reason": peer_reason,
-                     "nanobind": peer_mod.nanobind_version if peer_mod is not None else None},
-            "torch": {"available": torch is not None, "reason": TORCH_REASON,
-                      "exchange_api": torch is not None and hasattr(type(t), EXCHANGE_API)},
-            "cases": cases_json(cases),
-            "ratios": {
-                "np_from_dlpack_vs_nanobind": r_nb,
-                "np_from_dlpack_vs_nanobind_net_of_floor": r_nb_net,
-                "np_from_dlpack_vs_nanobind_paired_median": r_nb_paired,
-                "nanobind_vs_numpy": r_nb_numpy,
-                "np_from_dlpack_vs_numpy": r_np,
-                "np_from_dlpack_vs_numpy_net_of_floor": r_np_net,
-                "np_from_dlpack_vs_numpy_paired_median": r_np_paired,
-                "torch_from_dlpack_vs_numpy": r_torch,
-                "torch_from_dlpack_vs_numpy_paired_median": r_torch_paired,
-                "torch_from_dlpack_bf16_vs_numpy": r("torch_from_dlpack_buffer_bf16",
-                                                     "torch_from_dlpack_ndarray"),
-                "import_exchange_vs_capsule": r_gain,
-                "import_exchange_vs_capsule_paired_median": r_gain_paired,
-                "import_exchange_vs_torch_from_ndarray": r_import_torch,
-                "import_exchange_vs_np_from_tensor": r_import_np,
-                "dlpack_export_vs_numpy": r_export,
-                "dlpack_keywords_ns": keywords_ns,
-            },
-            "target": {
-                "np_from_dlpack_vs_nanobind_max": TARGET_NUMPY, "np_met": np_met,
-                "torch_from_dlpack_vs_numpy_max": TARGET_TORCH, "torch_met": torch_met,
-            },
-            "problems": problems,
-            "noisy": noisy,
-        }
-        write_json(args.json, out)
+    env = environment()
+    env["torch"] = torch.__version__ if torch is not None else None
+    finish(
+        args, "dlpack", problems, noisy, "a ratio and its per-round median disagree", environment_=env,
+        number=args.number,
+        repeat=args.repeat,
+        shape=list(SMALL),
+        peer={"available": peer_mod is not None, "reason": peer_reason,
+              "nanobind": peer_mod.nanobind_version if peer_mod is not None else None},
+        torch={"available": torch is not None, "reason": TORCH_REASON,
+               "exchange_api": torch is not None and hasattr(type(t), EXCHANGE_API)},
+        cases=cases_json(cases),
+        ratios={
+            "np_from_dlpack_vs_nanobind": r_nb,
+            "np_from_dlpack_vs_nanobind_net_of_floor": r_nb_net,
+            "np_from_dlpack_vs_nanobind_paired_median": r_nb_paired,
+            "nanobind_vs_numpy": r_nb_numpy,
+            "np_from_dlpack_vs_numpy": r_np,
+            "np_from_dlpack_vs_numpy_net_of_floor": r_np_net,
+            "np_from_dlpack_vs_numpy_paired_median": r_np_paired,
+            "torch_from_dlpack_vs_numpy": r_torch,
+            "torch_from_dlpack_vs_numpy_paired_median": r_torch_paired,
+            "torch_from_dlpack_bf16_vs_numpy": r("torch_from_dlpack_buffer_bf16",
+                                                 "torch_from_dlpack_ndarray"),
+            "import_exchange_vs_capsule": r_gain,
+            "import_exchange_vs_capsule_paired_median": r_gain_paired,
+            "import_exchange_vs_torch_from_ndarray": r_import_torch,
+            "import_exchange_vs_np_from_tensor": r_import_np,
+            "dlpack_export_vs_numpy": r_export,
+            "dlpack_keywords_ns": keywords_ns,
+        },
+        target={
+            "np_from_dlpack_vs_nanobind_max": TARGET_NUMPY, "np_met": np_met,
+            "torch_from_dlpack_vs_numpy_max": TARGET_TORCH, "torch_met": torch_met,
+        },
+    )
     return 0
 
 

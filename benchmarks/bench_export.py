@@ -41,8 +41,8 @@ import numpy as np
 
 import halide_buffer as hb
 
-from bench_common import (Case, cases_json, environment, environment_line, fmt_ratio, noisy_timings, print_case_table,
-                          print_noise_note, ratio, run_cases, write_json)
+from bench_common import (Case, cases_json, environment_line, finish, fmt_ratio, noisy_timings, print_case_table,
+                          ratio, run_cases)
 
 HERE = Path(__file__).resolve().parent
 PEER_SOURCE = HERE / "peer_def_buffer.cpp"
@@ -220,35 +220,26 @@ def main(argv=None):
     print(f"memoryview(Buffer) / memoryview(ndarray):                     {r_mv:.2f}x")
     print(f"size independence, np.asarray {big_shape} / {SMALL}:       {r_size:.2f}x "
           f"(zero-copy gives ~1.0)")
-    for p in problems:
-        print(f"WARNING: {p}")
-    print_noise_note(noisy, "the two ratio lines above disagree")
-
-    if args.json:
-        out = {
-            "benchmark": "export",
-            "number": args.number,
-            "repeat": args.repeat,
-            "shape": list(SMALL),
-            "big_shape": list(big_shape),
-            "environment": environment(),
-            "peer": {"available": peer_mod is not None, "reason": peer_reason},
-            "cases": cases_json(cases),
-            "ratios": {
-                "asarray_vs_numpy": r_np,
-                "asarray_vs_numpy_net_of_floor": r_np_net,
-                "asarray_vs_numpy_paired_median": r_np_paired,
-                "asarray_vs_def_buffer": r_peer,
-                "memoryview_vs_numpy_memoryview": r_mv,
-                "size_big_over_small": r_size,
-                "bf16_asarray_vs_numpy": ratio(best["asarray_buffer_bf16"], ref),
-                "numpy_method_vs_numpy": ratio(best["numpy_method"], ref),
-            },
-            "target": {"asarray_vs_numpy_max": 1.0, "met": r_np <= 1.0},
-            "problems": problems,
-            "noisy": noisy,
-        }
-        write_json(args.json, out)
+    finish(
+        args, "export", problems, noisy, "the two ratio lines above disagree",
+        number=args.number,
+        repeat=args.repeat,
+        shape=list(SMALL),
+        big_shape=list(big_shape),
+        peer={"available": peer_mod is not None, "reason": peer_reason},
+        cases=cases_json(cases),
+        ratios={
+            "asarray_vs_numpy": r_np,
+            "asarray_vs_numpy_net_of_floor": r_np_net,
+            "asarray_vs_numpy_paired_median": r_np_paired,
+            "asarray_vs_def_buffer": r_peer,
+            "memoryview_vs_numpy_memoryview": r_mv,
+            "size_big_over_small": r_size,
+            "bf16_asarray_vs_numpy": ratio(best["asarray_buffer_bf16"], ref),
+            "numpy_method_vs_numpy": ratio(best["numpy_method"], ref),
+        },
+        target={"asarray_vs_numpy_max": 1.0, "met": r_np <= 1.0},
+    )
     return 0
 
 

@@ -34,7 +34,6 @@ across machines, and nothing here but the bytes-moved ratio is a pass/fail check
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
 import sys
 from pathlib import Path
@@ -43,8 +42,7 @@ import numpy as np
 
 import halide_buffer as hb
 
-from bench_common import (MiB, CopyCase, environment, environment_line, fmt_bytes, fmt_time, print_noise_note,
-                          run_copy_cases)
+from bench_common import MiB, CopyCase, environment_line, finish, fmt_bytes, fmt_time, run_copy_cases
 
 # (label, bytes, copies per round). The counts keep each round of each case near 15-100 ms:
 # long enough that the PoCL worker threads' wake-ups average out.
@@ -355,35 +353,26 @@ def main(argv=None):
     minimum, moved = report_trace(steps, TRACE_BYTES)
     problems += trace_problems
 
-    for p in problems:
-        print(f"WARNING: {p}")
-    print_noise_note(noisy, "the paired column disagrees with ours/peer")
-
-    if args.json:
-        out = {
-            "benchmark": "transfers",
-            "repeat": args.repeat,
-            "device": device,
-            "environment": environment(),
-            "copies": rows,
-            "cases": {c.key: {"bytes": c.nbytes, "direction": c.direction, "side": c.side,
-                              "copies_per_round": c.number, "best_s": c.rounds_s.best,
-                              "median_s": c.rounds_s.median, "rounds_s": c.rounds_s}
-                      for c in cases},
-            "targets": target_rows,
-            "trace": {
-                "bytes": TRACE_BYTES,
-                "steps": [{"step": what, "minimum_up": mu, "minimum_down": md,
-                           "measured_up": u, "measured_down": d}
-                          for what, (mu, md), (u, d) in steps],
-                "minimum_bytes": minimum,
-                "moved_bytes": moved,
-                "ratio": moved / minimum,
-            },
-            "problems": problems,
-            "noisy": noisy,
-        }
-        Path(args.json).write_text(json.dumps(out, indent=2) + "\n")
+    finish(
+        args, "transfers", problems, noisy, "the paired column disagrees with ours/peer",
+        repeat=args.repeat,
+        device=device,
+        copies=rows,
+        cases={c.key: {"bytes": c.nbytes, "direction": c.direction, "side": c.side,
+                       "copies_per_round": c.number, "best_s": c.rounds_s.best,
+                       "median_s": c.rounds_s.median, "rounds_s": c.rounds_s}
+               for c in cases},
+        targets=target_rows,
+        trace={
+            "bytes": TRACE_BYTES,
+            "steps": [{"step": what, "minimum_up": mu, "minimum_down": md,
+                       "measured_up": u, "measured_down": d}
+                      for what, (mu, md), (u, d) in steps],
+            "minimum_bytes": minimum,
+            "moved_bytes": moved,
+            "ratio": moved / minimum,
+        },
+    )
     return 0 if moved == minimum and not problems else 1
 
 
