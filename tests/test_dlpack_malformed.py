@@ -375,6 +375,19 @@ def test_null_strides_before_1_2_mean_c_contiguous(versioned, version):
 
 
 @pytest.mark.parametrize("versioned", [False, True], ids=["legacy", "versioned"])
+def test_a_tensor_with_the_most_axes_imports(versioned):
+    # 64 axes, NumPy's limit and ours: the largest ndim a producer may send (65 is refused below).
+    values = np.arange(2, dtype=np.int16).reshape((1,) * 63 + (2,))
+    t = Tensor(values, versioned=versioned)
+    b = hb.from_dlpack(t.capsule())
+    assert b.ndim == 64 and b.shape == (1,) * 63 + (2,)
+    np.testing.assert_array_equal(np.asarray(b), values)
+    del b
+    settle()
+    assert t.deletes == 1
+
+
+@pytest.mark.parametrize("versioned", [False, True], ids=["legacy", "versioned"])
 def test_null_deleter_is_legal_and_nothing_is_called(versioned):
     values = np.arange(3, dtype=np.int8)
     t = Tensor(values, versioned=versioned, deleter=False)

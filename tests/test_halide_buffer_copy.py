@@ -16,6 +16,7 @@ the current one.
 """
 
 import ctypes
+import struct
 
 import numpy as np
 import pytest
@@ -23,7 +24,7 @@ import pytest
 import halide_buffer as hb
 
 from conftest import NONE, Moves, bits_of, counts, down, random_bits, up
-from pipelines import TARGET, HalideBufferT, brighter_func, build, c_compiler
+from pipelines import TARGET, HalideBufferT, HalideDimension, brighter_func, build, c_compiler
 
 pytestmark = pytest.mark.needs_halide
 
@@ -304,3 +305,46 @@ def test_mismatched_buffers_are_halide_errors(runtime, dst_shape, dst_dtype, cod
     assert (errors != []) == (code != 0)
     if code == 0:  # Halide copies bits between types of one size
         np.testing.assert_array_equal(np.asarray(dst), np.ones((4, 4), np.float32).view(np.int32))
+
+
+def device_handle(raw):
+    """(offset, cl_mem) of an OpenCL halide_buffer_t::device: Halide's layout, and ours."""
+    return struct.unpack("QQ", ctypes.string_at(raw.device, 16))
+
+
+def halide_entry(pipeline, name, *argtypes):
+    fn = pipeline.lib[name]
+    fn.argtypes, fn.restype = [ctypes.c_void_p, *argtypes], ctypes.c_int
+    return fn
+
+
+def halide_buffer_like(src, host_offset, dims):
+    """A halide_buffer_t of src's type over src's host memory `host_offset` bytes on, with `dims`
+    ((min, extent, stride) per Halide dimension); the caller keeps the result alive."""
+    dim = (HalideDimension * len(dims))(*(HalideDimension(*d, 0) for d in dims))
+    dst = HalideBufferT(host=src.host + host_offset, type_code=src.type_code, type_bits=src.type_bits,
+                        type_lanes=src.type_lanes, dimensions=len(dims), dim=dim)
+    return dst, dim
+
+
+def test_halide_device_crop_and_slice_point_at_their_first_element(pipeline):
+    # Halide's halide_device_crop and halide_device_slice on our OpenCL buffer: the new handle is
+    # the source's, moved on by the bytes to the crop's (or slice's) first element.
+    crop = halide_entry(pipeline, "halide_device_crop", ctypes.c_void_p, ctypes.c_void_p)
+    slice_ = halide_entry(pipeline, "halide_device_slice", ctypes.c_void_p, ctypes.c_int, ctypes.c_int,
+                          ctypes.c_void_p)
+    release = halide_entry(pipeline, "halide_device_release_crop", ctypes.c_void_p)
+    b = hb.Buffer((6, 8), dtype="float32").translated(0, 10)  # y from 10: crops count from the mins
+    b.copy_to_device()
+    src = HalideBufferT.from_address(b._get_raw_halide_buffer_t())
+    offset, memory = device_handle(src)
+    # x from 2, 5 wide; y from 11, 4 tall: the first element is row 1, column 2.
+    dst, dims = halide_buffer_like(src, (1 * 8 + 2) * 4, [(2, 5, 1), (11, 4, 8)])
+    assert crop(None, ctypes.addressof(src), ctypes.addressof(dst)) == 0
+    assert device_handle(dst) == (offset + (1 * 8 + 2) * 4, memory)
+    assert release(None, ctypes.addressof(dst)) == 0 and dst.device == 0
+    # Row y = 13 (the fourth) as a 1-D buffer.
+    row, dims = halide_buffer_like(src, 3 * 8 * 4, [(0, 8, 1)])
+    assert slice_(None, ctypes.addressof(src), 1, 13, ctypes.addressof(row)) == 0
+    assert device_handle(row) == (offset + 3 * 8 * 4, memory)
+    assert release(None, ctypes.addressof(row)) == 0 and row.device == 0
