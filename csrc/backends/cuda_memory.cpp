@@ -9,10 +9,10 @@
 #include <new>
 #include <string>
 
-#include "device/device_copy.h"
 #include "backends/device_cuda.h"
-#include "device/device_engine.h"
 #include "core/errors.h"
+#include "device/device_copy.h"
+#include "device/device_engine.h"
 
 namespace hb {
 namespace {

@@ -4,9 +4,9 @@
 #include <memory>
 #include <string>
 
+#include "abi/halide_abi.h"
 #include "backends/cuda_api.h"
 #include "device/device.h"
-#include "abi/halide_abi.h"
 
 namespace hb {
 

@@ -4,9 +4,9 @@
 #include <memory>
 #include <string>
 
-#include "device/device.h"
 #include "abi/halide_abi.h"
 #include "backends/opencl_api.h"
+#include "device/device.h"
 
 namespace hb {
 

@@ -8,11 +8,11 @@
 #include <new>
 #include <string>
 
+#include "backends/device_opencl.h"
+#include "core/live_counts.h"
 #include "device/device_copy.h"
 #include "device/device_engine.h"
 #include "device/device_interface.h"
-#include "backends/device_opencl.h"
-#include "core/live_counts.h"
 
 namespace hb {
 namespace {

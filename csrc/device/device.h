@@ -7,8 +7,8 @@
 #include <string>
 #include <vector>
 
-#include "device/device_interface.h"
 #include "abi/halide_abi.h"
+#include "device/device_interface.h"
 
 namespace hb {
 

@@ -44,10 +44,10 @@
 #include <new>
 #include <string>
 
+#include "core/live_counts.h"
 #include "device/device.h"
 #include "device/device_copy.h"
 #include "device/device_interface.h"
-#include "core/live_counts.h"
 
 namespace hb {
 

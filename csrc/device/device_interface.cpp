@@ -11,9 +11,9 @@
 #include <utility>
 #include <vector>
 
+#include "core/strided.h"
 #include "device/device.h"
 #include "device/device_copy.h"
-#include "core/strided.h"
 
 namespace hb {
 

@@ -10,9 +10,9 @@
 #include <mutex>
 
 #include "backends/device_cuda.h"
+#include "backends/opencl_api.h"
 #include "core/dtype.h"
 #include "core/errors.h"
-#include "backends/opencl_api.h"
 
 namespace hb {
 namespace {

@@ -6,8 +6,8 @@
 #include <memory>
 #include <vector>
 
-#include "storage/buffer.h"
 #include "backends/device_cuda.h"
+#include "storage/buffer.h"
 
 namespace hb {
 

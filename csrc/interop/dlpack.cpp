@@ -7,9 +7,9 @@
 #include <string>
 #include <type_traits>
 
-#include "interop/cuda_interop.h"
 #include "core/errors.h"
 #include "core/text.h"
+#include "interop/cuda_interop.h"
 
 namespace hb {
 

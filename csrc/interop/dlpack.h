@@ -6,8 +6,8 @@
 #include <cstdint>
 #include <vector>
 
-#include "storage/buffer.h"
 #include "abi/dlpack_abi.h"
+#include "storage/buffer.h"
 
 namespace hb {
 

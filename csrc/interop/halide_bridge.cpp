@@ -12,8 +12,8 @@
 #include <string>
 #include <unordered_map>
 
-#include "storage/buffer.h"
 #include "core/errors.h"
+#include "storage/buffer.h"
 
 namespace hb {
 namespace {

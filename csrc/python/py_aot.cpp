@@ -4,9 +4,9 @@
 #include <string>
 #include <vector>
 
+#include "core/errors.h"
 #include "interop/aot.h"
 #include "interop/cuda_interop.h"
-#include "core/errors.h"
 #include "python/py_glue.h"
 
 namespace hb {

@@ -5,8 +5,8 @@
 
 #include <pybind11/stl.h>
 
-#include "interop/cuda_interop.h"
 #include "core/errors.h"
+#include "interop/cuda_interop.h"
 #include "python/py_glue.h"
 
 namespace hb {

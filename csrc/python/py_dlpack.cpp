@@ -4,9 +4,9 @@
 #include <optional>
 #include <string>
 
+#include "core/errors.h"
 #include "interop/cuda_interop.h"
 #include "interop/dlpack.h"
-#include "core/errors.h"
 #include "python/py_glue.h"
 
 namespace hb {

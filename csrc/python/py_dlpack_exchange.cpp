@@ -4,8 +4,8 @@
 #include <string>
 #include <unordered_map>
 
-#include "interop/cuda_interop.h"
 #include "core/errors.h"
+#include "interop/cuda_interop.h"
 #include "python/py_glue.h"
 
 namespace hb {

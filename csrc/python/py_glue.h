@@ -8,10 +8,10 @@
 #include <optional>
 #include <string>
 
-#include "storage/buffer.h"
 #include "backends/device_cuda.h"
-#include "interop/dlpack.h"
 #include "core/dtype.h"
+#include "interop/dlpack.h"
+#include "storage/buffer.h"
 
 namespace hb {
 namespace py = pybind11;

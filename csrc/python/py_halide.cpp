@@ -12,8 +12,8 @@
 #include <string>
 #include <vector>
 
-#include "core/errors.h"
 #include "backends/opencl_api.h"
+#include "core/errors.h"
 #include "python/py_glue.h"
 
 namespace hb {

@@ -5,8 +5,8 @@
 // storage's own lock keeps it consistent (docs/architecture.md, locks and the GIL).
 #include <string>
 
-#include "device/device.h"
 #include "core/errors.h"
+#include "device/device.h"
 #include "python/py_glue.h"
 
 namespace hb {

@@ -12,11 +12,11 @@
 #include <mutex>
 #include <vector>
 
+#include "abi/halide_abi.h"
+#include "core/dtype.h"
+#include "core/live_counts.h"
 #include "device/device.h"
 #include "device/device_interface.h"
-#include "core/dtype.h"
-#include "abi/halide_abi.h"
-#include "core/live_counts.h"
 #include "storage/shared_segment.h"
 
 namespace hb {

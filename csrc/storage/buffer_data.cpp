@@ -10,10 +10,10 @@
 #include <string>
 #include <vector>
 
-#include "storage/buffer.h"
 #include "core/errors.h"
-#include "storage/storage_op.h"
 #include "core/strided.h"
+#include "storage/buffer.h"
+#include "storage/storage_op.h"
 
 namespace hb {
 namespace {

@@ -8,8 +8,8 @@
 
 #include <unistd.h>
 
-#include "storage/buffer.h"
 #include "core/errors.h"
+#include "storage/buffer.h"
 #include "storage/storage_op.h"
 
 namespace hb {

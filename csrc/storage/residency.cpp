@@ -10,8 +10,8 @@
 #include <string>
 #include <utility>
 
-#include "storage/buffer.h"
 #include "core/errors.h"
+#include "storage/buffer.h"
 #include "storage/storage_op.h"
 
 namespace hb {

@@ -6,8 +6,8 @@
 #include <mutex>
 #include <vector>
 
-#include "storage/buffer.h"
 #include "core/errors.h"
+#include "storage/buffer.h"
 
 namespace hb {
 
