@@ -15,7 +15,7 @@ from typing import Callable, Sequence
 
 import numpy as np
 
-from . import Buffer, DeviceError, DType, __version__, cuda, dtypes, from_dlpack, opencl
+from . import Buffer, DeviceError, DType, __version__, _pocl_cpu, cuda, dtypes, from_dlpack, opencl
 
 PEERS = ("numpy", "ml_dtypes", "torch", "jax", "halide", "pyopencl", "pocl-binary-distribution", "cupy")
 
@@ -75,7 +75,11 @@ def opencl_devices() -> list[str]:
         d = opencl.device()
     except DeviceError as e:
         return no_device("OpenCL", e)
-    return [f"  OpenCL: {d.name} on {d.platform} (default device; loader {opencl.loaded_library()})"]
+    lines = [f"  OpenCL: {d.name} on {d.platform} (default device; loader {opencl.loaded_library()})"]
+    if _pocl_cpu.applied():
+        lines.append(f"    PoCL compiles for {_pocl_cpu.applied()} (its LLVM does not know this CPU, "
+                     f"or {_pocl_cpu.ENV_NAME} names it; docs/devices.md)")
+    return lines
 
 
 def cuda_devices() -> list[str]:

@@ -24,7 +24,7 @@ import os
 import threading
 from typing import Any
 
-from . import _core
+from . import _core, _pocl_cpu
 from ._core import Buffer, Device
 
 __all__ = ["as_array", "device", "library_candidates", "load_library", "loaded_library", "wrap"]
@@ -48,8 +48,11 @@ def library_candidates() -> list[str]:
     return found + ["libOpenCL.so.1"]
 
 
-def _prepare_pyopencl_loader(candidates: list[str]) -> None:
-    """Lets pyopencl load its bundled loader first (see the module's docstring)."""
+def _prepare_loader(candidates: list[str]) -> None:
+    """Before OpenCL's first use: gives pip's PoCL a CPU name its compiler knows (see
+    halide_buffer._pocl_cpu), and lets pyopencl load its bundled loader first (see the module's
+    docstring)."""
+    _pocl_cpu.apply()
     if candidates and ".libs" in candidates[0]:
         import pyopencl  # noqa: F401
 
@@ -60,7 +63,7 @@ def _choose_loader() -> None:
     with _loader_lock:
         if loaded_library() is None:
             candidates = library_candidates()
-            _prepare_pyopencl_loader(candidates)
+            _prepare_loader(candidates)
             _core._opencl_set_library_candidates(candidates)
 
 

@@ -106,7 +106,7 @@ def install() -> bool:
         return False
     lib = _load(path)
     candidates = hb.opencl.library_candidates()
-    hb.opencl._prepare_pyopencl_loader(candidates)  # the same rule as halide_buffer's first use
+    hb.opencl._prepare_loader(candidates)  # the same rule as halide_buffer's first use
     tried = []
     for candidate in candidates:
         if lib.hb_interposer_open(candidate.encode()) == 0:
@@ -128,6 +128,9 @@ def _attach(path: Path) -> bool:
     if not os.path.exists(explicit) or not os.path.samefile(explicit, path):
         _reason = f"{ENV_LIBRARY} names another OpenCL library ({explicit})"
         return False
+    import halide_buffer as hb
+
+    hb.opencl._prepare_loader([explicit])  # the same rule as halide_buffer's first use
     lib = _load(path)
     if not lib.hb_interposer_loader():
         _reason = f"the interposer could not open the loader in {ENV_LOADER}: {lib.hb_interposer_error().decode()}"
