@@ -19,8 +19,6 @@ Anywhere else (another PoCL, a CPU LLVM knows, another OS or architecture) nothi
 from __future__ import annotations
 
 import ctypes
-import glob
-import importlib.util
 import os
 import platform
 import struct
@@ -74,18 +72,6 @@ def cpu_flags() -> set[str]:
     return set()
 
 
-def pip_pocl() -> str | None:
-    """The path of the PoCL library pip installed beside pyopencl, or None."""
-    spec = importlib.util.find_spec("pyopencl")
-    if spec is None or not spec.submodule_search_locations:
-        return None
-    for folder in spec.submodule_search_locations:
-        found = sorted(glob.glob(os.path.join(folder, ".libs", "libpocl*.so*")))
-        if found:
-            return found[0]
-    return None
-
-
 def _replace_function(address: int, name: bytes) -> bool:
     """Makes the function at ``address`` return ``strdup(name)``: its first bytes become
     ``mov rdi, name; mov rax, strdup; jmp rax`` (the caller frees the copy, as PoCL's own
@@ -108,18 +94,21 @@ def _replace_function(address: int, name: bytes) -> bool:
     return True
 
 
-def apply() -> str | None:
-    """Gives pip's PoCL the CPU name :func:`chosen_name` picks, once per process, before PoCL's
-    first use; returns that name, or None when PoCL is left as it is."""
+def apply(pocl_paths: list[str]) -> str | None:
+    """Gives pip's PoCL (the first of ``pocl_paths``, the libpocl beside pyopencl) the CPU name
+    :func:`chosen_name` picks, once per process, before PoCL's first use; returns that name, or
+    None when PoCL is left as it is."""
     global _done, _applied
     with _lock:
         if _done:
             return _applied
         _done = True
-        path = pip_pocl()
-        if path is None or platform.machine() != "x86_64":  # the replacement code is x86-64's
+        if not pocl_paths or platform.machine() != "x86_64":  # the replacement code is x86-64's
             return None
-        pocl = ctypes.CDLL(path, mode=os.RTLD_NOW | ctypes.RTLD_GLOBAL)  # the loader's copy, later
+        try:  # the copy the ICD loader opens later
+            pocl = ctypes.CDLL(pocl_paths[0], mode=os.RTLD_NOW | ctypes.RTLD_GLOBAL)
+        except OSError:
+            return None  # not loadable on its own: left to the loader, as it is
         ask = getattr(pocl, "pocl_get_llvm_cpu_name", None)
         if ask is None:
             return None

@@ -40,19 +40,25 @@ def library_candidates() -> list[str]:
     explicit = os.environ.get(ENV_LIBRARY)
     if explicit:
         return [explicit]
+    return _bundled("libOpenCL*.so*") + ["libOpenCL.so.1"]
+
+
+def _bundled(pattern: str) -> list[str]:
+    """The libraries matching ``pattern`` that pyopencl's wheel (and PoCL's, beside it) put in
+    ``pyopencl/.libs``."""
     found = []
     spec = importlib.util.find_spec("pyopencl")
     if spec is not None and spec.submodule_search_locations:
         for folder in spec.submodule_search_locations:
-            found += sorted(glob.glob(os.path.join(folder, ".libs", "libOpenCL*.so*")))
-    return found + ["libOpenCL.so.1"]
+            found += sorted(glob.glob(os.path.join(folder, ".libs", pattern)))
+    return found
 
 
 def _prepare_loader(candidates: list[str]) -> None:
     """Before OpenCL's first use: gives pip's PoCL a CPU name its compiler knows (see
     halide_buffer._pocl_cpu), and lets pyopencl load its bundled loader first (see the module's
     docstring)."""
-    _pocl_cpu.apply()
+    _pocl_cpu.apply(_bundled("libpocl*.so*"))
     if candidates and ".libs" in candidates[0]:
         import pyopencl  # noqa: F401
 
