@@ -32,8 +32,10 @@ Standard library only (tomllib: Python >= 3.11).
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import queue
+import random
 import re
 import shutil
 import signal
@@ -45,6 +47,9 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import mutant_generator  # noqa: E402 (beside this script)
+
 try:
     import tomllib
 except ModuleNotFoundError:  # Python < 3.11
@@ -52,6 +57,7 @@ except ModuleNotFoundError:  # Python < 3.11
 
 ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_MUTANTS = ROOT / "tools" / "mutants.toml"
+DEFAULT_AREAS = ROOT / "tools" / "mutation_areas.toml"
 # Build outputs that the extension's incremental build does not use (and that are large).
 SKIPPED_BUILD_FOLDERS = {"sanitize", "fuzz"}
 # The builds and test runs under way (each in a process group of its own), ended on Ctrl-C.
@@ -68,15 +74,18 @@ class Mutant:
     replacement: str
     tests: list[str]
     timeout: float | None = None
+    line: int | None = None  # generated mutants replace this whole line (1-based), whose text is `original`
+    operator: str = "hand"  # generated mutants: the operator (tools/mutant_generator.py)
 
 
 @dataclass
 class Result:
     mutant: Mutant
-    status: str  # KILLED, TIMEOUT, SURVIVED, INVALID, STALE, ERROR
+    status: str  # KILLED, TIMEOUT, SURVIVED, INVALID, STALE, ERROR, EQUIVALENT
     build_s: float = 0.0
     test_s: float = 0.0
     detail: str = ""
+    loud: bool = False  # an ERROR that means the tool itself is broken (a unit did not recompile)
 
 
 # --- the mutant list ----------------------------------------------------------------------------
@@ -104,15 +113,49 @@ def load_mutants(path: Path) -> list[Mutant]:
     return mutants
 
 
+def load_areas(path: Path) -> tuple[dict[str, list[str]], dict[str, str]]:
+    """({source file: its test files}, {equivalent mutant id: reason}) from tools/mutation_areas.toml."""
+    with open(path, "rb") as f:
+        data = tomllib.load(f)
+    tests: dict[str, list[str]] = {}
+    for area in data.get("area", []):
+        for file in area["files"]:
+            if file in tests:
+                sys.exit(f"{path}: {file} is in two areas")
+            tests[file] = list(area["tests"])
+    equivalent = {}
+    for entry in data.get("equivalent", []):
+        if not entry.get("reason", "").strip():
+            sys.exit(f"{path}: equivalent mutant {entry.get('id')!r} has no reason")
+        equivalent[entry["id"]] = entry["reason"]
+    return tests, equivalent
+
+
+def generated_mutants(root: Path, tests: dict[str, list[str]], files: list[str]) -> list[Mutant]:
+    """Every mutant of every operator over the whole of each file (tools/mutant_generator.py)."""
+    out = []
+    for file in files:
+        if file not in tests:
+            sys.exit(f"{file}: no area of {DEFAULT_AREAS.name} names its tests; add it to one")
+        for g in mutant_generator.generate(root, file):
+            out.append(Mutant(id=g.id, file=g.file, description=f"line {g.line}: {g.operator}", original=g.original,
+                              replacement=g.replacement, tests=tests[file], line=g.line, operator=g.operator))
+    return out
+
+
 def staleness(root: Path, m: Mutant) -> str | None:
     """Why the mutant cannot be applied in root, or None when its snippet occurs exactly once."""
     path = root / m.file
     if not path.is_file():
         moved = sorted(str(p.relative_to(root)) for p in (root / "csrc").rglob(path.name))
         return f"{m.file} does not exist" + (f" (moved to {' or '.join(moved)}? update `file`)" if moved else "")
-    count = path.read_text(encoding="utf-8").count(m.original)
-    if count != 1:
-        return f"the snippet occurs {count} times in {m.file} (must be exactly once)"
+    text = path.read_text(encoding="utf-8")
+    if m.line is not None:
+        lines = text.splitlines()
+        if m.line > len(lines) or lines[m.line - 1] != m.original:
+            return f"line {m.line} of {m.file} is no longer the mutant's original"
+    elif text.count(m.original) != 1:
+        return f"the snippet occurs {text.count(m.original)} times in {m.file} (must be exactly once)"
     missing = [t for t in m.tests if not (root / t.split("::")[0]).exists()]
     if missing:
         return f"test file(s) {', '.join(missing)} do not exist"
@@ -168,7 +211,8 @@ def make_scratch(root: Path) -> Path:
     for unity in scratch.glob("build/temp.*/unity"):
         for f in [*unity.glob("*.cpp"), *unity.glob("*.d")]:
             text = f.read_text(encoding="utf-8")
-            roots = {m.group(1) for m in re.finditer(r'(/[^\s"]*)/csrc/[\w.+-]+\.(?:cpp|h)\b', text)}
+            # Sources sit one folder down (csrc/<layer>/file): the root is what comes before csrc/.
+            roots = {m.group(1) for m in re.finditer(r'(/[^\s"]*?)/csrc/(?:[\w.+-]+/)*[\w.+-]+\.(?:cpp|h)\b', text)}
             for old_root in roots - {str(scratch)}:
                 rewrite_keeping_time(f, old_root + "/", str(scratch) + "/")
     return scratch
@@ -200,6 +244,30 @@ def run(cmd: list[str], cwd: Path, env: dict[str, str], timeout: float | None) -
         with RUNNING_LOCK:
             RUNNING.discard(proc)
     return rc, out.decode(errors="replace"), time.monotonic() - start
+
+
+def mutated(text: str, m: Mutant) -> str:
+    """The file's text with the mutant applied: its line replaced, or its snippet."""
+    if m.line is None:
+        return text.replace(m.original, m.replacement)
+    lines = text.splitlines(keepends=True)
+    ending = lines[m.line - 1][len(m.original):]
+    lines[m.line - 1] = m.replacement + ending
+    return "".join(lines)
+
+
+def objects_including(scratch: Path, file: str) -> list[Path]:
+    """The build's objects whose gcc dependency file names file (a source or a header)."""
+    target = (scratch / file).resolve()
+    found = []
+    for dep in scratch.glob("build/temp.*/**/*.d"):
+        text = dep.read_text(encoding="utf-8").replace("\\\n", " ")
+        for name in text.partition(": ")[2].split():
+            p = Path(name)
+            if (p if p.is_absolute() else scratch / p).resolve() == target:
+                found.append(dep.with_suffix(".o"))
+                break
+    return found
 
 
 def kill_group(proc: subprocess.Popen) -> None:
@@ -247,13 +315,22 @@ class Worker:
         path = self.scratch / m.file
         original = path.read_bytes()
         try:
-            path.write_text(original.decode("utf-8").replace(m.original, m.replacement), encoding="utf-8")
-            rc, out, build_s = build(self.scratch, self.env, self.build_timeout)
-            if rc != 0:
-                return Result(m, "INVALID", build_s, detail=first_error(out) if rc is not None else "build timed out")
-            if not units_compiled(out):  # the mutant is not in the extension: its tests would prove nothing
-                return Result(m, "ERROR", build_s, detail=f"the build compiled nothing after {m.file} changed")
-            cmd = [sys.executable, "-m", "pytest", "-x", "-q", "-p", "no:cacheprovider", *m.tests]
+            path.write_text(mutated(original.decode("utf-8"), m), encoding="utf-8")
+            build_s = 0.0
+            if not m.file.endswith(".py"):  # Python runs from the scratch tree as it is
+                objects = objects_including(self.scratch, m.file)
+                if not objects:
+                    return Result(m, "ERROR", detail=f"no object of the build includes {m.file}: the mutant "
+                                                     "would not be in the extension")
+                before = {o: o.stat().st_mtime_ns for o in objects}
+                rc, out, build_s = build(self.scratch, self.env, self.build_timeout)
+                if rc != 0:
+                    return Result(m, "INVALID", build_s, detail=first_error(out) if rc is not None else "build timed out")
+                stale = [o for o in objects if not o.exists() or o.stat().st_mtime_ns == before[o]]
+                if stale:  # the mutant is not in the extension: its tests would prove nothing
+                    return Result(m, "ERROR", build_s, detail=f"{', '.join(o.name for o in stale)} did not recompile "
+                                                              f"after {m.file} changed", loud=True)
+            cmd = [sys.executable, "-m", "pytest", "-x", "-q", "-p", "no:cacheprovider", "-p", "no:randomly", *m.tests]
             rc, out, test_s = run(cmd, self.scratch, self.env, m.timeout or test_timeout)
             if rc is None:
                 return Result(m, "TIMEOUT", build_s, test_s, f"tests ran past {m.timeout or test_timeout:.0f} s")
@@ -266,6 +343,12 @@ class Worker:
                           f"pytest exit status {rc}: {first_failure(out)}")
         finally:
             path.write_bytes(original)  # newer than the mutant's object: the next build recompiles it
+
+    def baseline(self, tests: list[str], timeout: float) -> str | None:
+        """None when the tests pass on the unmutated tree, else what failed."""
+        cmd = [sys.executable, "-m", "pytest", "-x", "-q", "-p", "no:cacheprovider", "-p", "no:randomly", *tests]
+        rc, out, _ = run(cmd, self.scratch, self.env, timeout)
+        return None if rc == 0 else ("timed out" if rc is None else first_failure(out))
 
     def close(self, keep: bool) -> None:
         if keep:
@@ -316,6 +399,21 @@ def print_table(results: list[Result]) -> None:
             print("  ".join("-" * w for w in widths) + "  ------")
 
 
+def print_rates(results: list[Result]) -> None:
+    """The kill rate of each file (killed, timed out, survived)."""
+    files = sorted({r.mutant.file for r in results})
+    if len(files) < 2:
+        return
+    print()
+    width = max(len(f) for f in files)
+    for f in files:
+        mine = [r for r in results if r.mutant.file == f]
+        killed = sum(r.status in ("KILLED", "TIMEOUT") for r in mine)
+        judged = killed + sum(r.status == "SURVIVED" for r in mine)
+        rate = f"{killed / judged:4.0%}" if judged else "   -"
+        print(f"{f.ljust(width)}  {killed:3}/{judged:<3} {rate}")
+
+
 def list_mutants(root: Path, mutants: list[Mutant]) -> int:
     for m in mutants:
         why = staleness(root, m)
@@ -346,12 +444,37 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--build-timeout", type=float, default=900, help="seconds a build may take (default 900)")
     p.add_argument("--mutants", type=Path, default=DEFAULT_MUTANTS,
                    help="the mutant list (default tools/mutants.toml)")
+    g = p.add_argument_group("generated mutants (instead of the list)")
+    g.add_argument("--generate", action="store_true",
+                   help="generate mutants by operator over whole files (tools/mutant_generator.py)")
+    g.add_argument("--files", nargs="+", metavar="FILE",
+                   help="the files to mutate (default: every file of tools/mutation_areas.toml)")
+    g.add_argument("--sample", type=int, metavar="N", help="judge N of them drawn at random (default: all)")
+    g.add_argument("--seed", type=int, default=0, help="the sample's seed (default 0); printed with the report")
+    p.add_argument("--report", metavar="FILE", type=Path,
+                   help="write every outcome to FILE as JSON (id, file, line, operator, original, replacement, "
+                        "status, detail)")
+    g.add_argument("--ids", metavar="FILE", type=Path,
+                   help="judge only the generated mutants whose ids FILE lists (one per line), e.g. a "
+                        "sample's survivors again")
     return p.parse_args(argv)
 
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
-    mutants = load_mutants(args.mutants)
+    equivalent: dict[str, str] = {}
+    if args.generate:
+        tests, equivalent = load_areas(DEFAULT_AREAS)
+        mutants = generated_mutants(ROOT, tests, args.files or list(tests))
+        print(f"{len(mutants)} mutants generated over {len(args.files or tests)} file(s)")
+        if args.sample is not None and args.sample < len(mutants):
+            mutants = random.Random(args.seed).sample(mutants, args.sample)
+            print(f"a sample of {args.sample}, seed {args.seed}")
+        if args.ids:
+            wanted = set(args.ids.read_text().split())
+            mutants = [m for m in mutants if m.id in wanted]
+    else:
+        mutants = load_mutants(args.mutants)
     if args.only:
         wanted = [i.strip() for i in args.only.split(",") if i.strip()]
         known = {m.id for m in mutants}
@@ -367,7 +490,9 @@ def main(argv: list[str] | None = None) -> int:
     runnable = []
     for m in mutants:  # stale ones are known before any copying: reported at once, loudly
         why = staleness(ROOT, m)
-        if why:
+        if m.id in equivalent:
+            results[m.id] = Result(m, "EQUIVALENT", detail=equivalent[m.id])
+        elif why:
             print(f"STALE  {m.id}: {why}; update or remove it in {args.mutants.name}", file=sys.stderr)
             results[m.id] = Result(m, "STALE", detail=why)
         else:
@@ -377,6 +502,7 @@ def main(argv: list[str] | None = None) -> int:
     for m in runnable:
         todo.put(m)
     lock = threading.Lock()
+    baseline: dict[tuple[str, ...], str | None] = {}  # a list of tests: None when it passes unmutated
     done = [0]
     failures: list[str] = []
 
@@ -398,6 +524,17 @@ def main(argv: list[str] | None = None) -> int:
             return
         with lock:
             print(f"scratch tree ready ({worker.setup_note})", flush=True)
+            # Each list of tests must pass on the unmutated tree first, or every mutant would seem killed.
+            for tests in sorted({tuple(m.tests) for m in runnable} - baseline.keys()):
+                baseline[tests] = worker.baseline(list(tests), args.timeout)
+                print(f"baseline {'passed' if baseline[tests] is None else 'FAILED'}: {' '.join(tests)}", flush=True)
+            broken = {t: why for t, why in baseline.items() if why is not None}
+        if broken:
+            with lock:
+                failures.extend(f"the unmutated tree fails {' '.join(t)}: {why}" for t, why in broken.items())
+            stop.set()
+            worker.close(args.keep)
+            return
         try:
             while True:
                 try:
@@ -438,6 +575,8 @@ def main(argv: list[str] | None = None) -> int:
         return 130
     for f in failures:
         print(f"error: {f}", file=sys.stderr)
+    if stop.is_set():
+        return 2
     if any(m.id not in results for m in runnable):
         print("error: not every mutant was judged", file=sys.stderr)
         return 2
@@ -446,16 +585,31 @@ def main(argv: list[str] | None = None) -> int:
     print()
     print_table(ordered)
     count = {s: sum(r.status == s for r in ordered)
-             for s in ("KILLED", "TIMEOUT", "SURVIVED", "INVALID", "STALE", "ERROR")}
+             for s in ("KILLED", "TIMEOUT", "SURVIVED", "INVALID", "STALE", "ERROR", "EQUIVALENT")}
     killed = count["KILLED"] + count["TIMEOUT"]
     judged = killed + count["SURVIVED"]
     print()
     print(f"{len(ordered)} mutants: {count['KILLED']} killed, {count['TIMEOUT']} timed out (counted as killed), "
-          f"{count['SURVIVED']} survived, {count['INVALID']} invalid, {count['STALE']} stale, {count['ERROR']} error; "
-          f"{time.monotonic() - start:.0f} s")
+          f"{count['SURVIVED']} survived, {count['INVALID']} invalid, {count['STALE']} stale, {count['ERROR']} error, "
+          f"{count['EQUIVALENT']} equivalent; {time.monotonic() - start:.0f} s")
+    print_rates(ordered)
+    if args.report:
+        args.report.write_text(json.dumps([{
+            "id": r.mutant.id, "file": r.mutant.file, "line": r.mutant.line, "operator": r.mutant.operator,
+            "original": r.mutant.original, "replacement": r.mutant.replacement, "status": r.status,
+            "detail": r.detail} for r in ordered], indent=1) + "\n")
+    if args.generate:
+        print(f"seed {args.seed}, sample {args.sample if args.sample is not None else 'all'}")
     if count["STALE"]:
         print(f"WARNING: {count['STALE']} stale mutant(s): their snippets no longer match the sources; "
               f"update them in {args.mutants.name}", file=sys.stderr)
+    loud = [r for r in ordered if r.loud]
+    if loud:
+        for r in loud:
+            print(f"error: {r.mutant.id}: {r.detail}", file=sys.stderr)
+        print(f"error: {len(loud)} mutant(s) never reached the extension: this tool's rebuild is broken",
+              file=sys.stderr)
+        return 2
     if not judged:
         print("kill rate: undefined (no mutant was killed or survived)")
         return 1
