@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # tools/sanitize.sh: the extension built with AddressSanitizer and UndefinedBehaviorSanitizer
 # (gcc), and the test suite run against it. Run from anywhere, in the virtual environment of a
-# development install (python -m pip install -e '.[test]').
+# development install (python -m pip install -e '.[test]' -c constraints.txt).
 #
 #   tools/sanitize.sh                          # build, then the whole suite
 #   tools/sanitize.sh tests/test_dlpack.py -x  # build, then pytest with these arguments
@@ -46,7 +46,7 @@ command -v gcc >/dev/null || die "gcc is required"
 # Python the tests start: from the repository root, halide_buffer/ would be the in-place build.
 "$PY" -c "import sys; sys.exit(sys.version_info < (3, 11))" || die "needs Python 3.11 or newer (PYTHONSAFEPATH)"
 "$PY" -c "import pybind11, setuptools" 2>/dev/null ||
-    die "$PY lacks pybind11 or setuptools; install the test extra: python -m pip install -e '.[test]'"
+    die "$PY lacks pybind11 or setuptools; install the test extra: python -m pip install -e '.[test]' -c constraints.txt"
 
 ENV_ONLY=0
 if [ "${1:-}" = "--env" ]; then ENV_ONLY=1; shift; fi
