@@ -12,8 +12,12 @@ import halide_buffer as hb
 from conftest import ALL_DTYPES, bits_of, random_bits
 
 
-def test_runtime_buffer_is_buffer():
-    assert hb.Runtime.Buffer is hb.Buffer
+def test_the_public_names_import_and_runtime_buffer_makes_buffers():
+    namespace = {}
+    exec("from halide_buffer import *", namespace)  # every name of __all__ resolves
+    assert set(hb.__all__) <= namespace.keys()
+    b = namespace["Runtime"].Buffer((2, 3), "uint8")  # Halide's C++ spelling, Runtime::Buffer
+    assert type(b) is hb.Buffer and (b.shape, b.dtype.name) == ((2, 3), "uint8")
 
 
 @pytest.mark.parametrize("name", ALL_DTYPES)

@@ -5,6 +5,7 @@ Device tests run on the default OpenCL device (PoCL on a machine without a GPU).
 device is read back with pyopencl (`on_device`), not through the buffer, so a test can tell
 where an operation ran; transfer counts are exact (`Moves`)."""
 
+import ml_dtypes
 import numpy as np
 import pytest
 
@@ -386,16 +387,33 @@ def test_setitem_assigns_as_numpy_does(key, value):
     assert np.array_equal(b.numpy(), expected)
 
 
+def values_in_range(dtype, n=12):
+    """n values that dtype holds without overflow or an invalid cast, as the source of a write.
+
+    Integers (ml_dtypes' sub-byte ones too): exact values of dtype from its lowest to its highest.
+    Floating point: float64 values for the buffer to convert, its lowest and highest finite values
+    and a ramp over [-3, 3] cut to what dtype reaches (float8_e8m0fnu has no sign and no zero).
+    """
+    t = hb.dtype(dtype).numpy
+    if dtype == "bool":
+        return np.linspace(-3, 3, n) > 0
+    if dtype.startswith(("int", "uint")):
+        info = ml_dtypes.iinfo(t)
+        lo, hi = int(info.min), int(info.max)
+        return np.array([lo + (hi - lo) * k // (n - 1) for k in range(n)], dtype=object).astype(t)
+    info = ml_dtypes.finfo(t)
+    lo, hi = float(info.min), float(info.max)
+    return np.concatenate([[lo, hi], np.linspace(max(lo, -3.0), min(hi, 3.0), n - 2)])
+
+
 @pytest.mark.parametrize("dtype", ALL_DTYPES)
 def test_setitem_converts_to_every_dtype_exactly(dtype):
     t = hb.dtype(dtype).numpy
-    source = np.linspace(-3, 3, 12).reshape(3, 4)
-    if dtype == "bool":
-        source = source > 0
+    source = values_in_range(dtype).reshape(3, 4)
     expected = np.zeros((3, 4), t)
-    expected[...] = source.astype(t) if dtype.startswith(("int", "uint")) else source
+    expected[...] = source
     b = hb.Buffer((3, 4), dtype)
-    b[...] = source.astype(t) if dtype.startswith(("int", "uint")) else source
+    b[...] = source
     assert np.array_equal(bits_of(b.numpy()), bits_of(expected))
 
 

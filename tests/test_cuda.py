@@ -186,7 +186,11 @@ def test_the_no_driver_tests_pass_in_a_process_without_a_driver():
 
 
 def test_every_cpu_feature_works_whatever_the_driver():
-    assert isinstance(hb.cuda.is_available(), bool)
+    # True exactly when a driver loaded and initialised: then it is the library in use.
+    available = hb.cuda.is_available()
+    assert available is (hb.cuda.loaded_library() is not None)
+    if os.path.basename(os.environ.get("HALIDE_BUFFER_CUDA_LIBRARY", "")) == "libcuda_standin.so":
+        assert available is True and hb.cuda.loaded_library() == os.environ["HALIDE_BUFFER_CUDA_LIBRARY"]
     assert issubclass(hb.CudaDevice, hb.Device) and hb.CudaDevice is hb.cuda.CudaDevice
     assert (Path(hb.get_include()) / "halide_buffer_cuda.c").is_file()
     b, src = filled("float8_e4m3fn", (4, 6))
@@ -333,6 +337,20 @@ def primary_context(ordinal=0):
     return ctx.value
 
 
+def driver_properties(ordinal=0):
+    """(name, (major, minor) compute capability, total memory in bytes) of a device, from the
+    driver itself."""
+    cuda = ctypes.CDLL(hb.cuda.loaded_library())
+    device, name = ctypes.c_int(), ctypes.create_string_buffer(256)
+    major, minor, memory = ctypes.c_int(), ctypes.c_int(), ctypes.c_size_t()
+    assert cuda.cuInit(0) == 0 and cuda.cuDeviceGet(ctypes.byref(device), ordinal) == 0
+    assert cuda.cuDeviceGetName(name, len(name), device) == 0
+    assert cuda.cuDeviceGetAttribute(ctypes.byref(major), 75, device) == 0  # ..._COMPUTE_CAPABILITY_MAJOR
+    assert cuda.cuDeviceGetAttribute(ctypes.byref(minor), 76, device) == 0  # ..._COMPUTE_CAPABILITY_MINOR
+    assert cuda.cuDeviceTotalMem_v2(ctypes.byref(memory), device) == 0
+    return name.value.decode(), (major.value, minor.value), memory.value
+
+
 def device_address(b):
     """Where a buffer's first element is on the device (through the interface: a device lease)."""
     return b.__cuda_array_interface__["data"][0]
@@ -348,10 +366,10 @@ def test_the_default_device_is_the_primary_context_on_the_legacy_stream(gpu):
     assert hb.cuda.device() is gpu and hb.cuda.device(0) is gpu and hb.cuda.device(stream=0) is gpu
     assert isinstance(gpu, hb.CudaDevice) and isinstance(gpu, hb.Device)
     assert gpu.kind == "cuda" and gpu.ordinal == 0 and gpu.is_gpu is True
-    assert isinstance(gpu.name, str) and gpu.name and gpu.name in repr(gpu)
-    assert gpu.global_memory_size > 1 << 30
-    major, minor = gpu.compute_capability
-    assert isinstance(major, int) and isinstance(minor, int) and (major, minor) >= (3, 0)
+    name, capability, memory = driver_properties(0)
+    assert gpu.name == name and name and gpu.name in repr(gpu)
+    assert gpu.global_memory_size == memory and memory > 1 << 30
+    assert gpu.compute_capability == capability and capability >= (3, 0)
     assert gpu.stream == 1  # the legacy default stream, as the CUDA array interface numbers it
     assert gpu.context == primary_context(0)
     assert gpu.synchronize() is None

@@ -51,6 +51,14 @@ def test_ten_thousand_device_buffers_leave_nothing_behind():
     queue = cl.CommandQueue.from_int_ptr(hb.opencl.device().queue)
     gc.collect()
     before = hb._core._live_counts()
+    probe = hb.Buffer((64,), "float32")
+    probe.copy_to_device()
+    held = hb._core._live_counts()
+    del probe
+    # The counts see a live buffer and its device allocation, so their return to `before` below
+    # says that everything was freed.
+    assert held["storages"] == before["storages"] + 1
+    assert held["device_allocations"] == before["device_allocations"] + 1
     for i in range(ROUNDS // 10):  # warm up: caches, kernels, allocator pools
         cycle(i, queue)
     gc.collect()
@@ -60,5 +68,4 @@ def test_ten_thousand_device_buffers_leave_nothing_behind():
     gc.collect()
     grown = rss_bytes() - warm
     assert hb._core._live_counts() == before
-    assert before["device_allocations"] == 0 or before == hb._core._live_counts()
     assert grown < 16 * 2**20, f"RSS grew by {grown / 2**20:.1f} MiB over {ROUNDS} device buffers"

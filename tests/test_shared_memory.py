@@ -24,28 +24,35 @@ from halide_buffer import _core
 METHODS = ["fork", "spawn", "forkserver"]
 TIMEOUT = 60
 LARGE = (1024, 1024)  # 4 MiB of float32: pages of its own, replaced in place
+SEGMENT_NAME = "halide_buffer"  # the name halide_buffer gives its segments (memfd_create)
 
 
 def segments(pid="self"):
     """(mappings, descriptors) of halide_buffer segments in a process."""
     with open(f"/proc/{pid}/maps") as f:
-        maps = sum("memfd:halide_buffer" in line for line in f)
+        maps = sum(f"memfd:{SEGMENT_NAME}" in line for line in f)
     fds = 0
     for fd in os.listdir(f"/proc/{pid}/fd"):
         try:
-            fds += "memfd:halide_buffer" in os.readlink(f"/proc/{pid}/fd/{fd}")
+            fds += f"memfd:{SEGMENT_NAME}" in os.readlink(f"/proc/{pid}/fd/{fd}")
         except OSError:
             pass  # closed meanwhile
     return maps, fds
 
 
 def dev_shm():
-    return sorted(os.listdir("/dev/shm")) if os.path.isdir("/dev/shm") else []
+    """Our entries of /dev/shm: those named like our segments. Our segments are memfds and never
+    appear there; other entries (multiprocessing's sem.mp-*, other processes' files) come and go
+    on their own, so they are left out."""
+    if not os.path.isdir("/dev/shm"):
+        return []
+    return sorted(name for name in os.listdir("/dev/shm") if SEGMENT_NAME in name)
 
 
 @pytest.fixture
 def no_segments_left():
-    """Every segment a test made is gone from this process when it ends; /dev/shm is untouched."""
+    """Every segment a test made is gone from this process when it ends; nothing of ours is left
+    in /dev/shm."""
     gc.collect()
     before, shm = segments(), dev_shm()
     yield before
