@@ -244,10 +244,11 @@ class FakeRuntime:
 def test_set_min_refuses_while_another_thread_holds_the_storage():
     inside, done = threading.Event(), threading.Event()
     errors = []
+    hang = 300  # seconds: the waits end on the events; this only bounds a hang
 
     def hold_the_lock():  # runs in the other thread, under the storage's lock
         inside.set()
-        done.wait(10)
+        done.wait(hang)  # holds the lock until the main thread has checked, however slow the machine
 
     runtime = FakeRuntime(during_copy=hold_the_lock)
     b = hb.Buffer((4, 4), "uint8")
@@ -264,7 +265,7 @@ def test_set_min_refuses_while_another_thread_holds_the_storage():
     other = threading.Thread(target=operation)
     other.start()
     try:
-        assert inside.wait(10)
+        assert inside.wait(hang)
         with pytest.raises(BufferError, match=r"^set_min\(\): another thread is using this buffer's storage "
                                               r"\(a residency operation, or a pipeline being handed a view of it\); "
                                               r"call set_min\(\) when it is done, or use b.translated\(\) for a view "

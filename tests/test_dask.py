@@ -23,6 +23,7 @@ from pipelines import OPENCL_TARGET, TARGET, c_compiler, compile_and_load
 STRICT = TARGET + "-strict_float"
 PAD_MODES = {"nearest": "edge", "reflect": "symmetric", "periodic": "wrap"}
 IRREGULAR = ((37, 64, 27), (50, 19, 71, 3))  # a 128 x 143 array in uneven chunks
+HANG = 300  # seconds: the most a cluster operation may take before the test fails; never a pace
 
 
 def blur_func(t, name, gpu=False):
@@ -264,9 +265,12 @@ def test_an_opencl_pipeline_brings_each_output_chunk_home_once(tmp_path, dev):
 
 @pytest.fixture(scope="module")
 def cluster():
+    """A client of two worker processes. Not dask's default scheduler: the tests that use it ask
+    it by name, and every other test of this module runs where it says (threads, unless it names
+    another), whichever tests ran before it."""
     distributed = pytest.importorskip("distributed")
     with distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None,
-                                  silence_logs=50) as c, distributed.Client(c) as client:
+                                  silence_logs=50) as c, distributed.Client(c, set_as_default=False) as client:
         yield client
 
 
@@ -284,18 +288,34 @@ def test_a_cluster_of_processes_gives_the_same_bits(pipes, cluster):
 
 
 def test_a_worker_killed_mid_computation_is_retried_and_the_result_is_identical(pipes, cluster):
+    distributed = pytest.importorskip("distributed")
     a = random_bits((1024, 1024), "uint8", seed=9)
-    x = da.from_array(a, chunks=(64, 64))  # 256 chunks
+    # Every input chunk waits at a gate that opens only after the kill: however fast or slow the
+    # machine, no task the victim holds can have finished when it dies, so they must run again.
+    gate = distributed.Event("test_dask-worker-killed-gate", client=cluster)
+    gate.clear()
+    name = gate.name
+
+    def through_the_gate(chunk):  # runs on a worker: its own client reaches the same event
+        if not distributed.Event(name).wait(timeout=HANG):
+            raise TimeoutError("the gate was never opened")
+        return chunk
+
+    x = da.from_array(a, chunks=(64, 64)).map_blocks(through_the_gate, dtype=a.dtype)  # 256 chunks
     out = hb.dask.map_pipeline(pipes["uint8"], x, boundary="nearest")
-    future = cluster.compute(out)
     pids = cluster.run(os.getpid)
-    victim = next(iter(pids.values()))
-    deadline = time.monotonic() + 30
-    while not cluster.processing() and time.monotonic() < deadline:  # tasks under way
+    assert len(pids) == 2, pids
+    address, victim = next(iter(pids.items()))
+    future = cluster.compute(out)
+    deadline = time.monotonic() + HANG  # bounds a hang only: the loop ends as soon as a task is there
+    while not cluster.processing(workers=[address]).get(address):
+        assert time.monotonic() < deadline, f"no task reached {address} in {HANG} s"
         time.sleep(0.01)
     os.kill(victim, signal.SIGKILL)
-    same_bits(future.result(timeout=120), whole_call(pipes["uint8"], {"inp": a}, "nearest"))
-    assert victim not in cluster.run(os.getpid).values()  # the nanny started another one
+    gate.set()
+    same_bits(future.result(timeout=HANG), whole_call(pipes["uint8"], {"inp": a}, "nearest"))
+    cluster.wait_for_workers(2, timeout=HANG)  # the nanny started another one
+    assert victim not in cluster.run(os.getpid).values()
 
 
 @pytest.mark.skipif(bool(os.environ.get("HALIDE_BUFFER_SANITIZER")),
@@ -309,14 +329,20 @@ def test_a_zarr_array_goes_through_with_far_less_memory_than_its_size(pipes, tmp
     p = pipes["uint8"]
     script = tmp_path / "run.py"
     script.write_text(textwrap.dedent(f"""
-        import resource, sys
-        import dask.array as da, zarr
+        import re, sys
+        import dask, dask.array as da, zarr
         import halide_buffer as hb, halide_buffer.dask
+        # A fixed number of threads, not one per core: the chunks in flight at once, and so the
+        # peak, are the same on every machine.
+        dask.config.set(scheduler="threads", num_workers=4)
         if sys.argv[1:] != ["--baseline"]:
             p = hb.aot.load({p.library_path!r}, {p.name!r})
             src = da.from_zarr(zarr.open_array({str(tmp_path / "in.zarr")!r}, mode="r"))
             da.to_zarr(hb.dask.map_pipeline(p, src, boundary="nearest"), {str(tmp_path / "out.zarr")!r})
-        print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)  # KiB
+        # This process's own peak (KiB). Not ru_maxrss: a child's starts at its parent's peak (pytest's,
+        # often larger than this whole run), which would hide any growth.
+        with open("/proc/self/status") as f:
+            print(re.search(r"VmHWM:\\s+(\\d+) kB", f.read()).group(1))
     """))
     peak_kib = {}
     for mode in ("--baseline", "--run"):
