@@ -6,6 +6,7 @@ import sys
 
 import numpy as np
 import pytest
+from hypothesis import settings
 
 import halide_buffer as hb
 
@@ -17,6 +18,13 @@ import opencl_interposer
 if not os.environ.get(opencl_interposer.ENV_LIBRARY):
     opencl_interposer.install()
 cuda_standin.install()
+
+# Property tests draw the same examples on every run ("reproducible"), so the suite's outcome does
+# not depend on the day; HYPOTHESIS_PROFILE=explore draws new ones and remembers failures (in
+# .hypothesis/), for hunting bugs rather than gating a change.
+settings.register_profile("reproducible", derandomize=True, database=None)
+settings.register_profile("explore")
+settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "reproducible"))
 
 ALL_DTYPES = [t.name for t in hb.dtypes()]
 
