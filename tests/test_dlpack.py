@@ -13,7 +13,8 @@ import torch
 
 import halide_buffer as hb
 
-from conftest import ALL_DTYPES, bits_of, filled, random_bits
+import cuda_standin
+from conftest import ALL_DTYPES, NONE, Moves, bits_of, down, filled, random_bits
 
 READ_ONLY, IS_COPIED, PADDED = 1, 2, 4
 
@@ -34,6 +35,12 @@ def versioned_header(capsule):
     flags = ctypes.c_uint64.from_address(address + 24).value
     data = ctypes.c_void_p.from_address(address + 32).value
     return major, minor, flags, data
+
+
+def versioned_device(capsule):
+    """The (device type, device id) of a 'dltensor_versioned' capsule's tensor."""
+    address = ctypes.pythonapi.PyCapsule_GetPointer(capsule, b"dltensor_versioned")
+    return tuple((ctypes.c_int32 * 2).from_address(address + 40))
 
 
 def data_address(b):
@@ -295,6 +302,31 @@ def test_legacy_and_versioned_requests():
     assert capsule_name(b.__dlpack__(max_version=(0, 9))) == "dltensor"
     assert capsule_name(b.__dlpack__(max_version=(1, 0))) == "dltensor_versioned"
     assert capsule_name(b.__dlpack__(max_version=(2, 0))) == "dltensor_versioned"  # minor versions are compatible
+    assert b.__dlpack_device__() == (1, 0)
+
+
+@pytest.mark.parametrize("ordinal", [0, 1])
+def test_dlpack_device_names_the_cuda_device_of_a_buffer_on_one(ordinal):
+    """__dlpack_device__() is (2, ordinal) while the buffer has a CUDA device copy: a consumer that
+    asks __dlpack__ for that device gets the device memory, with no download (a buffer on a device
+    reported as (1, 0) would be downloaded for it); (1, 0) again once the device copy is freed.
+    Against the CUDA driver stand-in."""
+    if not cuda_standin.active():
+        pytest.skip(cuda_standin.why_inactive())
+    b, src = filled("float32", (3, 4))
+    assert b.__dlpack_device__() == (1, 0)
+    b.copy_to_device(hb.cuda.device(ordinal))
+    b.set_device_dirty()  # a kernel wrote the device copy: the host copy is stale
+    assert b.__dlpack_device__() == (2, ordinal)
+    moves = Moves(b)
+    capsule = b.__dlpack__(max_version=(1, 0), dl_device=b.__dlpack_device__())
+    assert versioned_device(capsule) == (2, ordinal)
+    assert moves() == NONE and b.device_dirty()
+    del capsule
+    np.testing.assert_array_equal(np.asarray(b), src)
+    assert moves() == down(src.nbytes)
+    assert b.__dlpack_device__() == (2, ordinal)  # the device copy is still there, now in sync
+    b.device_free()
     assert b.__dlpack_device__() == (1, 0)
 
 

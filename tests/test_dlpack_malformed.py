@@ -554,6 +554,9 @@ MALFORMED = [
      "from_dlpack(): NULL strides in a DLPack 1.3 tensor (allowed only before 1.2);"),
     ("null-strides-1.7", dict(strides=NULL, version=(1, 7)), BufferError,
      "from_dlpack(): NULL strides in a DLPack 1.7 tensor"),
+    # one axis is enough to need strides
+    ("null-strides-1.2-one-axis", dict(values=np.arange(3, dtype=np.int32), strides=NULL, version=(1, 2)),
+     BufferError, "from_dlpack(): NULL strides in a DLPack 1.2 tensor (allowed only before 1.2);"),
     # Element types
     ("code-18", dict(dtype=(18, 8, 1)), BufferError,
      "from_dlpack(): no dtype of the table has the DLPack type (code 18, bits 8, lanes 1); convert "
@@ -634,6 +637,9 @@ MALFORMED = [
     ("data-plus-offset-near-top", dict(data=4096, byte_offset=2**64 - 4096 - 8, shape=[4], strides=[1]),
      BufferError, "from_dlpack(): data, byte_offset and strides reach beyond the address space;"),
     ("negative-stride-below-zero", dict(data=8, shape=[4], strides=[-1]), BufferError,
+     "from_dlpack(): data, byte_offset and strides reach beyond the address space;"),
+    # the lowest of 4 int32 elements (12 bytes before the first) would start one byte below address 0
+    ("negative-stride-one-byte-below-zero", dict(data=11, shape=[4], strides=[-1]), BufferError,
      "from_dlpack(): data, byte_offset and strides reach beyond the address space;"),
     ("negative-reach-exactly-int64-min", dict(shape=[2], strides=[-(2**62)], values=np.zeros(2, np.int16)),
      BufferError, "from_dlpack(): the strides reach beyond the address space;"),
@@ -1019,6 +1025,34 @@ def test_an_unused_huge_stride_becomes_zero(shape, strides, expected):
     assert np.asarray(b).tolist() == values.tolist()
     copied = hb.from_dlpack(Tensor(values, shape=shape, strides=strides).capsule(), copy=True)
     assert np.asarray(copied).tolist() == values.tolist()
+
+
+def test_the_lowest_element_starting_at_address_0_is_within_the_address_space():
+    """The boundary of 'negative-stride-one-byte-below-zero': 4 int32 elements walking back from
+    address 12 end at address 0, the lowest byte there is. The import only describes the memory
+    (nothing reads it here)."""
+    t = Tensor(np.zeros(4, np.int32), data=12, shape=[4], strides=[-1])
+    b = hb.from_dlpack(t.capsule())
+    assert b.shape == (4,) and b.strides == (-4,)
+    del b
+    settle()
+    assert t.deletes == 1
+
+
+def test_an_empty_tensor_whose_c_contiguous_strides_pass_int64_gets_stride_0_in_front():
+    """NULL strides mean C-contiguous ones, products of the extents behind each axis; an empty
+    tensor's extents may multiply past int64 (its element count is 0 all the same). Every axis in
+    front of the one where the product overflows gets stride 0, never the product wrapped around:
+    4 * (2**31 - 1)**2 wraps to 4 - 2**34, which would show as a stride of 1 byte on the 0 axis.
+    The (2**31 - 1)**2 elements' stride of axis 1 passes int64 in bits: 0 too."""
+    big = 2**31 - 1
+    t = Tensor(np.zeros(0, np.int8), data=NULL, shape=[0, 4, big, big], strides=NULL, versioned=False)
+    b = hb.from_dlpack(t.capsule())
+    assert b.shape == (0, 4, big, big) and b.size == 0
+    assert b.strides == (0, 0, big, 1)
+    del b
+    settle()
+    assert t.deletes == 1
 
 
 @pytest.mark.parametrize("copy", [None, True])
