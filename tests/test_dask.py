@@ -117,6 +117,18 @@ def strict_func():
     return out, [inp]
 
 
+def across_func():
+    """out(x, y) = in(x - 1, y) + in(x + 1, y) (uint8): a reach along x only, none along y; the
+    input takes any strides (an empty NumPy array's are 0, which Halide's default of a dense
+    first dimension refuses)."""
+    x, y = hl.Var("x"), hl.Var("y")
+    inp = hl.ImageParam(hl.UInt(8), 2, "inp")
+    inp.dim(0).set_stride(hl.Expr())
+    out = hl.Func("dask_across")
+    out[x, y] = inp[x - 1, y] + inp[x + 1, y]
+    return out, [inp]
+
+
 @pytest.fixture(scope="session")
 def pipes(tmp_path_factory):
     directory = tmp_path_factory.mktemp("dask_pipelines")
@@ -135,6 +147,7 @@ def pipes(tmp_path_factory):
         "own_boundary": own_boundary_func(),
         "implicit_edge": implicit_edge_func(),
         "strict": strict_func(),
+        "across": across_func(),
     }.items():
         built[key] = compile_and_load(directory, cc, func, args, f"hb_dask_{key}", target=STRICT)
     return built
@@ -384,6 +397,51 @@ def test_bad_input_is_refused_before_any_task_runs(pipes):
         hb.dask.map_pipeline(p, x)
 
 
+@pytest.mark.parametrize("boundary, kind", [(True, "bool"), (False, "bool"), (None, "NoneType"),
+                                             ([0], "list"), (b"nearest", "bytes")])
+def test_a_boundary_neither_a_name_nor_a_number_is_a_type_error(pipes, boundary, kind):
+    """A bool is no constant to pad with (a bug took True as the constant 1, and anything not a
+    bool as a constant), nor are None, a list or bytes."""
+    x = da.from_array(np.zeros((20, 20), np.uint8), chunks=10)
+    with pytest.raises(TypeError, match=rf"^hb.dask.map_pipeline\(\): boundary must be 'none', 'nearest', "
+                                        rf"'reflect', 'periodic' or a number, not {kind}$"):
+        hb.dask.map_pipeline(pipes["uint8"], x, boundary=boundary)
+
+
+def test_a_region_leaving_only_past_the_far_edge_is_refused(pipes):
+    """A pipeline clamping its reads to a width one larger than the array reads one column past
+    the last and never before the first: with boundary='none' that is refused before any task
+    runs (a bug only looked for regions starting before the first element)."""
+    a = random_bits((64, 80), "uint8", seed=12)
+    x = da.from_array(a, chunks=(17, 30))
+    with pytest.raises(ValueError, match=r"hb_dask_own_boundary reads input 'inp' over mins \(0, 59\), shape "
+                                         r"\(18, 22\) for the output chunk \(0, 2\), outside the input's shape "
+                                         r"\(64, 80\), and boundary is 'none'"):
+        hb.dask.map_pipeline(pipes["own_boundary"], x, width=81, height=64, offset=0)
+    with pytest.raises(ValueError, match=r"over mins \(50, 0\), shape \(15, 31\) for the output chunk \(3, 0\), "
+                                         r"outside the input's shape \(64, 80\)"):
+        hb.dask.map_pipeline(pipes["own_boundary"], x, width=80, height=65, offset=0)
+    got = hb.dask.map_pipeline(pipes["own_boundary"], x, width=80, height=64, offset=0)  # the true size: inside
+    same_bits(got.compute(), whole_call(pipes["own_boundary"], {"inp": a}, width=80, height=64, offset=0))
+
+
+def test_an_empty_array_reads_nothing_outside_so_boundary_none_is_not_refused(pipes):
+    """An array of no rows: every region the pipeline reads has no rows either, so its reach
+    along x reads nothing outside the input, and boundary='none' is no reason to refuse (a bug
+    refused any region leaving the input, empty or not). The result is empty, like the input."""
+    p = pipes["across"]
+    assert p.required_regions({}, {"dask_across": ((0, 0), (0, 10))})["inp"] == ((0, -1), (0, 12))
+    a = np.zeros((0, 20), np.uint8)
+    out = hb.dask.map_pipeline(p, da.from_array(a, chunks=(5, 10)))
+    assert out.chunks == ((0,), (10, 10))
+    got = out.compute()
+    assert got.shape == (0, 20) and got.dtype == np.uint8
+    # Rows present: the same reach leaves the input, and is refused.
+    with pytest.raises(ValueError, match=r"hb_dask_across reads input 'inp' over mins \(0, -1\), shape \(3, 12\) "
+                                         r"for the output chunk \(0, 0\), outside the input's shape \(3, 20\)"):
+        hb.dask.map_pipeline(p, da.from_array(np.zeros((3, 20), np.uint8), chunks=(5, 10)))
+
+
 def test_a_halide_error_in_one_chunk_names_the_chunk(pipes):
     a = np.zeros((30, 40), np.uint8)
     a[25, 33] = 255
@@ -430,3 +488,15 @@ def test_a_region_as_large_as_a_chunk_but_shifted_by_the_boundary_is_not_the_chu
     a = np.repeat(x[None], 3, axis=0)
     got = hb.dask.map_pipeline(p, da.from_array(a, chunks=(3, 8, 8)), boundary="nearest").compute()
     same_bits(got, whole_call(p, {"inp": a}, "nearest"))
+
+
+def test_a_region_shaped_like_one_input_chunk_but_padded_is_not_that_chunk(pipes):
+    """Output chunks of 8 over input chunks of 10: the first output chunk's 3 x 3 blur reads rows
+    and columns -1..8, ten of each, all from input chunk (0, 0) ('nearest' repeats row and column
+    0). Shaped like that chunk and starting at its first element, yet not the chunk: a bug handed
+    the chunk as it is whenever the sources started at the chunk's start."""
+    a = random_bits((20, 20), "uint8", seed=13)
+    p = pipes["uint8"]
+    assert p.required_regions({}, {"dask_blur_u8": ((0, 0), (8, 8))})["inp"] == ((-1, -1), (10, 10))
+    out = hb.dask.map_pipeline(p, da.from_array(a, chunks=10), boundary="nearest", chunks=((8, 12), (8, 12)))
+    same_bits(out.compute(), whole_call(p, {"inp": a}, "nearest"))
