@@ -10,6 +10,9 @@ import numpy as np
 import pytest
 
 import halide_buffer as hb
+
+import cuda_standin
+import opencl_interposer
 from conftest import ALL_DTYPES, NONE, Moves, bits_of, down, random_bits, up
 
 HOST_DIRTY, DEVICE_DIRTY = 1, 2
@@ -132,9 +135,12 @@ def test_fill_on_the_device_when_its_copy_is_current_moves_nothing(dev):
     assert moves() == down(4 * 8 * 4)
 
 
-@pytest.mark.parametrize("key", [np.s_[1:3, 2:7], np.s_[:, ::3], np.s_[::-1, 5], np.s_[2]])
+@pytest.mark.parametrize("key", [np.s_[1:3, 2:7], np.s_[:, ::3], np.s_[::-1, 5], np.s_[2], np.s_[2:3], np.s_[:, 5:6],
+                                 np.s_[3:4, 6:7]])
 @pytest.mark.parametrize("dtype", ["uint8", "bfloat16", "float32", "float64", "int4"])
 def test_fill_of_a_device_view_fills_only_its_elements_on_the_device(dev, key, dtype):
+    """Only the view's elements are filled, on the device; views with an axis of one element (one
+    row, one column, one element) too: for an axis of extent 1 taken for an empty region."""
     values = random_bits((4, 8), dtype, seed=3)
     b = device_resident(values, dev)
     moves = Moves(b)
@@ -162,6 +168,77 @@ def test_fill_of_a_host_dirty_device_buffer_writes_the_host(dev):
     assert moves() == NONE
     assert b.host_dirty()
     assert list(b.numpy()) == [5] + [0] * 7 + [3] * 8
+
+
+def interposer_counts():
+    """The OpenCL calls made so far, as the interposer counted them (skips without it)."""
+    if not opencl_interposer.active():
+        pytest.skip(opencl_interposer.reason())
+    return opencl_interposer.counts()
+
+
+def calls_since(before):
+    """The OpenCL calls made since `before` (interposer_counts()), the non-zero ones."""
+    after = opencl_interposer.counts()
+    return {k: after[k] - before[k] for k in after if after[k] != before[k]}
+
+
+@pytest.mark.parametrize("dtype", ["uint8", "int16", "float32"])
+def test_fill_of_a_whole_contiguous_device_buffer_is_one_fill_in_place(dev, dtype):
+    """A dense buffer is one run of bytes: one clEnqueueFillBuffer over it, with no temporary
+    buffer and no copy. For a contiguous axis (a stride of one element, or of one byte) not taken
+    as the innermost, which makes the fill a rectangle of one-element rows filled through a
+    temporary buffer."""
+    b = on_device_current(np.arange(48).astype(dtype).reshape(6, 8), dev)
+    moves, before = Moves(b), interposer_counts()
+    b.fill(3)
+    assert calls_since(before) == {"fills": 1, "finishes": 1}
+    assert moves() == NONE and b.device_dirty()
+    assert np.array_equal(on_device(b), np.full((6, 8), 3, dtype))
+
+
+# A view with an element every other one along four axes: no two axes merge and no axis is
+# contiguous, so a copy of it is rectangles of one-element rows, repeated over two more axes.
+FOUR_AXES = (6, 4, 4, 4)
+EVERY_OTHER = np.s_[::2, ::2, ::2, ::2]
+
+
+def test_fill_of_a_four_axis_strided_device_view_fills_its_elements_only(dev):
+    """The commands of a fill repeated over two axes (an odometer over the axes around the
+    rectangles): each combination once, none past them. For a repeat count not reset when its
+    axis wraps (elements left unfilled, bytes between them filled, or commands past the buffer)."""
+    values = random_bits(FOUR_AXES, "float32", seed=11)
+    b = device_resident(values, dev)
+    moves = Moves(b)
+    b[EVERY_OTHER].fill(-2.5)
+    assert moves() == NONE and b.device_dirty()
+    expected = values.copy()
+    expected[EVERY_OTHER] = -2.5
+    assert np.array_equal(bits_of(on_device(b)), bits_of(expected))
+
+
+@pytest.fixture(scope="module")
+def cuda_dev():
+    """The CUDA driver stand-in's first device (tests/drivers/cuda_standin.c)."""
+    if not cuda_standin.active():
+        pytest.skip(cuda_standin.why_inactive())
+    return hb.cuda.device()
+
+
+def test_fill_the_device_cannot_do_brings_a_newer_device_copy_home_first(cuda_dev):
+    """CUDA's memsets repeat a word of 1, 2 or 4 bytes: a float64 1.5 is none, so the fill of a
+    view runs on the host, which must first take in the device copy (newer), once and whole.
+    For a host fill over the stale host copy (the rest of the buffer lost)."""
+    values = np.arange(24, dtype=np.float64).reshape(4, 6)
+    b = device_resident(values, cuda_dev)
+    moves = Moves(b)
+    b[1:3, 2:].fill(1.5)
+    assert moves() == down(values.nbytes)
+    assert b.host_dirty() and not b.device_dirty()
+    expected = values.copy()
+    expected[1:3, 2:] = 1.5
+    assert np.array_equal(b.numpy(), expected)
+    assert moves() == NONE
 
 
 # --- all_equal --------------------------------------------------------------------------------
@@ -294,6 +371,7 @@ SOURCES = [  # (name, view of the source buffer, its mins after the view)
     ("crop", lambda b: b.cropped(0, 1, 4).cropped(1, 2, 5)),
     ("reversed", lambda b: b[::-1]),
     ("transposed", lambda b: b.transposed(1, 0)[:6, :6]),
+    ("one row", lambda b: b.cropped(0, 2, 1)),  # an axis of extent 1: one row of 8 elements
 ]
 
 
@@ -363,6 +441,59 @@ def test_copy_from_a_device_copy_to_another_devices_host_reads_only_the_overlap(
     dst.copy_from(src.cropped(0, 8, 4))
     assert src_moves() == down(16) and dst_moves() == NONE
     assert list(dst.numpy()) == [99] + [0] * 7 + [8, 9, 10, 11]
+
+
+def test_copy_from_four_axis_strided_views_moves_each_element_once(dev):
+    """Host to device, device to device and device to host through views repeated over two axes
+    around their rectangles: every element in its place, nothing between them written. For a
+    repeat count not reset when its axis wraps (elements skipped or bytes between them written,
+    or commands past the buffer)."""
+    src_values = random_bits((3, 2, 2, 2), "float32", seed=12)
+    dst_values = random_bits(FOUR_AXES, "float32", seed=13)
+    dst = on_device_current(dst_values, dev)
+    moves = Moves(dst)
+    dst[EVERY_OTHER].copy_from(host(src_values))
+    assert moves() == up(src_values.nbytes) and dst.device_dirty()
+    expected = dst_values.copy()
+    expected[EVERY_OTHER] = src_values
+    assert np.array_equal(bits_of(on_device(dst)), bits_of(expected))
+
+    other_values = random_bits(FOUR_AXES, "float32", seed=14)
+    other = on_device_current(other_values, dev)
+    other_moves = Moves(other)
+    other[EVERY_OTHER].copy_from(dst[EVERY_OTHER])
+    assert moves() == NONE and other_moves() == NONE and other.device_dirty()
+    other_expected = other_values.copy()
+    other_expected[EVERY_OTHER] = src_values
+    assert np.array_equal(bits_of(on_device(other)), bits_of(other_expected))
+
+    back = host(np.zeros(FOUR_AXES, np.float32))
+    back[EVERY_OTHER].copy_from(dst[EVERY_OTHER])
+    assert moves() == down(src_values.nbytes)
+    back_expected = np.zeros(FOUR_AXES, np.float32)
+    back_expected[EVERY_OTHER] = src_values
+    assert np.array_equal(bits_of(back.numpy()), bits_of(back_expected))
+
+
+def test_copy_between_rows_of_different_pitches_on_a_cuda_device(cuda_dev):
+    """Three rows of 4 elements into (and out of) the middle of an 8x8 device buffer: one
+    rectangle whose rows are 32 bytes apart on the device and 16 in the host array. For a
+    rectangle described with the host's pitch on the device side (the driver refuses a slice
+    lower than its rows)."""
+    b = hb.Buffer((8, 8), "float32")
+    b.copy_to_device(cuda_dev)
+    moves, rectangles = Moves(b), cuda_standin.calls("cuMemcpy3DAsync")
+    values = np.arange(12, dtype=np.float32).reshape(3, 4) + 1
+    b[1:4, 2:6] = values
+    assert moves() == up(values.nbytes) and b.device_dirty()
+    assert cuda_standin.calls("cuMemcpy3DAsync") == rectangles + 1
+    back = with_mins(hb.Buffer((3, 4), "float32"), 1, 2)  # the coordinates of b[1:4, 2:6]
+    back.copy_from(b)
+    assert moves() == down(values.nbytes) and cuda_standin.calls("cuMemcpy3DAsync") == rectangles + 2
+    assert np.array_equal(back.numpy(), values)
+    expected = np.zeros((8, 8), np.float32)
+    expected[1:4, 2:6] = values
+    assert np.array_equal(b.numpy(), expected)
 
 
 # --- __setitem__ --------------------------------------------------------------------------------

@@ -23,6 +23,7 @@ import pytest
 
 import halide_buffer as hb
 
+import opencl_interposer
 from conftest import NONE, Moves, bits_of, counts, down, random_bits, up
 from pipelines import TARGET, HalideBufferT, HalideDimension, brighter_func, build, c_compiler
 
@@ -280,6 +281,75 @@ def test_a_source_on_another_runtimes_device_is_refused_and_halide_goes_through_
     assert out_moves() == NONE  # read by its own runtime, invisible to us
     assert dst_moves() == up(64)  # Halide's upload of the destination's host copy
     np.testing.assert_array_equal(np.asarray(dst_parent), np.arange(64, dtype=np.uint8).reshape(8, 8) + 10)
+
+
+def test_copy_from_a_runtimes_device_copy_into_our_current_device_copy_brings_it_home_first(pipeline):
+    """The pipeline's own runtime holds the source's newer copy (a foreign allocation, reached
+    only through its runtime, whole): copy_from into a buffer whose device copy is current brings
+    the source home, then writes the common box up from its host copy. For a box written up from
+    the source's stale host memory."""
+    values = np.arange(64, dtype=np.uint8).reshape(8, 8)
+    out = hb.Buffer((8, 8), "uint8")
+    pipeline.run(hb.Buffer.from_host(values, external_writes=False), out)
+    assert out.device_dirty() and out.device is None  # another runtime's memory
+    dst_parent = in_sync(np.zeros((8, 8), np.uint8))
+    dst_moves = Moves(dst_parent)
+    dst_parent.cropped(0, 2, 4).copy_from(out)  # rows [2, 6)
+    assert dst_moves() == up(4 * 8)
+    assert dst_parent.device_dirty() and not out.device_dirty()  # the source came home
+    expected = np.zeros((8, 8), np.uint8)
+    expected[2:6] = values[2:6] + 10
+    np.testing.assert_array_equal(np.asarray(dst_parent), expected)
+    np.testing.assert_array_equal(np.asarray(out), values + 10)
+
+
+def test_copy_from_takes_in_the_flags_halide_left_in_both_buffers(runtime):
+    """halide_buffer_copy leaves its flags in the halide_buffer_t's it is given (ours, published):
+    the source's device copy written (device dirty), the destination's host copy written (host
+    dirty). copy_from takes in both storages' published flags before it decides where to read and
+    write: the box comes from the source's device copy into the destination's host copy. For an
+    operation on two storages that takes in (and republishes) only one of them."""
+    on_device = random_bits((6, 6), "float32", seed=20)
+    on_host = random_bits((6, 6), "float32", seed=21)
+    src = in_sync(np.zeros((6, 6), np.float32))
+    rc, flags, errors = runtime.copy(hb.Buffer.from_host(on_device.copy()), src, to_device=True)
+    assert (rc, errors, flags) == (0, [], DEVICE_DIRTY)
+    dst = in_sync(np.zeros((6, 6), np.float32))
+    rc, flags, errors = runtime.copy(hb.Buffer.from_host(on_host.copy()), dst, to_device=False)
+    assert (rc, errors) == (0, []) and flags & HOST_DIRTY
+    src_moves, dst_moves = Moves(src), Moves(dst)
+    dst.copy_from(src.cropped(0, 1, 3).cropped(1, 2, 3))  # rows [1, 4), columns [2, 5)
+    assert src_moves() == down(3 * 3 * 4) and dst_moves() == NONE
+    assert src.device_dirty() and dst.host_dirty() and not dst.device_dirty()
+    expected = on_host.copy()
+    expected[1:4, 2:5] = on_device[1:4, 2:5]
+    assert np.array_equal(bits_of(np.asarray(dst)), bits_of(expected))
+    assert dst_moves() == NONE
+    assert np.array_equal(bits_of(np.asarray(src)), bits_of(on_device))
+
+
+def test_a_copy_between_two_parts_of_one_device_allocation_is_one_rectangle_per_outer_element(runtime):
+    """Within one cl_mem, clEnqueueCopyBufferRect needs the same pitches on both sides. Here the
+    rows of 2 elements repeat along three axes, A (16 bytes apart on both sides), B (64 on both)
+    and C (128 bytes apart in the source, 256 in the destination), 2 each: the rectangles of A's
+    rows in B's slices (the first pair of the most elements, in the order of the source's
+    pitches) have the same pitches on both sides, so the copy is one rectangle per element of C,
+    2 commands. For a later pair of as many elements taken instead (B's rows in C's slices, whose
+    slice pitches differ: a command per row, 8)."""
+    if not opencl_interposer.active():
+        pytest.skip(opencl_interposer.reason())
+    values = random_bits((8, 4, 2, 4), "float32", seed=22)
+    parent = in_sync(values.copy())
+    src, dst = parent[0:2, ::2, :, :2], parent[2:6:2, ::2, :, :2]  # disjoint bytes of one storage
+    assert src.mins == dst.mins == (0, 0, 0, 0) and src.shape == dst.shape == (2, 2, 2, 2)
+    totals, before = Totals(), opencl_interposer.counts()
+    rc, flags, errors = runtime.copy(src, dst, to_device=True)
+    assert (rc, errors, flags) == (0, [], DEVICE_DIRTY)
+    assert opencl_interposer.counts()["copies"] - before["copies"] == 2
+    assert totals() == NONE
+    expected = values.copy()
+    expected[2:6:2, ::2, :, :2] = values[0:2, ::2, :, :2]
+    assert np.array_equal(bits_of(np.asarray(parent)), bits_of(expected))
 
 
 def test_no_common_coordinates_copy_nothing(runtime):
