@@ -92,6 +92,17 @@ def unsigned_params_func():
     return out, [inp, small, medium, large]
 
 
+def shifted_func():
+    """out(x, y) = in(x + shift, y) (uint8), shift an int32 Param without a default: the region of
+    the input a bounds query names moves with the scalar."""
+    x, y = hl.Var("x"), hl.Var("y")
+    inp = hl.ImageParam(hl.UInt(8), 2, "inp")
+    shift = hl.Param(hl.Int(32), "shift")
+    out = hl.Func("shifted")
+    out[x, y] = inp[x + shift, y]
+    return out, [inp, shift]
+
+
 @pytest.fixture(scope="module")
 def host(tmp_path_factory):
     """The host pipelines, each in its own library, and the names of their outputs."""
@@ -103,6 +114,7 @@ def host(tmp_path_factory):
     bf16, bf16_args = affine_bf16_func()
     pair, pair_args = pair_func()
     two, two_args, (plus, half) = plus_and_half_pipeline()
+    shifted, shifted_args = shifted_func()
     return {
         "affine": compile_and_load(directory, cc, affine, affine_args, "hb_aot_affine"),
         "affine_out": affine.name(),
@@ -117,6 +129,8 @@ def host(tmp_path_factory):
         "two": compile_and_load(directory, cc, two, two_args, "hb_aot_two"),
         "two_out": (plus.name(), half.name()),
         "unsigned": compile_and_load(directory, cc, *unsigned_params_func(), "hb_aot_unsigned"),
+        "shifted": compile_and_load(directory, cc, shifted, shifted_args, "hb_aot_shifted"),
+        "shifted_out": shifted.name(),
         "directory": directory,
     }
 
@@ -305,6 +319,22 @@ def test_unsigned_params_are_range_checked(host):
         with pytest.raises(TypeError, match=rf"argument 'small': expected an int for uint8, not {kind}"):
             p(a, value, 0, 0)
     np.testing.assert_array_equal(np.asarray(p(a, **fine)), expected_unsigned(a, **fine))
+
+
+def test_required_regions_passes_a_scalar_given_by_name_to_the_bounds_query(host):
+    """A scalar without a default, given by name, is the value the bounds query computes with
+    (a bug refused every scalar without a default as missing, even when given): the input region
+    moves with it. Absent or None, it is missing."""
+    p, out = host["shifted"], host["shifted_out"]
+    asked = {out: ((2, 5), (4, 16))}
+    assert p.required_regions({"shift": 3}, asked) == {"inp": ((2, 8), (4, 16)), out: ((2, 5), (4, 16))}
+    assert p.required_regions({"shift": np.int32(-7)}, asked)["inp"] == ((2, -2), (4, 16))
+    for scalars in ({}, {"shift": None}):
+        with pytest.raises(TypeError, match=r"^hb_aot_shifted\(\): argument 'shift' is missing; pass a value of "
+                                            r"type int32$"):
+            p.required_regions(scalars, asked)
+    with pytest.raises(ValueError, match=r"argument 'shift': 2147483648 is out of range for int32"):
+        p.required_regions({"shift": 2**31}, asked)
 
 
 def test_allocated_output_takes_the_inputs_coordinates(host):
