@@ -13,6 +13,7 @@ Every test id carries ``cuda-driver-standin``. Device memory is read and written
 stand-in's control API, standing for a consumer or a producer's kernel.
 """
 
+import ctypes
 import gc
 import re
 import threading
@@ -213,6 +214,66 @@ def test_fills_and_device_copies_run_on_the_device(gpu):
     np.testing.assert_array_equal(np.asarray(c), np.full((16, 16), 7, np.int32))
 
 
+MEMSETS = [f"cuMemset{kind}{bits}Async" for kind in ("D", "D2D") for bits in (8, 16, 32)]
+
+
+def memset_calls():
+    return {entry: standin.calls(entry) for entry in MEMSETS}
+
+
+# dtype, two values of distinct bytes (no narrower word repeats to them), the memset word in bits.
+FILL_WORDS = [("uint8", (0xA5, 0x3C), 8), ("int16", (0x0102, -0x0203), 16), ("int32", (0x01020304, -0x05060708), 32)]
+
+
+@pytest.mark.parametrize("layout", ["whole", "columns"])
+@pytest.mark.parametrize("name, values, bits", FILL_WORDS, ids=[w[0] for w in FILL_WORDS])
+def test_a_device_fill_sets_each_element_with_one_memset_of_the_elements_width(gpu, name, values, bits, layout):
+    """A fill of 1-, 2- and 4-byte elements is one cuMemsetD8/16/32 (a contiguous buffer: one row)
+    or one cuMemsetD2D8/16/32 (a view of 4 of 8 columns: 8 rows 8 elements apart) of the value's
+    own bytes, and leaves the other columns alone. For a 16-bit word not passed on (a zero fill
+    instead), an 8-bit word taken from the wrong byte of the value, or a 2-D memset of the wrong
+    width."""
+    b = ramp((8, 8), name)
+    b.copy_to_device(gpu)
+    target = b if layout == "whole" else b[:, 2:6]
+    entry = f"cuMemset{'D' if layout == 'whole' else 'D2D'}{bits}Async"
+    expected = np.arange(64).astype(name).reshape(8, 8)
+    for value in values:  # two values: a wrong byte of the pattern cannot match both
+        moves, before = Moves(b), memset_calls()
+        target.fill(value)
+        after = memset_calls()
+        assert {e: after[e] - before[e] for e in MEMSETS if after[e] != before[e]} == {entry: 1}
+        assert b.device_dirty() and moves() == NONE  # filled where it lives: nothing crossed
+        if layout == "whole":
+            expected[...] = value
+        else:
+            expected[:, 2:6] = value
+        np.testing.assert_array_equal(np.asarray(b), expected)
+        assert moves() == down(64 * b.dtype.itemsize)
+        b.copy_to_device()  # the next fill on a current device copy again
+        moves()
+
+
+@pytest.mark.parametrize("reversed_side", ["destination", "source"])
+def test_a_device_copy_between_reversed_rows_puts_each_row_in_its_place(gpu, reversed_side):
+    """Rows in opposite orders on the two sides are one cuMemcpyDtoDAsync per row, each at its
+    own offset on both sides; for a destination offset applied with the wrong sign (rows written
+    past either end of the destination's memory, or on the wrong rows)."""
+    src, dst = ramp((4, 8), "int32"), hb.Buffer((4, 8), "int32")
+    src.copy_to_device(gpu)
+    dst.copy_to_device(gpu)
+    moves_src, moves_dst = Moves(src), Moves(dst)
+    copies = standin.calls("cuMemcpyDtoDAsync")
+    if reversed_side == "destination":
+        dst[::-1].copy_from(src)
+    else:
+        dst.copy_from(src[::-1])
+    assert standin.calls("cuMemcpyDtoDAsync") == copies + 4
+    assert moves_src() == NONE and moves_dst() == NONE and dst.device_dirty()
+    np.testing.assert_array_equal(np.asarray(dst), np.arange(32, dtype=np.int32).reshape(4, 8)[::-1])
+    assert moves_dst() == down(128)
+
+
 # ---------------------------------------------------------------------------------------------
 # The CUDA array interface and DLPack, our side
 # ---------------------------------------------------------------------------------------------
@@ -403,6 +464,104 @@ def test_devices_retain_and_release_the_primary_context():
         assert standin.context_refs(0) == refs
     finally:
         standin.stream_destroy(stream)
+
+
+# ---------------------------------------------------------------------------------------------
+# Halide's crops of our buffers, through the interface we publish
+# ---------------------------------------------------------------------------------------------
+
+
+class HalideDimension(ctypes.Structure):
+    _fields_ = [("min", ctypes.c_int32), ("extent", ctypes.c_int32), ("stride", ctypes.c_int32),
+                ("flags", ctypes.c_uint32)]
+
+
+class HalideBufferT(ctypes.Structure):
+    """halide_buffer_t as a Halide runtime sees it."""
+
+    _fields_ = [("device", ctypes.c_uint64), ("device_interface", ctypes.c_void_p), ("host", ctypes.c_void_p),
+                ("flags", ctypes.c_uint64), ("type_code", ctypes.c_uint8), ("type_bits", ctypes.c_uint8),
+                ("type_lanes", ctypes.c_uint16), ("dimensions", ctypes.c_int32),
+                ("dim", ctypes.POINTER(HalideDimension)), ("padding", ctypes.c_void_p)]
+
+
+DEVICE_DIRTY = 2  # halide_buffer_flag_device_dirty
+INCOMPATIBLE_DEVICE_INTERFACE = -42  # halide_error_code_incompatible_device_interface
+
+
+def interface_entry(raw, name, *argtypes):
+    """The entry `name` of the halide_device_interface_t a published halide_buffer_t carries, as
+    a Halide runtime calls it (user_context first)."""
+    offset = hb._core._abi_layout()[f"offsetof(halide_device_interface_t, {name})"]
+    address = ctypes.c_void_p.from_address(raw.device_interface + offset).value
+    return ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p, *argtypes)(address)
+
+
+def crop_of(raw, first, extent):
+    """A 1-D halide_buffer_t over `extent` elements of raw's host memory from element `first`, as
+    halide_device_crop's destination (no device memory yet)."""
+    dim = (HalideDimension * 1)(HalideDimension(raw.dim[0].min + first, extent, 1, 0))
+    crop = HalideBufferT(host=raw.host + first * raw.type_bits // 8, type_code=raw.type_code,
+                         type_bits=raw.type_bits, type_lanes=raw.type_lanes, dimensions=1, dim=dim)
+    crop._dim = dim  # kept alive with it
+    return crop
+
+
+def test_a_released_crop_has_no_device_memory_and_takes_another_crop(gpu):
+    """halide_device_release_crop through our interface leaves the crop without device memory
+    (device 0), as Halide's rule says: a crop whose device field stayed set would be refused as
+    the destination of the next crop. For a release that only drops the interface."""
+    b = ramp((64,))
+    b.copy_to_device(gpu)
+    raw = HalideBufferT.from_address(b._get_raw_halide_buffer_t())
+    assert raw.device != 0
+    crop = interface_entry(raw, "device_crop", ctypes.c_void_p, ctypes.c_void_p)
+    release = interface_entry(raw, "device_release_crop", ctypes.c_void_p)
+    c = crop_of(raw, 8, 16)
+    assert crop(None, ctypes.addressof(raw), ctypes.addressof(c)) == 0
+    assert c.device == raw.device + 8 * 4 and c.device_interface == raw.device_interface
+    assert release(None, ctypes.addressof(c)) == 0
+    assert c.device == 0 and not c.device_interface
+    # The same halide_buffer_t cropped again, further on.
+    c.host, c.dim[0].min = raw.host + 40 * 4, 40
+    assert crop(None, ctypes.addressof(raw), ctypes.addressof(c)) == 0
+    assert c.device == raw.device + 40 * 4
+    assert release(None, ctypes.addressof(c)) == 0 and c.device == 0
+    # A crop still holding device memory is refused as a destination (what the first would be).
+    held = crop_of(raw, 0, 8)
+    assert crop(None, ctypes.addressof(raw), ctypes.addressof(held)) == 0
+    assert crop(None, ctypes.addressof(raw), ctypes.addressof(held)) == INCOMPATIBLE_DEVICE_INTERFACE
+    assert release(None, ctypes.addressof(held)) == 0
+
+
+def test_a_crop_of_lent_memory_copies_from_that_memory_after_device_free(gpu):
+    """device_free() of lent memory retires it: the storage lets go, and a crop Halide made of it
+    before reads its own elements from it, not the storage's new allocation. For a retired
+    allocation still tied to its storage: the crop's copy would move the whole storage from the
+    new allocation instead (counted as 256 bytes, the lent memory's bytes never read)."""
+    b = ramp((64,))
+    b.copy_to_device(gpu)
+    old = interface_of(b)["data"][0]  # lent: a consumer holds this pointer
+    raw = HalideBufferT.from_address(b._get_raw_halide_buffer_t())
+    crop = interface_entry(raw, "device_crop", ctypes.c_void_p, ctypes.c_void_p)
+    copy_to_host = interface_entry(raw, "copy_to_host", ctypes.c_void_p)
+    release = interface_entry(raw, "device_release_crop", ctypes.c_void_p)
+    c = crop_of(raw, 8, 16)
+    assert crop(None, ctypes.addressof(raw), ctypes.addressof(c)) == 0 and c.device == old + 32
+    live = standin.live_allocations()
+    b.device_free()
+    assert standin.live_allocations() == live  # lent: kept until the storage dies
+    standin.write(old + 32, np.full(16, -1, np.float32).tobytes())  # the consumer writes it meanwhile
+    b.copy_to_device(gpu)  # a new allocation for the storage, in sync with the host
+    assert HalideBufferT.from_address(b._get_raw_halide_buffer_t()).device not in (0, old)
+    moves = Moves(b)
+    c.flags = DEVICE_DIRTY
+    assert copy_to_host(None, ctypes.addressof(c)) == 0  # what halide_copy_to_host does
+    assert c.flags == 0 and moves() == down(16 * 4)
+    expected = np.arange(64, dtype=np.float32)
+    expected[8:24] = -1
+    np.testing.assert_array_equal(np.asarray(b), expected)
+    assert release(None, ctypes.addressof(c)) == 0 and c.device == 0
 
 
 # ---------------------------------------------------------------------------------------------
