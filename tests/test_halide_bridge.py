@@ -5,6 +5,7 @@ mis-detects AVX-512 on some CPUs); the OpenCL ones run on PoCL after
 ``hb.opencl.load_library()``, which opens the OpenCL loader where Halide's JIT runtime finds it.
 """
 
+import ctypes
 import gc
 import subprocess
 import sys
@@ -17,7 +18,7 @@ import pytest
 
 import halide_buffer as hb
 from conftest import NONE, Moves, bits_of, down, random_bits, up
-from pipelines import OPENCL_TARGET, c_compiler, compile_and_load, output_bounds_follow
+from pipelines import OPENCL_TARGET, HalideBufferT, c_compiler, compile_and_load, output_bounds_follow
 
 pytestmark = pytest.mark.needs_halide
 
@@ -592,3 +593,74 @@ def test_an_hl_buffers_memory_is_not_moved_into_shared_memory():
                                           r"first: b.copy\(\)"):
         b.share_memory()
     assert not b.is_shared and b.copy().share_memory().is_shared
+
+
+# -- from_halide: the same hl.Buffer again, malformed structs, released bindings ----------------
+
+
+@pytest.mark.parametrize("halide_type,name", HALIDE_TYPES, ids=TYPE_IDS)
+def test_the_same_host_hl_buffer_twice_is_a_view_with_its_dtype(halide_type, name):
+    # The second from_halide() of a bound hl.Buffer is a view of the first one's storage: it
+    # carries the element type too, not only the storage and geometry.
+    h = hl.Buffer(halide_type, [5, 3])
+    values = random_bits((3, 5), name, seed=2)
+    first = hb.Buffer.from_halide(h)
+    first.numpy(writable=True)[...] = values
+    second = hb.Buffer.from_halide(h)
+    assert second.shares_storage_with(first)
+    assert second.dtype.name == name and second.itemsize == halide_type.bytes() and second.nbytes == first.nbytes
+    np.testing.assert_array_equal(bits_of(second.numpy()), bits_of(values))
+
+
+class StructOnly(hl.Buffer):
+    """An hl.Buffer whose halide_buffer_t is one the test wrote (float32, no host memory)."""
+
+    def __init__(self, dimensions):
+        super().__init__(hl.Float(32), [1])
+        self.raw = HalideBufferT(type_code=2, type_bits=32, type_lanes=1, dimensions=dimensions)
+
+    def _get_raw_halide_buffer_t(self):
+        return ctypes.addressof(self.raw)
+
+
+@pytest.mark.parametrize("dimensions,said", [(1, "1 dimensions and no shape"), (3, "3 dimensions and no shape"),
+                                             (-1, "-1 dimensions")])
+def test_a_struct_with_dimensions_but_no_shape_is_refused_saying_so(dimensions, said):
+    # A halide_buffer_t with a negative dimension count, or dimensions and a null dim array: one
+    # dimension is enough to need a shape, and the message says there is none.
+    with pytest.raises(ValueError, match=rf"^Buffer\.from_halide\(\): the hl\.Buffer's halide_buffer_t has {said}; "
+                                         r"pass a defined hl\.Buffer$"):
+        hb.Buffer.from_halide(StructOnly(dimensions))
+
+
+def malloc_in_use():
+    """Bytes the C heap has handed out and not taken back (glibc's mallinfo2), or None."""
+
+    class MallInfo2(ctypes.Structure):
+        _fields_ = [(n, ctypes.c_size_t) for n in ("arena", "ordblks", "smblks", "hblks", "hblkhd", "usmblks",
+                                                   "fsmblks", "uordblks", "fordblks", "keepcost")]
+
+    mallinfo2 = getattr(ctypes.CDLL(None), "mallinfo2", None)
+    if mallinfo2 is None:
+        return None
+    mallinfo2.restype = MallInfo2
+    info = mallinfo2()
+    return info.uordblks + info.hblkhd
+
+
+def test_bindings_of_released_buffers_do_not_accumulate():
+    # Each from_halide() remembers which storage the hl.Buffer's struct is bound to; once the
+    # buffers are released those entries (and the storages' blocks their weak references keep)
+    # must be swept out, however many hl.Buffers stay alive: a loop over 4000 of them leaks
+    # nothing (each leaked entry would hold several hundred bytes).
+    if malloc_in_use() is None:
+        pytest.skip("needs glibc's mallinfo2 to see the C heap")
+    hls = [hl.Buffer(hl.UInt(8), [1]) for _ in range(4000)]
+    for h in hls[:100]:  # the table and its buckets at their steady size
+        hb.Buffer.from_halide(h)
+    gc.collect()
+    before = malloc_in_use()
+    for h in hls:
+        hb.Buffer.from_halide(h)
+    gc.collect()
+    assert malloc_in_use() - before < 40 * len(hls)

@@ -1,15 +1,18 @@
 """Shared memory: share_memory(), Buffer(shared=True), and what multiprocessing makes of a shared
 buffer under every start method and channel: the same memory, no copy, nothing left behind."""
 
+import ctypes
 import gc
 import multiprocessing as mp
 import os
 import pickle
+import resource
 import signal
 import subprocess
 import sys
 import tempfile
 import textwrap
+import threading
 from concurrent.futures import ProcessPoolExecutor
 
 import numpy as np
@@ -383,3 +386,104 @@ def test_plain_pickle_of_a_shared_buffer_copies_the_data():
     with pytest.raises(BufferError, match=r"_shared_handle\(\): the buffer is not in shared memory; call "
                                           r"b.share_memory\(\) first"):
         hb.Buffer((4,))._shared_handle()
+
+
+# --- what a failing system call becomes -----------------------------------------------------------
+
+def test_a_segment_larger_than_the_address_space_is_a_memory_error(no_segments_left):
+    # 2**48 bytes: memfd_create and ftruncate accept it (a sparse file), but no process can map it
+    # (user space is 2**47 bytes on x86-64, 2**48 on AArch64): mmap fails with ENOMEM, which is
+    # MemoryError, not a BufferError about memfd_create. Nothing is left open.
+    with pytest.raises(MemoryError, match=r"^Buffer\(\): mapping the shared memory failed: .*; free memory, "
+                                          r"or share less \(shared memory counts against the system's shmem "
+                                          r"limit\)$"):
+        hb.Buffer((2**18, 2**30), "uint8", shared=True)
+
+
+def lowest_free_descriptor():
+    fd = os.open(os.devnull, os.O_RDONLY)
+    os.close(fd)
+    return fd
+
+
+def test_running_out_of_descriptors_is_a_buffer_error_naming_the_limit(no_segments_left):
+    # Every descriptor below the soft limit in use: memfd_create fails with EMFILE, a BufferError
+    # that says to raise ulimit -n, never a MemoryError. share_memory() leaves the buffer as it was.
+    b = hb.Buffer((4,), "int32")
+    b[...] = np.arange(4, dtype=np.int32)
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    resource.setrlimit(resource.RLIMIT_NOFILE, (lowest_free_descriptor(), hard))
+    try:
+        with pytest.raises(BufferError, match=r"^Buffer\(\): memfd_create failed: .*; every shared storage holds "
+                                              r"one file descriptor in each process that maps it: raise the limit "
+                                              r"\(ulimit -n\) or share fewer, larger buffers$"):
+            hb.Buffer((4,), "int32", shared=True)
+        with pytest.raises(BufferError, match=r"^share_memory\(\): memfd_create failed: .*\(ulimit -n\)"):
+            b.share_memory()
+    finally:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+    assert not b.is_shared and np.asarray(b).tolist() == [0, 1, 2, 3]
+    assert b.share_memory().is_shared
+    del b
+
+
+def test_a_heap_block_moved_into_a_segment_is_read_and_written_there(no_segments_left):
+    # The buffer's own data pointer follows its bytes into the segment (a view 2 elements in, at
+    # byte offset 8): what it writes, another process mapping the segment reads, and the other
+    # way round; the handle sent to other processes names that offset.
+    v = hb.Buffer((8,), "int32")[2:]  # the only buffer left on its heap block
+    v[...] = np.arange(6, dtype=np.int32)
+    v.share_memory()
+    fd, offset = v._shared_handle()
+    assert offset == 8
+    assert os.pread(fd, 24, 8) == np.arange(6, dtype=np.int32).tobytes()
+    v[...] = np.arange(10, 16, dtype=np.int32)
+    assert os.pread(fd, 24, 8) == np.arange(10, 16, dtype=np.int32).tobytes()
+    os.pwrite(fd, np.int32(-7).tobytes(), 8 + 4 * 5)  # as another process writes the segment
+    assert np.asarray(v).tolist() == [10, 11, 12, 13, 14, -7]
+    del v
+
+
+LATE_CALLBACKS = []  # destructor callbacks a driver has not called yet
+
+
+def test_a_segment_received_while_its_last_buffer_is_released_stays_one_storage(dev, no_segments_left):
+    # The last buffer over a segment is released while the same segment arrives again (in another
+    # thread; here, deterministically, from the OpenCL driver's destructor callback of the
+    # buffer's device memory, which PoCL runs inside that release). The arrival is a new storage; the release that
+    # ends afterwards must not drop it from the process's table, or the next arrival of the
+    # segment would be a second storage (a second residency state) instead of a view of it.
+    notify = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_void_p)
+    set_callback = ctypes.CDLL(None).clSetMemObjectDestructorCallback
+    set_callback.argtypes, set_callback.restype = [ctypes.c_void_p, notify, ctypes.c_void_p], ctypes.c_int
+
+    def receive():
+        return _core._rebuild_shared_buffer(os.dup(fd), 0, "int32", (16,), (4,), (0,), False)
+
+    b = hb.Buffer((16,), "int32", shared=True)
+    b[...] = np.arange(16, dtype=np.int32)
+    fd = os.dup(b._shared_handle()[0])
+    b.copy_to_device(dev)
+    a = hb.opencl.as_array(b)
+    mem = a.data.int_ptr
+    del a
+    received, here = [], threading.get_ident()
+
+    def on_release(_mem, _data):
+        if threading.get_ident() == here:
+            received.append(receive())
+
+    callback = notify(on_release)
+    assert set_callback(mem, callback, None) == 0
+    del b  # its device memory is released with it: the segment arrives meanwhile
+    gc.collect()
+    if not received:
+        LATE_CALLBACKS.append(callback)  # the driver may still call it
+        os.close(fd)
+        pytest.skip(f"{dev.platform} calls a memory object's destructor callbacks later or on another thread, "
+                    "not inside clReleaseMemObject")
+    again = receive()
+    assert again.shares_storage_with(received[0])
+    assert np.asarray(again).tolist() == list(range(16))
+    del received, again
+    os.close(fd)
