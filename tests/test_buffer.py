@@ -1,15 +1,22 @@
 """The host Buffer: construction, wrapping, geometry, views and copies, for every dtype."""
 
 import ctypes
+import mmap
+import os
+import pickle
 
 import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from numpy.lib.stride_tricks import as_strided
 
 import halide_buffer as hb
 
-from conftest import ALL_DTYPES, bits_of, random_bits
+from buffer_protocol import PyBUF_C_CONTIGUOUS, PyBUF_F_CONTIGUOUS, release, request
+from conftest import ALL_DTYPES, Moves, bits_of, random_bits, up
+
+PyBUF_ANY_CONTIGUOUS = 0x98
 
 
 def test_the_public_names_import_and_runtime_buffer_makes_buffers():
@@ -160,6 +167,16 @@ def test_transposed_permutes_shape_strides_and_mins():
     np.testing.assert_array_equal(np.asarray(b.transposed([1, 0, 2])), a[:, :, 1:].transpose(1, 0, 2))
 
 
+def test_transposed_of_a_1d_buffer_is_the_buffer_as_it_is():
+    """A 1-d buffer has one permutation, (0,): taking it (or no axes) must not be refused as if
+    the buffer had no axes (that refusal is for 0-d buffers only)."""
+    a = np.arange(5, dtype=np.int16)
+    b = hb.Buffer.from_host(a).translated(0, 3)
+    for t in (b.transposed(0), b.transposed(), b.transposed((0,)), b.transposed(-1)):
+        assert (t.shape, t.strides, t.mins) == ((5,), (2,), (3,)) and t.shares_storage_with(b)
+        np.testing.assert_array_equal(np.asarray(t), a)
+
+
 def _index_strategy(shape):
     def axis(n):
         ints = st.integers(-n, n - 1) if n else st.nothing()
@@ -189,6 +206,21 @@ def test_getitem_matches_numpy(data):
     np.testing.assert_array_equal(np.asarray(got), expected)
 
 
+def test_getitem_step_whose_stride_overflows_gives_one_element_the_itemsize_stride():
+    """A slice that keeps one element with a step so large that stride * step overflows int64:
+    the axis gets the itemsize as its stride, not the wrapped product of the overflow (24 for the
+    first key, which is what NumPy shows)."""
+    a = np.arange(5, dtype=np.float64)
+    b = hb.Buffer.from_host(a)
+    for key in (slice(0, 1, 2**61 + 3), slice(2, None, 2**61 + 3), slice(-1, None, -(2**61 + 3))):
+        v = b[key]
+        assert (v.shape, v.strides, v.mins) == ((1,), (8,), (0,))
+        np.testing.assert_array_equal(np.asarray(v), a[key])
+    v = hb.Buffer.from_host(a.reshape(1, 5))[0:1:2**62 + 1, 1:4]  # 40 * (2**62 + 1) wraps to 40
+    assert (v.shape, v.strides) == ((1, 3), (8, 8))
+    np.testing.assert_array_equal(np.asarray(v), [[1, 2, 3]])
+
+
 def test_getitem_unit_step_keeps_coordinates_strided_restarts_them():
     b = hb.Buffer((6, 8), "uint8").cropped(1, 2, 6)
     assert b[1:4, 2:].mins == (1, 4)
@@ -213,6 +245,54 @@ def test_write_through_a_view_is_seen_by_parent_and_siblings():
     sibling = b.cropped(0, 2, 2)
     np.testing.assert_array_equal(np.asarray(sibling)[0], [0, 7, 7, 0])
     np.testing.assert_array_equal(np.asarray(b).sum(), 28)
+
+
+# --- contiguity as buffer-protocol consumers ask for it ---------------------------------------
+
+def granted(b, flags):
+    """Whether a C consumer's request with these PyBUF_* flags is granted (it is released again)."""
+    try:
+        view = request(b, flags)
+    except BufferError:
+        return False
+    release(view)
+    return True
+
+
+def test_fortran_contiguous_requests_are_refused_for_c_ordered_buffers():
+    """A Fortran-contiguous request is granted for an F-ordered buffer and refused, naming the fix,
+    for C-ordered ones (a first axis that is not empty does not make a buffer F-contiguous)."""
+    f = hb.Buffer((2, 3), "float32", order="F")
+    assert granted(f, PyBUF_F_CONTIGUOUS) and granted(f, PyBUF_ANY_CONTIGUOUS)
+    assert not granted(f, PyBUF_C_CONTIGUOUS)
+    for c in (hb.Buffer((2, 3), "float32"), hb.Buffer.from_host(np.zeros((4, 3), np.int16)[::2])):
+        with pytest.raises(BufferError, match=r"__buffer__\(\): a Fortran-contiguous buffer was requested; "
+                                              r"use b.transposed\(\).copy\(\).transposed\(\)"):
+            request(c, PyBUF_F_CONTIGUOUS)
+    assert granted(hb.Buffer((2, 3), "float32"), PyBUF_ANY_CONTIGUOUS)
+
+
+def test_fortran_contiguity_ignores_the_strides_of_axes_of_extent_one():
+    """An axis of extent 1 is never stepped along, so its stride does not decide contiguity; the
+    extent that lets a stride be ignored is the axis's own, not its neighbour's."""
+    row = hb.Buffer((1, 3), "float32")  # C order, strides (12, 4): one row is F-contiguous too
+    assert row.strides == (12, 4) and granted(row, PyBUF_F_CONTIGUOUS)
+    src = np.arange(12, dtype=np.float32)
+    gappy = hb.Buffer.from_host(as_strided(src, (3, 1), (8, 12)))  # every other element of src
+    assert gappy.strides == (8, 12) and not gappy.is_c_contiguous
+    for flags in (PyBUF_F_CONTIGUOUS, PyBUF_C_CONTIGUOUS):
+        assert not granted(gappy, flags)
+    with pytest.raises(BufferError, match=r"__buffer__\(\): a contiguous buffer was requested; call b.copy\(\) first"):
+        request(gappy, PyBUF_ANY_CONTIGUOUS)
+
+
+def test_a_buffer_empty_along_its_first_axis_is_fortran_contiguous_whatever_its_strides():
+    """No element, no gap: a buffer whose first axis is empty is granted a Fortran-contiguous
+    request even when that axis's stride is not the itemsize."""
+    for b in (hb.Buffer((0, 3), "float32"), hb.Buffer((0, 2, 3), "uint16"),
+              hb.Buffer.from_host(np.zeros((4, 6), np.float32)[0:0, ::2])):
+        assert b.size == 0 and b.strides[0] != b.itemsize
+        assert granted(b, PyBUF_F_CONTIGUOUS) and granted(b, PyBUF_ANY_CONTIGUOUS)
 
 
 # --- bits, copies, repr ---------------------------------------------------------------------
@@ -241,3 +321,82 @@ def test_len():
     assert len(hb.Buffer((3, 2))) == 3
     with pytest.raises(TypeError, match=r"len\(\): a 0-d buffer has no length; use b.size"):
         len(hb.Buffer(()))
+
+
+# --- pickling: the elements as one dense run --------------------------------------------------
+
+@pytest.mark.parametrize("protocol", [4, 5])
+def test_pickle_round_trip_keeps_dtype_shape_and_values(protocol):
+    """A dense buffer is pickled as its bytes (one byte per element of the run, not one item)."""
+    a = np.arange(12, dtype=np.float32).reshape(3, 4) - 5.5
+    for b in (hb.Buffer.from_host(a), hb.Buffer.from_host(a.T), hb.Buffer.from_host(a).translated((2, -1))):
+        back = pickle.loads(pickle.dumps(b, protocol=protocol))
+        assert (back.dtype.name, back.shape, back.mins) == ("float32", b.shape, b.mins)
+        np.testing.assert_array_equal(np.asarray(back), np.asarray(b))
+
+
+@pytest.mark.parametrize("protocol", [4, 5])
+def test_pickle_of_a_view_with_gaps_copies_its_elements(protocol):
+    """Views that are not one dense run are pickled as a copy of their elements: a gap between
+    the elements of an axis whose neighbour has extent 1, and more axes than a short sort handles
+    (17, 18) all stepping over the same memory with one stride."""
+    src = np.arange(18, dtype=np.float32)
+    gappy = src[:6].reshape(6, 1)[::2]  # shape (3, 1), strides (8, 4)
+    same = as_strided(src, (2,) * 17, (4,) * 17)  # 17 axes over the same 18 elements: sum of the indices
+    broadcast = np.broadcast_to(np.float32(7), (2,) * 18)
+    for view in (gappy, gappy.T, same, broadcast):
+        back = pickle.loads(pickle.dumps(hb.Buffer.from_host(view), protocol=protocol))
+        assert back.shape == view.shape
+        np.testing.assert_array_equal(np.asarray(back), view)
+
+
+# --- large allocations: huge pages ------------------------------------------------------------
+
+def mappings():
+    """This process's mappings, from /proc/self/smaps: [(start, end, name, VmFlags)]."""
+    out = []
+    with open("/proc/self/smaps") as f:
+        for line in f:
+            fields = line.split()
+            if fields and fields[0] == "VmFlags:":
+                out[-1][3].update(fields[1:])
+            elif fields and "-" in fields[0] and ":" not in fields[0]:
+                lo, hi = (int(x, 16) for x in fields[0].split("-"))
+                out.append((lo, hi, fields[5] if len(fields) > 5 else "", set()))
+    return out
+
+
+@pytest.mark.skipif(not (os.path.exists("/proc/self/smaps") and os.path.exists("/sys/kernel/mm/transparent_hugepage")),
+                    reason="needs Linux with transparent huge pages")
+def test_large_allocations_ask_for_huge_pages_on_all_their_pages_and_no_others():
+    """A block of 4 MiB or more is advised MADV_HUGEPAGE (as NumPy does): every page of it, up to
+    its last, whatever the parity of its end's page number (blocks of odd page counts, mapped one
+    below another), and no mapping outside it (the stack above it keeps its flags)."""
+    assert [m for m in mappings() if m[2] == "[stack]"]
+    assert not any("hg" in m[3] for m in mappings() if m[2] == "[stack]")
+    page = mmap.PAGESIZE
+    blocks = [hb.Buffer(((4 << 20) + (2 * k + 1) * page,), "uint8") for k in range(4)]
+    spans = [(np.asarray(b).ctypes.data, np.asarray(b).ctypes.data + b.nbytes) for b in blocks]
+    maps = mappings()
+    for lo, hi in spans:
+        assert lo % page == 0 and hi % page == 0
+        covering = sorted(m for m in maps if m[0] < hi and m[1] > lo)
+        assert covering[0][0] <= lo and covering[-1][1] >= hi
+        assert all(a[1] == b[0] for a, b in zip(covering, covering[1:]))  # no hole
+        assert all("hg" in m[3] for m in covering), [(hex(m[0]), hex(m[1]), m[3]) for m in covering]
+    assert not any("hg" in m[3] for m in maps if m[2] == "[stack]")
+
+
+# --- a dtype Halide has no type for, on a device ------------------------------------------------
+
+def test_complex128_moves_to_the_device_and_back_as_its_own_bytes(dev):
+    """complex128's storage is bytes to Halide (no 16-byte type): one upload and one download
+    move exactly its nbytes, and the values come back."""
+    a = (np.arange(6) + 1j * np.arange(6, 12)).astype(np.complex128).reshape(2, 3)
+    b = hb.Buffer.from_host(a.copy(), external_writes=False)
+    moves = Moves(b)
+    b.copy_to_device(dev)
+    assert moves() == up(a.nbytes)
+    b.set_device_dirty()
+    np.testing.assert_array_equal(np.asarray(b), a)
+    assert moves() == (0, 0, 1, a.nbytes)

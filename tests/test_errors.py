@@ -199,6 +199,20 @@ def test_bad_view_arguments(b, call, error, message):
     assert snapshot(b) == before
 
 
+def test_transposing_a_0d_buffer_by_axes_says_it_has_none():
+    """A 0-d buffer given axes to transpose is told it has none and that b.transposed() without
+    axes returns it as it is; a 1-d buffer's single axis is no such error."""
+    zero = hb.Buffer((), "float32")
+    before = snapshot(zero)
+    for axes in ((0,), (0, 0), (-1,)):
+        with pytest.raises(ValueError, match=r"^transposed\(\): a 0-d buffer has no axes to transpose; call "
+                                             r"b.transposed\(\) without axes, which returns the buffer as it is$"):
+            zero.transposed(*axes)
+    assert snapshot(zero) == before
+    assert zero.transposed().shape == () and zero.transposed(()).shape == ()
+    assert hb.Buffer((3,), "float32").transposed(0).shape == (3,)
+
+
 # --- residency and exports -------------------------------------------------------------------
 
 def test_writable_requests_on_read_only_sources(b):
