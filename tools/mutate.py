@@ -316,8 +316,14 @@ class Worker:
         original = path.read_bytes()
         try:
             path.write_text(mutated(original.decode("utf-8"), m), encoding="utf-8")
-            build_s = 0.0
-            if not m.file.endswith(".py"):  # Python runs from the scratch tree as it is
+            if m.file.endswith(".py"):
+                # Python runs from the scratch tree as it is, but the extension may still hold the last
+                # C++ mutant (its source is restored, not yet rebuilt): build the unmutated one first.
+                rc, out, build_s = build(self.scratch, self.env, self.build_timeout)
+                if rc != 0:
+                    return Result(m, "ERROR", build_s, detail=f"the unmutated extension does not build: "
+                                                              f"{first_error(out)}", loud=True)
+            else:
                 objects = objects_including(self.scratch, m.file)
                 if not objects:
                     return Result(m, "ERROR", detail=f"no object of the build includes {m.file}: the mutant "
