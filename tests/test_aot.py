@@ -257,6 +257,31 @@ def test_float32_with_a_float_param_by_position_and_name(host):
     np.testing.assert_array_equal(np.asarray(p(a, 8)), expected_scaled(a, 8))
 
 
+def scaled_f64_func():
+    """out(x, y) = in(x, y) * gain, float64 with a float64 Param."""
+    x, y = hl.Var("x"), hl.Var("y")
+    inp = hl.ImageParam(hl.Float(64), 2, "inp")
+    gain = hl.Param(hl.Float(64), "gain")
+    out = hl.Func("scaled64")
+    out[x, y] = inp[x, y] * gain
+    output_bounds_follow(out, inp)
+    return out, [inp, gain]
+
+
+def test_a_float64_param_takes_the_full_double(tmp_path):
+    # A float64 scalar is stored as a double (bug: only 32-bit floats were accepted, and a float64
+    # Param was refused as unsupported). The gain is no float32: the low bits must arrive too.
+    p = compile_and_load(tmp_path, c_compiler(), *scaled_f64_func(), "hb_aot_scaled64")
+    assert p.arguments[1] == {"name": "gain", "kind": "input_scalar", "dtype": "float64", "dimensions": 0}
+    a = np.arange(12, dtype=np.float64).reshape(3, 4) - 5
+    gain = 1 + 2.0**-40
+    for got in (p(a, gain), p(inp=a, gain=np.float64(gain)), p(a, 3)):
+        assert got.dtype.name == "float64"
+    np.testing.assert_array_equal(np.asarray(p(a, gain)), a * gain)
+    np.testing.assert_array_equal(np.asarray(p(a, -3)), a * -3.0)
+    assert (np.asarray(p(a, gain)) != a).sum() == 11  # every nonzero element moved by its low bits
+
+
 @pytest.mark.parametrize("scalar", [np.float32, np.float16])
 def test_a_float_param_takes_numpy_float_scalars(host, scalar):
     a = random_f32(np.random.default_rng(21), (2, 32))

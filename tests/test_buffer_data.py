@@ -496,6 +496,31 @@ def test_copy_between_rows_of_different_pitches_on_a_cuda_device(cuda_dev):
     assert np.array_equal(b.numpy(), expected)
 
 
+@pytest.mark.parametrize("shape", [(6, 9, 16), (5, 11, 16)], ids=["more-outer", "more-inner"])
+def test_rectangles_take_the_longer_of_two_axes_as_rows_on_a_cuda_device(cuda_dev, shape):
+    """Half rows of every other row: two axes either of which can be a rectangle's rows, but
+    neither the other's slices (its pitch is no whole number of the other's pitches, or is
+    lower than its rows): the rows are the longer axis, whichever it is, and the loop around
+    the rectangles runs over the shorter one (5 commands each way). For an axis taken as rows
+    without counting its elements as the best so far (the last fitting axis won: 6 commands)."""
+    b = hb.Buffer(shape, "uint8")
+    b.copy_to_device(cuda_dev)
+    v = b[:, ::2, :8]
+    assert sorted(v.shape[:2]) == [5, 6]
+    values = np.arange(v.size, dtype=np.uint8).reshape(v.shape) + 1
+    moves, rectangles = Moves(b), cuda_standin.calls("cuMemcpy3DAsync")
+    v[...] = values
+    assert moves() == up(values.nbytes) and b.device_dirty()
+    assert cuda_standin.calls("cuMemcpy3DAsync") == rectangles + 5
+    back = hb.Buffer(v.shape, "uint8")
+    back.copy_from(v)
+    assert moves() == down(values.nbytes) and cuda_standin.calls("cuMemcpy3DAsync") == rectangles + 10
+    assert np.array_equal(back.numpy(), values)
+    expected = np.zeros(shape, np.uint8)
+    expected[:, ::2, :8] = values
+    assert np.array_equal(b.numpy(), expected)
+
+
 # --- __setitem__ --------------------------------------------------------------------------------
 
 @pytest.mark.parametrize("key", [0, -1, (1, 2), np.s_[1:3], np.s_[:, ::2], np.s_[::-1, 1:], np.s_[...],

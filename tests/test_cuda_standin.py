@@ -254,6 +254,25 @@ def test_a_device_fill_sets_each_element_with_one_memset_of_the_elements_width(g
         moves()
 
 
+def test_a_device_fill_looped_around_its_rectangles_stays_on_the_device(gpu):
+    """Two of every four int32 of every other row: the rows of the memsets are the outer axis (6
+    rows 144 bytes apart), and the pitch of the other axis (32 bytes) is no slice of them, so the
+    fill is 5 cuMemsetD2D32 in a loop whose step is a whole number of words. For a loop step
+    judged misaligned when it is a multiple of the word (the fill then went to the host: the
+    device copy downloaded first)."""
+    b = ramp((6, 9, 4), "int32")
+    b.copy_to_device(gpu)
+    target = b[:, ::2, :2]
+    moves, before = Moves(b), memset_calls()
+    target.fill(-0x05060708)
+    after = memset_calls()
+    assert {e: after[e] - before[e] for e in MEMSETS if after[e] != before[e]} == {"cuMemsetD2D32Async": 5}
+    assert b.device_dirty() and moves() == NONE
+    expected = np.arange(6 * 9 * 4).astype(np.int32).reshape(6, 9, 4)
+    expected[:, ::2, :2] = -0x05060708
+    np.testing.assert_array_equal(np.asarray(b), expected)
+
+
 @pytest.mark.parametrize("reversed_side", ["destination", "source"])
 def test_a_device_copy_between_reversed_rows_puts_each_row_in_its_place(gpu, reversed_side):
     """Rows in opposite orders on the two sides are one cuMemcpyDtoDAsync per row, each at its

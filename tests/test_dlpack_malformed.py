@@ -22,7 +22,11 @@ The positive controls at the top show that the harness itself describes tensors 
 
 import ctypes
 import gc
+import os
+import pathlib
 import re
+import subprocess
+import sys
 from collections import Counter
 
 import numpy as np
@@ -511,6 +515,40 @@ def test_packed_sub_byte_tensor_needs_copy_true_and_is_unpacked(versioned, dtype
     del capsule, b
     settle()
     assert t.deletes == 1 and t2.deletes == 1
+
+
+_UNPACK_AT_A_PAGE_END = """
+import ctypes, mmap, sys
+import numpy as np
+import halide_buffer as hb
+from test_dlpack_malformed import FLOAT4_E2M1FN, UINT, Tensor
+libc = ctypes.CDLL(None)
+libc.mmap.restype = ctypes.c_void_p
+libc.mmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_long]
+libc.mprotect.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
+page = mmap.PAGESIZE
+base = libc.mmap(None, 2 * page, mmap.PROT_READ | mmap.PROT_WRITE, mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS, -1, 0)
+assert base not in (None, ctypes.c_void_p(-1).value)
+assert libc.mprotect(base + page, page, 0) == 0  # PROT_NONE: the byte after the tensor faults
+end = (ctypes.c_uint8 * 2).from_address(base + page - 2)
+end[:] = [0x21, 0x43]
+values = np.ctypeslib.as_array(end)
+for dtype, shape in (((UINT, 4, 1), [4]), ((FLOAT4_E2M1FN, 4, 2), [2])):
+    t = Tensor(values, versioned=False, dtype=dtype, shape=shape, strides=[1])
+    print(np.asarray(hb.from_dlpack(t.capsule(), copy=True)).view(np.uint8).ravel().tolist())
+"""
+
+
+def test_unpacking_reads_no_byte_past_the_packed_tensor():
+    # The last value of a packed tensor ends at the end of its last byte: the byte after it is
+    # not the tensor's and need not exist (bug: a value ending exactly on a byte boundary read the
+    # next byte too). The tensor here ends where an inaccessible page begins, in a child process.
+    tests = str(pathlib.Path(__file__).parent)
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([tests, os.environ.get("PYTHONPATH", "")]))
+    run = subprocess.run([sys.executable, "-c", _UNPACK_AT_A_PAGE_END], capture_output=True, text=True, env=env,
+                         timeout=60)
+    assert run.returncode == 0, run.stderr[-2000:]
+    assert run.stdout.split("\n")[:2] == ["[1, 2, 3, 4]", "[1, 2, 3, 4]"]
 
 
 # ---------------------------------------------------------------------------------------------

@@ -259,3 +259,29 @@ def test_buffer_methods_refuse_other_objects(method):
 def test_big_endian_error_names_the_entry_point():
     with pytest.raises(ValueError, match=r"Buffer\(\): >f4 is big-endian; convert the data to native byte order"):
         hb.Buffer(3, ">f4")
+
+
+class _Described:
+    """Memory described through __array_interface__ alone: an address, a shape and byte strides,
+    none of it read (the description is the describer's word)."""
+
+    def __init__(self, address, shape, strides, typestr="|u1"):
+        self.__array_interface__ = dict(version=3, shape=shape, typestr=typestr, data=(address, False),
+                                        strides=strides)
+
+
+def test_memory_whose_lowest_byte_is_address_0_is_in_the_address_space_and_one_below_is_not():
+    # The bound is inclusive: a view walking backwards from address 4096 reaches address 0 with
+    # 4097 bytes (wrapped without reading them), one more byte would wrap below 0 (bug: `base <= -lo`
+    # refused the lowest address itself).
+    b = hb.Buffer.from_host(np.asarray(_Described(4096, (4097,), (-1,))))
+    assert b.shape == (4097,) and b.strides == (-1,) and not b.readonly
+    for copy in (False, True):
+        with pytest.raises(BufferError, match=r"^Buffer.from_host\(\): data and strides reach beyond the address "
+                                              r"space; the memory's description is broken"):
+            hb.Buffer.from_host(np.asarray(_Described(4095, (4097,), (-1,))), copy=copy)
+    # Two axes and wider elements: the element at index (0, 0) at 44, the lowest byte at 0.
+    two_axes = np.asarray(_Described(44, (3, 4), (-16, -4), "<i4"))
+    assert hb.Buffer.from_host(two_axes).shape == (3, 4)
+    with pytest.raises(BufferError, match=r"data and strides reach beyond the address space"):
+        hb.Buffer.from_host(np.asarray(_Described(40, (3, 4), (-16, -4), "<i4")))

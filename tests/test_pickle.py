@@ -3,6 +3,9 @@ copy, copy.copy/deepcopy, device copies downloaded once, damaged pickles refused
 
 import copy
 import pickle
+import subprocess
+import sys
+import sysconfig
 
 import numpy as np
 import pyopencl as cl
@@ -11,6 +14,7 @@ import pytest
 import halide_buffer as hb
 from conftest import ALL_DTYPES, NONE, Moves, bits_of, random_bits
 from halide_buffer import _core
+from pipelines import c_compiler
 
 PROTOCOLS = range(0, pickle.HIGHEST_PROTOCOL + 1)
 
@@ -126,6 +130,118 @@ def test_writable_data_handed_back_read_only_is_copied_once():
     assert not c.readonly and np.array_equal(np.asarray(c), a)
     c[0] = 7  # its own copy
     assert np.asarray(b)[0] == a[0]
+
+
+# An exporter as the buffer protocol allows one to be: it lends its memory writable only to a
+# consumer that asks for PyBUF_WRITABLE, read-only otherwise, and counts the requests of each kind.
+LENDER_SOURCE = r"""
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <structmember.h>
+
+typedef struct {
+    PyObject_HEAD
+    PyObject *base;
+    Py_ssize_t writable_requests, plain_requests;
+} Lender;
+
+static int lender_init(Lender *self, PyObject *args, PyObject *kwargs) {
+    PyObject *base;
+    if (!PyArg_ParseTuple(args, "O", &base)) return -1;
+    Py_INCREF(base);
+    Py_XSETREF(self->base, base);
+    return 0;
+}
+
+static void lender_dealloc(Lender *self) {
+    Py_XDECREF(self->base);
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+static int lender_getbuffer(Lender *self, Py_buffer *view, int flags) {
+    if (PyObject_GetBuffer(self->base, view, flags) != 0) return -1;
+    if (flags & PyBUF_WRITABLE) {
+        self->writable_requests++;
+    } else {
+        self->plain_requests++;
+        view->readonly = 1;
+    }
+    return 0;
+}
+
+static PyBufferProcs lender_as_buffer = {(getbufferproc)lender_getbuffer, NULL};
+
+static PyMemberDef lender_members[] = {
+    {"writable_requests", T_PYSSIZET, offsetof(Lender, writable_requests), READONLY, NULL},
+    {"plain_requests", T_PYSSIZET, offsetof(Lender, plain_requests), READONLY, NULL},
+    {NULL},
+};
+
+static PyTypeObject LenderType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "pickle_lender.Lender",
+    .tp_basicsize = sizeof(Lender),
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_new = PyType_GenericNew,
+    .tp_init = (initproc)lender_init,
+    .tp_dealloc = (destructor)lender_dealloc,
+    .tp_as_buffer = &lender_as_buffer,
+    .tp_members = lender_members,
+};
+
+static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "pickle_lender", NULL, -1, NULL};
+
+PyMODINIT_FUNC PyInit_pickle_lender(void) {
+    if (PyType_Ready(&LenderType) < 0) return NULL;
+    PyObject *m = PyModule_Create(&module);
+    if (!m) return NULL;
+    Py_INCREF(&LenderType);
+    if (PyModule_AddObject(m, "Lender", (PyObject *)&LenderType) < 0) return NULL;
+    return m;
+}
+"""
+
+
+@pytest.fixture(scope="module")
+def lender(tmp_path_factory):
+    """pickle_lender.Lender(memory): LENDER_SOURCE built as a CPython extension."""
+    directory = tmp_path_factory.mktemp("lender")
+    source = directory / "pickle_lender.c"
+    source.write_text(LENDER_SOURCE)
+    out = directory / ("pickle_lender" + sysconfig.get_config_var("EXT_SUFFIX"))
+    built = subprocess.run([c_compiler(), "-shared", "-fPIC", "-I" + sysconfig.get_paths()["include"], str(source),
+                            "-o", str(out)], capture_output=True, text=True)
+    assert built.returncode == 0, built.stderr
+    sys.path.insert(0, str(directory))
+    try:
+        import pickle_lender
+    finally:
+        sys.path.remove(str(directory))
+    return pickle_lender.Lender
+
+
+def test_writable_data_is_asked_for_writable_memory_and_used_in_place(lender):
+    # An exporter may hand read-only memory to a consumer that does not ask to write: loading a
+    # writable buffer must ask, and then aliases the memory (bug: the request asked for writable
+    # memory only for read-only buffers, so the writable one got a copy and a read-only one asked
+    # to write).
+    b, a = filled((6,), "int32")
+    s, [handed] = out_of_band(b)
+    memory = bytearray(handed.raw())
+    lent = lender(memory)
+    c = pickle.loads(s, buffers=[lent])
+    assert not c.readonly and np.array_equal(np.asarray(c), a)
+    assert (lent.writable_requests, lent.plain_requests) == (1, 0)
+    c[2] = 77  # a write into the lent memory, not into a copy
+    assert np.frombuffer(memory, np.int32)[2] == 77
+    # A read-only buffer asks for no write access, and stays read-only over writable memory.
+    data = np.arange(5, dtype=np.int16)
+    data.flags.writeable = False
+    s, [handed] = out_of_band(hb.Buffer.from_host(data))
+    lent = lender(bytearray(handed.raw()))
+    c = pickle.loads(s, buffers=[lent])
+    assert c.readonly and np.asarray(c).tolist() == list(range(5))
+    assert lent.writable_requests == 0 and lent.plain_requests >= 1
 
 
 def test_pickling_a_device_resident_buffer_downloads_once_and_sends_host_data(dev, queue):

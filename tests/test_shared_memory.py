@@ -400,6 +400,22 @@ def test_a_segment_larger_than_the_address_space_is_a_memory_error(no_segments_l
         hb.Buffer((2**18, 2**30), "uint8", shared=True)
 
 
+def test_a_received_descriptor_that_cannot_be_mapped_is_refused_and_closed(no_segments_left):
+    # The segment reopened read-only (through /proc): it is sealed, but a shared writable mapping
+    # of it fails with EACCES, which is the error, and the descriptor is closed (bug: the failed
+    # mapping was taken for the segment's memory).
+    b = hb.Buffer((64,), "uint8", shared=True)
+    fd, _ = b._shared_handle()
+    read_only = os.open(f"/proc/self/fd/{fd}", os.O_RDONLY)
+    del b, fd
+    gc.collect()  # the segment is now known to no storage of this process: it is mapped anew
+    with pytest.raises(BufferError, match=r"^pickle.loads\(\): mapping the received shared memory failed: "
+                                          r"Permission denied; "):
+        _core._rebuild_shared_buffer(read_only, 0, "uint8", (64,), (1,), (0,), True)
+    with pytest.raises(OSError):
+        os.fstat(read_only)  # taken and closed
+
+
 def lowest_free_descriptor():
     fd = os.open(os.devnull, os.O_RDONLY)
     os.close(fd)
