@@ -326,6 +326,20 @@ def test_copy_from_within_one_storage_behaves_as_numpy_with_overlap():
     assert np.array_equal(b.numpy(), expected)
 
 
+def test_copy_from_between_overlapping_strided_views_takes_the_source_as_it_was():
+    """Every other element shifted on by one of them (and back): the views share bytes, and
+    their elements are copied one at a time, so only a copy through a staging buffer gives
+    NumPy's result. For overlapping views taken as disjoint (each element copied from one the
+    copy already overwrote)."""
+    values = np.arange(40, dtype=np.int32).reshape(2, 20)
+    for dst_key, src_key in ((np.s_[:, 2::2], np.s_[:, :-2:2]), (np.s_[:, :-2:2], np.s_[:, 2::2])):
+        b = host(values)
+        b[dst_key].copy_from(b[src_key])
+        expected = values.copy()
+        expected[dst_key] = expected[src_key]
+        assert np.array_equal(b.numpy(), expected), (dst_key, src_key)
+
+
 def test_copy_from_refuses_mismatches_and_changes_nothing():
     dst = host(np.zeros((2, 3), np.float32))
     with pytest.raises(TypeError, match=r"^copy_from\(\): the source is float64, the buffer float32; convert"):
@@ -518,6 +532,29 @@ def test_rectangles_take_the_longer_of_two_axes_as_rows_on_a_cuda_device(cuda_de
     assert np.array_equal(back.numpy(), values)
     expected = np.zeros(shape, np.uint8)
     expected[:, ::2, :8] = values
+    assert np.array_equal(b.numpy(), expected)
+
+
+@pytest.mark.parametrize("shape, key", [((5, 3, 16), np.s_[:, :2, :8]), ((2, 6, 16), np.s_[:, :5, :8])],
+                         ids=["2-rows-5-slices", "5-rows-2-slices"])
+def test_rows_and_slices_apart_are_one_rectangle_on_a_cuda_device(cuda_dev, shape, key):
+    """Half rows of some rows of each plane: the rows (16 bytes apart) and the planes (a whole
+    number of rows apart, past the last row taken) cannot merge, but they are the rows and
+    slices of one 3-D rectangle, each way. For slices checked against the extent of another axis
+    than the rows (taken as overlapping them: a loop of 2-D rectangles instead)."""
+    b = hb.Buffer(shape, "uint8")
+    b.copy_to_device(cuda_dev)
+    v = b[key]
+    values = np.arange(v.size, dtype=np.uint8).reshape(v.shape) + 1
+    moves, rectangles = Moves(b), cuda_standin.calls("cuMemcpy3DAsync")
+    v[...] = values
+    assert moves() == up(values.nbytes) and cuda_standin.calls("cuMemcpy3DAsync") == rectangles + 1
+    back = hb.Buffer(v.shape, "uint8")
+    back.copy_from(v)
+    assert moves() == down(values.nbytes) and cuda_standin.calls("cuMemcpy3DAsync") == rectangles + 2
+    assert np.array_equal(back.numpy(), values)
+    expected = np.zeros(shape, np.uint8)
+    expected[key] = values
     assert np.array_equal(b.numpy(), expected)
 
 

@@ -526,6 +526,30 @@ def crop_of(raw, first, extent):
     return crop
 
 
+def test_buffer_copy_from_a_storage_laid_out_backwards_reads_its_own_elements(gpu):
+    """Our interface's buffer_copy (as a Halide runtime calls it) from a storage whose own
+    strides are negative, into another device buffer: its element 0 lies 78 bytes into the
+    allocation, and the source's place is counted from that element (the whole storage and a
+    crop of its rows alike). For the place of the source taken as its offset plus the storage's
+    instead of minus it (elements read 156 bytes off)."""
+    values = np.arange(40, dtype=np.int16).reshape(5, 8)
+    src = hb.Buffer.from_host(values.copy()[::-1, ::-1], external_writes=False)
+    assert src.strides == (-16, -2)
+    src.copy_to_device(gpu)
+    src.set_device_dirty()  # the device copy is the newer one: the copy must read it there
+    crop_expected = np.zeros((5, 8), np.int16)
+    crop_expected[1:4] = values[::-1, ::-1][1:4]  # by coordinates: rows 1 to 3 of the storage
+    for view, expected in ((src, values[::-1, ::-1]), (src[1:4], crop_expected)):
+        dst = hb.Buffer((5, 8), "int16")
+        dst.copy_to_device(gpu)
+        raw_src = HalideBufferT.from_address(view._get_raw_halide_buffer_t())
+        raw_dst = HalideBufferT.from_address(dst._get_raw_halide_buffer_t())
+        copy = interface_entry(raw_src, "buffer_copy", ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p)
+        assert copy(None, ctypes.addressof(raw_src), raw_dst.device_interface, ctypes.addressof(raw_dst)) == 0
+        dst.set_device_dirty()  # the interface's copy leaves the flags to its caller
+        np.testing.assert_array_equal(np.asarray(dst), expected)
+
+
 def test_a_released_crop_has_no_device_memory_and_takes_another_crop(gpu):
     """halide_device_release_crop through our interface leaves the crop without device memory
     (device 0), as Halide's rule says: a crop whose device field stayed set would be refused as

@@ -442,6 +442,18 @@ def test_an_empty_array_reads_nothing_outside_so_boundary_none_is_not_refused(pi
         hb.dask.map_pipeline(p, da.from_array(np.zeros((3, 20), np.uint8), chunks=(5, 10)))
 
 
+def test_a_region_of_one_row_leaving_the_input_is_refused(pipes):
+    """An array of one row: the region each chunk reads has one row and leaves the input along x,
+    which boundary='none' refuses before any task runs (a bug took an axis of one element for
+    an empty region, which reads nothing)."""
+    with pytest.raises(ValueError, match=r"hb_dask_across reads input 'inp' over mins \(0, -1\), shape \(1, 12\) "
+                                         r"for the output chunk \(0, 0\), outside the input's shape \(1, 20\)"):
+        hb.dask.map_pipeline(pipes["across"], da.from_array(np.zeros((1, 20), np.uint8), chunks=(5, 10)))
+    a = random_bits((1, 20), "uint8", seed=21)
+    got = hb.dask.map_pipeline(pipes["across"], da.from_array(a, chunks=(5, 10)), boundary="nearest").compute()
+    same_bits(got, whole_call(pipes["across"], {"inp": a}, boundary="nearest"))
+
+
 def test_a_halide_error_in_one_chunk_names_the_chunk(pipes):
     a = np.zeros((30, 40), np.uint8)
     a[25, 33] = 255

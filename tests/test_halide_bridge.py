@@ -256,6 +256,16 @@ def test_mins_are_kept_in_numpy_axis_order():
     assert b.to_halide() is h
 
 
+def test_mins_at_both_ends_of_halides_int32_coordinates_reach_the_hl_buffer():
+    # The lowest and the highest int32 are coordinates too (bug: a min of -2**31 was refused).
+    low = hb.Buffer((2, 3), "int32").translated((-(2**31), 0))
+    h = low.to_halide()
+    assert (h.dim(1).min(), h.dim(0).min()) == (-(2**31), 0)
+    high = hb.Buffer((1, 3), "int32").translated((2**31 - 1, -7))
+    h = high.to_halide()
+    assert (h.dim(1).min(), h.dim(0).min(), h.dim(0).extent()) == (2**31 - 1, -7, 3)
+
+
 def test_strides_follow_the_hl_buffer():
     h = hl.Buffer(hl.UInt(16), [5, 4, 3], [2, 0, 1])  # storage order: z innermost, then x, then y
     b = hb.Buffer.from_halide(h)
