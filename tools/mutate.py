@@ -1,9 +1,11 @@
 #!/usr/bin/env python3
-"""Mutation testing of the C++ core: does the test suite notice a small bug in csrc/?
+"""Mutation testing: does the test suite notice a small bug in csrc/ or halide_buffer/?
 
-Each mutant in tools/mutants.toml replaces one exact snippet of a source file (a flipped
-comparison, an off-by-one, a dropped flag update) and names the test files that should catch it.
-For each selected mutant this script
+Two kinds of mutants. Generated ones (--generate; tools/mutant_generator.py): every operator over
+every line of the files of tools/mutation_areas.toml, a seeded random sample judged by the test
+files that table names for each file; the measure of the suite's strength. Listed ones
+(tools/mutants.toml): each replaces one exact snippet of a source file (a bug once found, or a rule
+that matters) and names the test files that should catch it. For each selected mutant this script
 
 1. copies the repository's tracked files, its build folder and its built extension into a scratch
    tree (once per job; the checkout it is run from is only read, never written),
@@ -16,12 +18,15 @@ Outcomes: KILLED (the tests failed), TIMEOUT (they ran past --timeout; counted a
 SURVIVED (they passed: the tests miss that bug), INVALID (the mutant does not compile; not
 counted), STALE (the snippet no longer occurs exactly once in the file, as after a refactoring,
 or a test file it names is gone: reported loudly and skipped, not counted), ERROR (pytest
-collected no test: fix the mutant's `tests`; or the build compiled nothing after the change, so
-the extension would not hold the mutant; not counted).
+collected no test: fix the mutant's `tests`; or an object including the mutated file did not
+recompile, so the extension would not hold the mutant: exit status 2), EQUIVALENT (a generated
+mutant tools/mutation_areas.toml lists as unable to change behaviour, with its reason: not run,
+not counted). Each list of tests first runs on the unmutated tree and must pass.
 
 Kill rate = killed / (killed + survived), timeouts counted as killed. The exit status is 1 when
 the rate is below --min-rate (or when no mutant could be judged), 0 otherwise.
 
+    python tools/mutate.py --generate --sample 170 --seed 2026 --jobs 2
     python tools/mutate.py --list                 # the mutants, and which are stale
     python tools/mutate.py                        # all of them
     python tools/mutate.py --only dlpack-readonly-flag,dtype-int16-code --keep
