@@ -26,6 +26,7 @@ import halide_buffer as hb
 
 import cuda_standin as standin
 from conftest import ALL_DTYPES, NONE, Moves, bits_of, down, filled, ramp, random_bits, up
+from pipelines import HalideBufferT, HalideDimension
 
 
 @pytest.fixture(scope="module", autouse=True, params=["cuda-driver-standin"])
@@ -488,21 +489,6 @@ def test_devices_retain_and_release_the_primary_context():
 # ---------------------------------------------------------------------------------------------
 # Halide's crops of our buffers, through the interface we publish
 # ---------------------------------------------------------------------------------------------
-
-
-class HalideDimension(ctypes.Structure):
-    _fields_ = [("min", ctypes.c_int32), ("extent", ctypes.c_int32), ("stride", ctypes.c_int32),
-                ("flags", ctypes.c_uint32)]
-
-
-class HalideBufferT(ctypes.Structure):
-    """halide_buffer_t as a Halide runtime sees it."""
-
-    _fields_ = [("device", ctypes.c_uint64), ("device_interface", ctypes.c_void_p), ("host", ctypes.c_void_p),
-                ("flags", ctypes.c_uint64), ("type_code", ctypes.c_uint8), ("type_bits", ctypes.c_uint8),
-                ("type_lanes", ctypes.c_uint16), ("dimensions", ctypes.c_int32),
-                ("dim", ctypes.POINTER(HalideDimension)), ("padding", ctypes.c_void_p)]
-
 
 DEVICE_DIRTY = 2  # halide_buffer_flag_device_dirty
 INCOMPATIBLE_DEVICE_INTERFACE = -42  # halide_error_code_incompatible_device_interface

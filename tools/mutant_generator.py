@@ -185,7 +185,7 @@ def op_index(line, mask, lang, _next):
         inner = m.group(1).strip()
         if not inner or inner.startswith(("&", "=")) or inner == "this":
             continue
-        yield line[: m.start(1)] + line[m.start(1): m.end(1)] + " + 1" + line[m.end(1):]
+        yield line[: m.end(1)] + " + 1" + line[m.end(1):]
 
 
 CPP_KEYWORDS = ("return", "throw", "if", "else", "for", "while", "case", "break", "continue", "goto",
@@ -206,7 +206,7 @@ def op_delete(line, mask, lang, next_line):
         count = re.fullmatch(r"(?:\+\+|--)\s*" + LVALUE + "|" + LVALUE + r"\s*(?:\+\+|--)", body)
         call = re.fullmatch(LVALUE + r"\s*(?:<[^;]*>)?\s*\(.*\)", body)
         if (assign and "==" not in body.split("=")[0]) or count or call:
-            # An else/if/for without braces right above: deleting would hand the next statement to it.
+            # An empty statement, not nothing: an if, else or for without braces above keeps a body.
             yield indent + ";"
     else:
         if code.startswith(("return", "raise", "yield", "def ", "class ", "import ", "from ", "@", "global ",
