@@ -14,7 +14,7 @@ import pytest
 import halide_buffer as hb
 from conftest import ALL_DTYPES, NONE, Moves, bits_of, random_bits
 from halide_buffer import _core
-from pipelines import c_compiler
+from native_library import compiler
 
 PROTOCOLS = range(0, pickle.HIGHEST_PROTOCOL + 1)
 
@@ -209,7 +209,7 @@ def lender(tmp_path_factory):
     source = directory / "pickle_lender.c"
     source.write_text(LENDER_SOURCE)
     out = directory / ("pickle_lender" + sysconfig.get_config_var("EXT_SUFFIX"))
-    built = subprocess.run([c_compiler(), "-shared", "-fPIC", "-I" + sysconfig.get_paths()["include"], str(source),
+    built = subprocess.run([*compiler(), "-shared", "-fPIC", "-I" + sysconfig.get_paths()["include"], str(source),
                             "-o", str(out)], capture_output=True, text=True)
     assert built.returncode == 0, built.stderr
     sys.path.insert(0, str(directory))
