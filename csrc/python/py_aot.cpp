@@ -208,11 +208,12 @@ Region region_of(const Query &q) {
 constexpr int32_t kRequestMins[] = {0, 1021};
 
 /// The output the bounds queries found, allocated with their coordinates, when the pipeline
-/// fixes it: both answers the same, and no extent empty.
+/// fixes it: both answers the same, and no extent negative (an empty one is an output fixed
+/// by an empty input: the call then computes nothing).
 py::object allocate_queried(const std::string &where, const Query &first, const Query &second) {
     Region r = region_of(first), again = region_of(second);
     for (int64_t n : r.shape) {
-        if (n <= 0)
+        if (n < 0)
             throw ValueError(where + ": the pipeline does not fix this output's size (its bounds query "
                              "gave an extent of " + std::to_string(n) + "); pass an output buffer");
     }
@@ -408,6 +409,17 @@ void expect_transfers(const AotPipeline &p, const std::vector<py::object> &given
     }
 }
 
+/// Whether every output of the call is empty: there is nothing to compute, and the pipeline is
+/// not run (Halide's own code would refuse a vectorized or tiled loop over an empty output,
+/// reading its region as starting a vector before the min).
+bool nothing_to_compute(const CallScratch &s) {
+    if (s.outputs.empty()) return false;
+    for (size_t i : s.outputs) {
+        if (buffer_of(s.given[i].ptr()).size() != 0) return false;
+    }
+    return true;
+}
+
 /// What a call returns: its one output, or a tuple of its outputs in the pipeline's order.
 py::object call_outputs(const CallScratch &s) {
     if (s.outputs.size() == 1) return s.given[s.outputs[0]];
@@ -428,6 +440,7 @@ py::object call_with(const AotPipeline &p, PyObject *const *pos, size_t npos, Py
     std::shared_ptr<CudaDevice> gpu = p.uses_cuda() ? call_device(p.metadata(), scratch.given) : nullptr;
     TargetDevice target(gpu.get());  // the device our handlers give the pipeline's runtime
     enter_buffers(p, scratch, gpu);
+    if (nothing_to_compute(scratch)) return call_outputs(scratch);
     expect_transfers(p, scratch.given);
     {
         py::gil_scoped_release nogil;

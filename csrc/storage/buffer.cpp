@@ -98,14 +98,19 @@ void check_memory(const char *entry, const uint8_t *data, const std::vector<int6
 
 /// Byte strides must be whole elements that Halide's int32 element strides can hold. The stride
 /// of an axis with at most one element never addresses memory: whatever it is, it becomes the
-/// itemsize (NumPy calls such arrays contiguous too).
+/// itemsize (NumPy calls such arrays contiguous too). An empty array addresses none at all: it
+/// gets C-contiguous strides, whatever it came with (NumPy 2 gives empty arrays zero strides,
+/// which a pipeline's default constraint, innermost stride 1, refuses), so a pipeline over an
+/// empty buffer is the no-op it is for one made empty.
 void normalize_strides(const char *entry, const std::vector<int64_t> &shape,
                        std::vector<int64_t> &strides, int itemsize, const char *fix) {
+    bool empty = std::find(shape.begin(), shape.end(), 0) != shape.end();
+    if (empty) strides = c_strides(shape, itemsize);
     for (size_t i = 0; i < strides.size(); ++i) {
         int64_t s = strides[i];
         bool whole = s % itemsize == 0;
         bool fits = s / itemsize <= kInt32Max && s / itemsize >= kInt32Min;
-        if (shape[i] <= 1 && !(whole && fits)) {
+        if ((shape[i] <= 1 || empty) && !(whole && fits)) {
             strides[i] = itemsize;
             continue;
         }
@@ -427,6 +432,7 @@ Buffer Buffer::cropped(int64_t axis_arg, int64_t min, int64_t extent) const {
     b.data_ += (min - lo) * strides_[axis];
     b.mins_[axis] = min;
     b.shape_[axis] = extent;
+    normalize_strides("cropped", b.shape_, b.strides_, dtype_->itemsize, "");  // an empty crop
     return b;
 }
 
@@ -442,6 +448,7 @@ Buffer Buffer::sliced(int64_t axis_arg, int64_t pos) const {
     b.shape_.erase(b.shape_.begin() + axis);
     b.strides_.erase(b.strides_.begin() + axis);
     b.mins_.erase(b.mins_.begin() + axis);
+    normalize_strides("sliced", b.shape_, b.strides_, dtype_->itemsize, "");  // an empty one
     return b;
 }
 
@@ -458,6 +465,7 @@ Buffer Buffer::transposed(const std::vector<int> &axes) const {
         b.strides_[size_t(i)] = strides_[size_t(a)];
         b.mins_[size_t(i)] = mins_[size_t(a)];
     }
+    normalize_strides("transposed", b.shape_, b.strides_, dtype_->itemsize, "");  // an empty one
     return b;
 }
 
