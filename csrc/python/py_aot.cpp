@@ -208,14 +208,13 @@ Region region_of(const Query &q) {
 constexpr int32_t kRequestMins[] = {0, 1021};
 
 /// The output the bounds queries found, allocated with their coordinates, when the pipeline
-/// fixes it: both answers the same, and no extent negative (an empty one is an output fixed
-/// by an empty input: the call then computes nothing).
+/// fixes it: both answers the same. An extent of 0 or less is empty, whatever its value (over
+/// an empty input, a guarded GPU tiling answers -8 to one request and -24 to the other): an
+/// output fixed as empty, for which the call computes nothing.
 py::object allocate_queried(const std::string &where, const Query &first, const Query &second) {
     Region r = region_of(first), again = region_of(second);
-    for (int64_t n : r.shape) {
-        if (n < 0)
-            throw ValueError(where + ": the pipeline does not fix this output's size (its bounds query "
-                             "gave an extent of " + std::to_string(n) + "); pass an output buffer");
+    for (Region *answer : {&r, &again}) {
+        for (int64_t &n : answer->shape) n = std::max<int64_t>(n, 0);
     }
     if (r.shape != again.shape || r.mins != again.mins)
         throw ValueError(where + ": the pipeline does not fix this output's size (its bounds queries answer "
