@@ -27,6 +27,7 @@ __all__ = ["map_pipeline"]
 
 # dask's boundary names -> numpy.pad's modes (dask's 'reflect' repeats the edge element).
 _PAD_MODES = {"nearest": "edge", "reflect": "symmetric", "periodic": "wrap"}
+_NAMES = {mode: name for name, mode in _PAD_MODES.items()}
 _ENTRY = "hb.dask.map_pipeline()"
 
 
@@ -38,8 +39,10 @@ def map_pipeline(pipeline: Pipeline, *inputs: Any, chunks: Any = None, boundary:
     for a call of the pipeline; input buffers are dask arrays (NumPy arrays are wrapped), scalars
     pass through. Every output has the shape of the first input buffer, chunked as ``chunks``
     (default: that input's chunks), and the dtype the pipeline declares. ``boundary``:
-    ``"none"`` (a region leaving an input is an error), ``"nearest"``, ``"reflect"``,
-    ``"periodic"``, or a constant.
+    ``"none"`` (a region leaving an input is an error; ``None`` means it too), ``"nearest"``,
+    ``"reflect"``, ``"periodic"``, or a constant; or one of those per axis, as a tuple or a dict
+    of axis -> boundary (axes not in the dict: ``"none"``), as dask's ``map_overlap`` takes them.
+    An output chunk with no element runs no task of the pipeline: it is empty.
     """
     bound = _bind(pipeline, inputs, kwargs)
     buffers = {name: value for name, value in bound.items() if _kind(pipeline, name) == "input_buffer"}
@@ -47,9 +50,9 @@ def map_pipeline(pipeline: Pipeline, *inputs: Any, chunks: Any = None, boundary:
     if not buffers:
         raise TypeError(f"{_ENTRY}: {pipeline.name} takes no input buffer to chunk over; call the pipeline "
                         "itself")
-    pad_mode = _pad_mode(boundary)
     outputs = [a for a in pipeline.arguments if a["kind"] == "output_buffer"]
     first = next(iter(buffers.values()))
+    modes = _boundaries(boundary, first.ndim)
     out_chunks = da.core.normalize_chunks(first.chunks if chunks is None else chunks, first.shape,
                                           dtype=np.dtype(dtype(outputs[0]["dtype"]).numpy))
     for a in outputs:
@@ -59,24 +62,26 @@ def map_pipeline(pipeline: Pipeline, *inputs: Any, chunks: Any = None, boundary:
 
     blocks = _blocks(out_chunks)
     # Each input covers its whole array: a pipeline clamping to its input's own bounds is answered
-    # with regions clipped to the array.
+    # with regions clipped to the array. An empty output chunk asks nothing: it computes nothing.
     covered = {name: ((0,) * x.ndim, x.shape) for name, x in buffers.items()}
     regions = {index: pipeline.required_regions(scalars, {a["name"]: (mins, shape) for a in outputs}, covered)
-               for index, (mins, shape) in blocks.items()}
+               for index, (mins, shape) in blocks.items() if 0 not in shape}
     for input_name, x in buffers.items():
-        if pad_mode is None:
-            _check_inside(pipeline, input_name, x, regions)
+        _check_readable(pipeline, input_name, x, regions, modes)
 
-    token = tokenize(pipeline.library_path, pipeline.name, sorted(scalars.items()), boundary, out_chunks,
+    token = tokenize(pipeline.library_path, pipeline.name, sorted(scalars.items()), modes, out_chunks,
                      *(x.name for x in buffers.values()))
     name = f"halide-{pipeline.name}-{token}"
     layer = {}
     for index, (mins, shape) in blocks.items():
+        if index not in regions:  # no element: empty arrays, no input read
+            layer[(name,) + index] = (_empty_block, tuple(a["dtype"] for a in outputs), shape)
+            continue
         # One task per output chunk: it takes the input chunks its regions touch and cuts the
         # regions out of them itself (no intermediate arrays, no padded copy of the inputs).
         plans, keys = [], []
         for input_name, x in buffers.items():
-            plan = _RegionPlan(x, *regions[index][input_name], pad_mode, boundary)
+            plan = _RegionPlan(x, *regions[index][input_name], modes)
             plans.append((input_name, plan))
             keys.extend((x.name,) + chunk for chunk in plan.chunks)
         written = tuple(regions[index][a["name"]] for a in outputs)  # may be larger than the chunk
@@ -138,19 +143,40 @@ def _dask_input(pipeline: Pipeline, argument: dict, value: Any) -> da.Array:
     return x
 
 
-def _pad_mode(boundary: Any) -> str | None:
-    """numpy.pad's mode for a dask boundary name (None: 'none'), 'constant' for a number."""
+def _boundaries(boundary: Any, ndim: int) -> tuple:
+    """(numpy.pad mode, constant) for each axis (mode None: 'none'), from one boundary for every
+    axis or one per axis (a tuple of ndim, or a dict of axis -> boundary, missing axes 'none'),
+    with dask's map_overlap meanings (None: 'none')."""
+    if boundary is None:
+        boundary = "none"
+    if isinstance(boundary, tuple):
+        if len(boundary) != ndim:
+            raise ValueError(f"{_ENTRY}: boundary {boundary!r} gives {len(boundary)} axes, the arrays have {ndim}; "
+                             "give one boundary per axis, or a dict of axis -> boundary")
+        boundary = dict(enumerate(boundary))
+    if isinstance(boundary, dict):
+        unknown = [axis for axis in boundary if not (isinstance(axis, int) and 0 <= axis < ndim)]
+        if unknown:
+            raise ValueError(f"{_ENTRY}: boundary names axis {unknown[0]!r}, the arrays have axes 0 to {ndim - 1}; "
+                             "key the dict by those")
+        return tuple(_pad_mode(boundary.get(axis, "none")) for axis in range(ndim))
+    return (_pad_mode(boundary),) * ndim
+
+
+def _pad_mode(boundary: Any) -> tuple:
+    """(numpy.pad's mode, constant) for one axis's boundary: a dask name (mode None: 'none'), or
+    a number ('constant')."""
     if isinstance(boundary, str):
         if boundary == "none":
-            return None
+            return None, None
         if boundary in _PAD_MODES:
-            return _PAD_MODES[boundary]
+            return _PAD_MODES[boundary], None
         raise ValueError(f"{_ENTRY}: boundary {boundary!r} is not one of 'none', 'nearest', 'reflect', "
                          "'periodic' or a constant")
     if isinstance(boundary, (int, float, np.number)) and not isinstance(boundary, bool):
-        return "constant"
-    raise TypeError(f"{_ENTRY}: boundary must be 'none', 'nearest', 'reflect', 'periodic' or a number, not "
-                    f"{type(boundary).__name__}")
+        return "constant", boundary
+    raise TypeError(f"{_ENTRY}: boundary must be 'none', 'nearest', 'reflect', 'periodic' or a number (or one "
+                    f"of those per axis, in a tuple or a dict), not {type(boundary).__name__}")
 
 
 def _blocks(chunks: tuple) -> dict:
@@ -163,15 +189,32 @@ def _blocks(chunks: tuple) -> dict:
     return blocks
 
 
-def _check_inside(pipeline: Pipeline, name: str, x: da.Array, regions: dict) -> None:
-    """boundary='none': ValueError naming the first output chunk whose region leaves the input."""
+def _check_readable(pipeline: Pipeline, name: str, x: da.Array, regions: dict, modes: tuple) -> None:
+    """ValueError naming the first output chunk whose region of input `name` leaves it along an
+    axis whose boundary is 'none', or reaches along an axis where the input has no element to
+    repeat, mirror or wrap (numpy.pad refuses those too)."""
     for index, needed in regions.items():
         lo, extent = needed[name]
-        if all(e > 0 for e in extent) and any(m < 0 or m + e > n for m, e, n in zip(lo, extent, x.shape)):
-            raise ValueError(f"{_ENTRY}: {pipeline.name} reads input '{name}' over mins {tuple(lo)}, shape "
-                             f"{tuple(extent)} for the output chunk {index}, outside the input's shape "
-                             f"{x.shape}, and boundary is 'none'; pass boundary='nearest', 'reflect', "
-                             "'periodic' or a constant, or write the pipeline to stay inside (docs/dask.md)")
+        if 0 in extent:
+            continue
+        for axis, (m, e, n) in enumerate(zip(lo, extent, x.shape)):
+            mode = modes[axis][0]
+            if mode is None and (m < 0 or m + e > n):
+                raise ValueError(f"{_ENTRY}: {pipeline.name} reads input '{name}' over mins {tuple(lo)}, shape "
+                                 f"{tuple(extent)} for the output chunk {index}, outside the input's shape "
+                                 f"{x.shape}, and boundary is 'none'{_along(axis, modes)}; pass boundary='nearest', "
+                                 "'reflect', 'periodic' or a constant, or write the pipeline to stay inside "
+                                 "(docs/dask.md)")
+            if n == 0 and mode != "constant":
+                raise ValueError(f"{_ENTRY}: {pipeline.name} reads input '{name}' over mins {tuple(lo)}, shape "
+                                 f"{tuple(extent)} for the output chunk {index}, and the input is empty along "
+                                 f"axis {axis}, with no element for boundary {_NAMES[mode]!r} to take; pass a "
+                                 "constant boundary for that axis")
+
+
+def _along(axis: int, modes: tuple) -> str:
+    """' along axis k' where the boundary differs between axes, else nothing."""
+    return f" along axis {axis}" if len(set(modes)) > 1 else ""
 
 
 def _source_indices(lo: int, extent: int, n: int, mode: str | None) -> np.ndarray:
@@ -201,9 +244,8 @@ class _RegionPlan:
     """How one input's region for one output chunk is cut out of the input's chunks: which
     chunks it touches (block indices) and, in the task, the copies from each."""
 
-    def __init__(self, x: da.Array, lo, extent, mode: str | None, constant: Any):
-        self.lo, self.extent, self.mode, self.shape = tuple(lo), tuple(extent), mode, x.shape
-        self.constant = constant if mode == "constant" else None
+    def __init__(self, x: da.Array, lo, extent, modes: tuple):
+        self.lo, self.extent, self.modes, self.shape = tuple(lo), tuple(extent), modes, x.shape
         self.starts = tuple(tuple(np.cumsum((0,) + c).tolist()) for c in x.chunks)
         self.dtype = x.dtype
         per_axis = []  # the chunks each axis's source elements lie in
@@ -213,7 +255,8 @@ class _RegionPlan:
         self.chunks = list(itertools.product(*per_axis))  # block indices of the input's chunks
 
     def _sources(self) -> list[np.ndarray]:
-        return [_source_indices(m, e, n, self.mode) for m, e, n in zip(self.lo, self.extent, self.shape)]
+        return [_source_indices(m, e, n, mode) for m, e, n, (mode, _) in zip(self.lo, self.extent, self.shape,
+                                                                            self.modes)]
 
     def assemble(self, chunks: list[np.ndarray]) -> np.ndarray:
         """The region as one ndarray, from the chunks listed in self.chunks (in that order)."""
@@ -223,7 +266,12 @@ class _RegionPlan:
                 s[0] == self.starts[axis][b] and (np.diff(s) == 1).all()
                 for axis, (s, b) in enumerate(zip(sources, self.chunks[0]))):
             return np.ascontiguousarray(chunks[0])  # the region is the chunk: no copy (unless rows are not dense)
-        out = (np.full(self.extent, self.constant, self.dtype) if outside else np.empty(self.extent, self.dtype))
+        out = np.empty(self.extent, self.dtype)
+        if outside:  # constants first, axis by axis, as dask pads: where two meet, the later axis's
+            for axis, (src, (_, constant)) in enumerate(zip(sources, self.modes)):
+                where = np.nonzero(src < 0)[0]
+                if where.size:
+                    out[(slice(None),) * axis + (where,)] = constant
         for block, chunk in zip(self.chunks, chunks):
             runs = []
             for axis, b in enumerate(block):
@@ -234,6 +282,12 @@ class _RegionPlan:
             for pieces in itertools.product(*runs):
                 out[tuple(dst for dst, _ in pieces)] = chunk[tuple(src for _, src in pieces)]
         return out
+
+
+def _empty_block(dtypes: tuple, shape: tuple):
+    """An output chunk with no element: an empty array of each output."""
+    arrays = tuple(np.empty(shape, dtype(d).numpy) for d in dtypes)
+    return arrays[0] if len(arrays) == 1 else arrays
 
 
 def _meta(argument: dict, ndim: int) -> np.ndarray:

@@ -397,14 +397,16 @@ def test_bad_input_is_refused_before_any_task_runs(pipes):
         hb.dask.map_pipeline(p, x)
 
 
-@pytest.mark.parametrize("boundary, kind", [(True, "bool"), (False, "bool"), (None, "NoneType"),
-                                             ([0], "list"), (b"nearest", "bytes")])
+@pytest.mark.parametrize("boundary, kind", [(True, "bool"), (False, "bool"), ([0], "list"), (b"nearest", "bytes"),
+                                             ({0: None}, "NoneType"), (("nearest", True), "bool")])
 def test_a_boundary_neither_a_name_nor_a_number_is_a_type_error(pipes, boundary, kind):
     """A bool is no constant to pad with (a bug took True as the constant 1, and anything not a
-    bool as a constant), nor are None, a list or bytes."""
+    bool as a constant; dask's map_overlap pads with True, which docs/dask.md says we refuse),
+    nor are a list or bytes, nor None for one axis."""
     x = da.from_array(np.zeros((20, 20), np.uint8), chunks=10)
     with pytest.raises(TypeError, match=rf"^hb.dask.map_pipeline\(\): boundary must be 'none', 'nearest', "
-                                        rf"'reflect', 'periodic' or a number, not {kind}$"):
+                                        rf"'reflect', 'periodic' or a number \(or one of those per axis, in a "
+                                        rf"tuple or a dict\), not {kind}$"):
         hb.dask.map_pipeline(pipes["uint8"], x, boundary=boundary)
 
 
@@ -426,9 +428,9 @@ def test_a_region_leaving_only_past_the_far_edge_is_refused(pipes):
 
 
 def test_an_empty_array_reads_nothing_outside_so_boundary_none_is_not_refused(pipes):
-    """An array of no rows: every region the pipeline reads has no rows either, so its reach
-    along x reads nothing outside the input, and boundary='none' is no reason to refuse (a bug
-    refused any region leaving the input, empty or not). The result is empty, like the input."""
+    """An array of no rows: its output chunks have no element and read nothing, so the pipeline's
+    reach along x is no reason to refuse (a bug refused any region leaving the input, empty or
+    not). The result is empty, like the input."""
     p = pipes["across"]
     assert p.required_regions({}, {"dask_across": ((0, 0), (0, 10))})["inp"] == ((0, -1), (0, 12))
     a = np.zeros((0, 20), np.uint8)
@@ -512,3 +514,86 @@ def test_a_region_shaped_like_one_input_chunk_but_padded_is_not_that_chunk(pipes
     assert p.required_regions({}, {"dask_blur_u8": ((0, 0), (8, 8))})["inp"] == ((-1, -1), (10, 10))
     out = hb.dask.map_pipeline(p, da.from_array(a, chunks=10), boundary="nearest", chunks=((8, 12), (8, 12)))
     same_bits(out.compute(), whole_call(p, {"inp": a}, "nearest"))
+
+
+# --- empty axes and per-axis boundaries ----------------------------------------------------------
+
+@pytest.mark.parametrize("which, boundary", [("uint8", b) for b in ("none", "nearest", "reflect", "periodic", 3)] +
+                         [("strict", "none")])
+@pytest.mark.parametrize("shape, chunks", [((0, 20), (5, 10)), ((20, 0), (10, 5)), ((0, 0), 5)], ids=str)
+def test_a_pipeline_over_an_empty_axis_returns_the_empty_result(pipes, which, shape, chunks, boundary):
+    """An output chunk with no element runs no task of the pipeline and reads no input: a halo
+    over an empty axis is no error, whatever the boundary (bugs: 'nearest' and 'reflect' filled
+    the region with None, 'periodic' divided by the empty extent, and a pointwise pipeline got an
+    empty NumPy array's zero strides, inside a task at compute())."""
+    out = hb.dask.map_pipeline(pipes[which], da.from_array(np.zeros(shape, np.uint8), chunks=chunks),
+                               boundary=boundary)
+    assert out.shape == shape
+    got = out.compute()
+    assert got.shape == shape and got.dtype == np.uint8
+
+
+@pytest.mark.parametrize("boundary", ["nearest", "reflect", "periodic", {0: "nearest", 1: 0}])
+def test_an_empty_input_read_beyond_its_edge_with_no_element_to_take_is_refused(pipes, boundary):
+    """Output chunks with elements read rows of input 'b', which has none: no element to repeat,
+    mirror or wrap (numpy.pad refuses the same), refused before any task runs."""
+    a = da.from_array(np.ones((20, 20), np.float32), chunks=10)
+    b = da.from_array(np.zeros((0, 20), np.float32), chunks=10)
+    name = boundary if isinstance(boundary, str) else boundary[0]
+    with pytest.raises(ValueError, match=rf"hb_dask_two_inputs reads input 'b' over mins \(1, -?\d+\), shape "
+                                         rf"\(10, \d+\) for the output chunk \(0, 0\), and the input is empty along "
+                                         rf"axis 0, with no element for boundary '{name}' to take; pass a constant "
+                                         r"boundary for that axis"):
+        hb.dask.map_pipeline(pipes["two_inputs"], a, b, 0.5, boundary=boundary)
+
+
+def test_an_empty_input_with_a_constant_boundary_reads_the_constant(pipes):
+    a = random_bits((20, 24), "float32", seed=30)
+    a = np.nan_to_num(a, nan=0, posinf=1, neginf=-1).clip(-1e4, 1e4).astype(np.float32)
+    b = np.zeros((0, 24), np.float32)
+    got = hb.dask.map_pipeline(pipes["two_inputs"], da.from_array(a, chunks=(7, 10)), b, 0.5, boundary=3).compute()
+    same_bits(got, whole_call(pipes["two_inputs"], {"a": a, "b": b}, boundary=3, gain=0.5))
+
+
+PER_AXIS = [("periodic", "nearest"), {0: 3, 1: "nearest"}, {0: "reflect", 1: 7}, (5, 7), {0: 9, 1: "periodic"}]
+
+
+@pytest.mark.parametrize("boundary", PER_AXIS, ids=str)
+def test_a_boundary_per_axis_pads_as_dask_does(pipes, boundary):
+    """A tuple or dict of boundaries, one per axis: the result equals one call on the array that
+    dask's own boundary padding (dask.array.overlap.boundaries, axis by axis: where two constants
+    meet in a corner, the later axis's wins) makes."""
+    a = random_bits((30, 41), "uint8", seed=31)
+    got = hb.dask.map_pipeline(pipes["uint8"], da.from_array(a, chunks=(11, 16)), boundary=boundary).compute()
+    kind = boundary if isinstance(boundary, dict) else dict(enumerate(boundary))
+    padded = da.overlap.boundaries(da.from_array(a, chunks=(11, 16)), {0: 1, 1: 1}, kind).compute()
+    whole = pipes["uint8"](hb.Buffer.from_host(padded).translated((-1, -1)), hb.Buffer(a.shape, "uint8"))
+    same_bits(got, np.asarray(whole))
+
+
+def test_none_and_axes_left_out_of_a_dict_mean_none(pipes):
+    a = random_bits((30, 41), "uint8", seed=32)
+    x = da.from_array(a, chunks=(11, 16))
+    with pytest.raises(ValueError, match=r"hb_dask_uint8 reads input 'inp' over mins \(-1, -1\), shape \(13, 18\) "
+                                         r"for the output chunk \(0, 0\), outside the input's shape \(30, 41\), "
+                                         r"and boundary is 'none'; pass"):
+        hb.dask.map_pipeline(pipes["uint8"], x, boundary=None)
+    with pytest.raises(ValueError, match=r"outside the input's shape \(30, 41\), and boundary is 'none' along "
+                                         r"axis 0; pass"):
+        hb.dask.map_pipeline(pipes["uint8"], x, boundary={1: "nearest"})
+    scalars = {"width": 41, "height": 30, "offset": 2}  # a pipeline staying inside by itself
+    same_bits(hb.dask.map_pipeline(pipes["own_boundary"], x, boundary=None, **scalars).compute(),
+              whole_call(pipes["own_boundary"], {"inp": a}, **scalars))
+
+
+@pytest.mark.parametrize("boundary, message", [
+    (("nearest",), r"boundary \('nearest',\) gives 1 axes, the arrays have 2; give one boundary per axis"),
+    ({2: "nearest"}, r"boundary names axis 2, the arrays have axes 0 to 1; key the dict by those"),
+    ({-1: "nearest"}, r"boundary names axis -1, the arrays have axes 0 to 1"),
+    ({"y": "nearest"}, r"boundary names axis 'y', the arrays have axes 0 to 1"),
+    ({0: "mirror"}, r"boundary 'mirror' is not one of 'none', 'nearest'"),
+])
+def test_a_boundary_per_axis_that_names_no_axis_is_refused(pipes, boundary, message):
+    x = da.from_array(np.zeros((20, 20), np.uint8), chunks=10)
+    with pytest.raises(ValueError, match=r"^hb.dask.map_pipeline\(\): " + message):
+        hb.dask.map_pipeline(pipes["uint8"], x, boundary=boundary)
