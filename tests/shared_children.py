@@ -52,3 +52,21 @@ def hold_until_killed(inbox, outbox):
 def contents(b):
     """A buffer's dtype, geometry, sharing and element bytes, as a child sees them."""
     return b.dtype.name, b.shape, b.strides, b.mins, b.is_shared, np.asarray(b).tobytes()
+
+
+def made_shared(value, receive_wait=None):
+    """A new shared buffer holding value, returned (a pool worker's result); receive_wait, when
+    given, is how long this process's exit waits for it to be fetched."""
+    import halide_buffer as hb
+    from halide_buffer import _processes
+
+    if receive_wait is not None:
+        _processes.RECEIVE_WAIT = receive_wait
+    b = hb.Buffer((2, 3), "int32", shared=True)
+    b[...] = value
+    return b
+
+
+def send_shared_and_exit(outbox, value, receive_wait=None):
+    """A Process target: puts a new shared buffer on outbox and returns at once."""
+    outbox.put(made_shared(value, receive_wait))

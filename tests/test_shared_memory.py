@@ -210,7 +210,7 @@ def test_the_fork_start_method_in_a_fresh_interpreter():
                           "fork and not forkserver and not fresh"],
                          capture_output=True, text=True, timeout=4 * TIMEOUT, env=dict(os.environ, **{FRESH: "1"}))
     assert run.returncode == 0, run.stdout + run.stderr
-    assert "4 passed" in run.stdout and "skipped" not in run.stdout, run.stdout
+    assert "7 passed" in run.stdout and "skipped" not in run.stdout, run.stdout
 
 
 def check_seen(seen, view, a):
@@ -292,6 +292,105 @@ def test_every_dtype_arrives_exactly_as_the_same_memory(method, no_segments_left
                                                             view.mins, True)
         assert data == np.asarray(view).tobytes(), dtype
     del shared, view
+
+
+FORK_DURING_IMPORT = """
+import multiprocessing as mp
+import os
+import sys
+import threading
+
+import halide_buffer as hb
+
+parent = os.getpid()
+entered, forked = threading.Event(), threading.Event()
+
+
+class HoldTheImport:
+    # Whichever thread of this process imports multiprocessing.resource_sharer first holds its
+    # import lock here until the main thread has forked.
+    def find_spec(self, name, path=None, target=None):
+        if name == "multiprocessing.resource_sharer" and os.getpid() == parent:
+            entered.set()
+            forked.wait(30)
+        return None
+
+
+def child(q):
+    b = q.get(timeout=30)  # unpickling imports multiprocessing.resource_sharer, unless imported
+    sys.exit(0 if b.is_shared and b.numpy()[1] == 5 else 3)
+
+
+sys.meta_path.insert(0, HoldTheImport())
+ctx = mp.get_context("fork")
+q = ctx.Queue()
+b = hb.Buffer((4,), "int32", shared=True)
+b[1] = 5
+q.put(b)  # the feeder thread pickles it: reduction.DupFd imports the resource sharer, if not yet
+entered.wait(1.0)  # set only when the feeder thread imports it: then it holds the lock now
+p = ctx.Process(target=child, args=(q,))
+p.start()
+forked.set()
+p.join(30)
+if p.is_alive():
+    p.kill()
+    sys.exit("the child hung")
+sys.exit(p.exitcode)
+"""
+
+
+def test_a_child_started_while_a_feeder_thread_sends_the_first_shared_buffer_does_not_hang():
+    """A Queue's feeder thread pickling the first shared buffer imported
+    multiprocessing.resource_sharer; a fork from the main thread while it held that module's
+    import lock left the child blocked on the lock forever when it unpickled the buffer (1 run
+    in 6). Here the import is held until the fork, deterministically: importing halide_buffer
+    imports the module first, from the main thread, so the feeder never imports it."""
+    run = subprocess.run([sys.executable, "-c", FORK_DURING_IMPORT], capture_output=True, text=True,
+                         timeout=4 * TIMEOUT)
+    assert run.returncode == 0, run.stdout + run.stderr
+
+
+@pytest.mark.parametrize("method", METHODS)
+def test_a_pool_worker_that_exits_after_returning_a_shared_buffer_delivers_it(method, no_segments_left):
+    """maxtasksperchild=1: the worker exits after its one task, while its result, a descriptor
+    only its resource sharer can hand out, is in flight. Its exit waits until the result handler
+    has fetched it (a bug: the handler met a closed sharer and the pool hung)."""
+    ctx = context(method)
+    with ctx.Pool(1, maxtasksperchild=1) as pool:
+        results = [pool.apply_async(children.made_shared, (k,)) for k in range(3)]
+        got = [r.get(timeout=TIMEOUT) for r in results]
+    assert [(b.is_shared, np.asarray(b).tolist()) for b in got] == [(True, [[k] * 3] * 2) for k in range(3)]
+    del got
+
+
+@pytest.mark.parametrize("method", METHODS)
+def test_a_sender_that_returns_at_once_waits_until_its_buffer_is_received(method, no_segments_left):
+    ctx = context(method)
+    outbox = ctx.Queue()
+    p = ctx.Process(target=children.send_shared_and_exit, args=(outbox, 9))
+    p.start()
+    p.join(1.0)
+    assert p.is_alive()  # done with its target: waiting for its buffer to be fetched
+    b = outbox.get(timeout=TIMEOUT)
+    p.join(TIMEOUT)
+    assert p.exitcode == 0 and b.is_shared and np.asarray(b).tolist() == [[9] * 3] * 2
+    del b
+
+
+@pytest.mark.parametrize("method", METHODS)
+def test_a_buffer_received_after_its_sender_exited_names_the_cause(method, no_segments_left):
+    """Joining the sender before receiving: its exit waits RECEIVE_WAIT (shortened here) for a
+    receiver that cannot come, then the descriptor is gone, and receiving says why."""
+    ctx = context(method)
+    outbox = ctx.Queue()
+    p = ctx.Process(target=children.send_shared_and_exit, args=(outbox, 9, 0.2))
+    p.start()
+    p.join(TIMEOUT)
+    assert p.exitcode == 0
+    with pytest.raises(OSError, match=r"^\[Errno \d+\] multiprocessing \(receiving a shared halide_buffer.Buffer\): "
+                                      r"the process that sent it exited before it was received \(.+\); receive it "
+                                      r"while the sender lives"):
+        outbox.get(timeout=TIMEOUT)
 
 
 def test_a_buffer_not_in_shared_memory_travels_by_value():
