@@ -10,7 +10,7 @@ import os as _os
 
 from . import _processes, aot, cuda, opencl  # _processes: what multiprocessing sends
 from ._core import (Buffer, CudaDevice, Device, DeviceError, DType, OpenCLDevice, PipelineError,
-                    Transfers, dtype, dtypes, from_dlpack, transfers)
+                    ReadOnlyError, Transfers, dtype, dtypes, from_dlpack, transfers)
 from ._version import __version__
 
 
@@ -37,5 +37,5 @@ class Runtime:
 
 
 __all__ = ["Buffer", "CudaDevice", "DType", "Device", "DeviceError", "OpenCLDevice", "PipelineError",
-           "Runtime", "Transfers", "aot", "cuda", "dtype", "dtypes", "from_dlpack", "get_include",
+           "ReadOnlyError", "Runtime", "Transfers", "aot", "cuda", "dtype", "dtypes", "from_dlpack", "get_include",
            "opencl", "transfers", "__version__"]

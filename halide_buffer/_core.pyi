@@ -43,6 +43,9 @@ class PipelineError(RuntimeError):
     """A Halide pipeline's runtime reported an error; .code is Halide's error code."""
     code: int
 
+class ReadOnlyError(BufferError, ValueError):
+    """A write refused because the buffer wraps read-only memory (a ValueError too, as NumPy's)."""
+
 class Pipeline:
     """A Halide AOT pipeline loaded with halide_buffer.aot.load(); call it with Buffers.
     Immutable: copies are the pipeline itself; a pickle holds its library path and function

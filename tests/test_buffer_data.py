@@ -640,6 +640,25 @@ def test_setitem_of_an_array_into_a_device_buffer_uploads_just_those_elements(de
     assert np.array_equal(on_device(dst), expected)
 
 
+@pytest.mark.parametrize("write", ["__setitem__", "fill", "copy_from", "numpy"])
+def test_a_write_into_read_only_memory_is_a_value_error_as_numpy_s(write):
+    """NumPy raises ValueError for a write into a read-only array; ours is halide_buffer's
+    ReadOnlyError, a BufferError and a ValueError both, so code catching either works."""
+    ro = np.frombuffer(bytes(24), np.float32).reshape(2, 3)  # read-only memory, as bytes are
+    b = hb.Buffer.from_host(ro)
+    ours = {"__setitem__": lambda: b.__setitem__((0, 0), 1), "fill": lambda: b.fill(1),
+            "copy_from": lambda: b.copy_from(hb.Buffer((2, 3), "float32")),
+            "numpy": lambda: b.numpy(writable=True)}[write]
+    with pytest.raises(ValueError):  # NumPy's own, for the same write
+        {"__setitem__": lambda: ro.__setitem__((0, 0), 1), "fill": lambda: ro.fill(1),
+         "copy_from": lambda: np.copyto(ro, np.zeros((2, 3), np.float32)),
+         "numpy": lambda: setattr(ro.flags, "writeable", True)}[write]()
+    with pytest.raises(hb.ReadOnlyError, match=rf"^{write}\(\): the buffer wraps read-only memory") as caught:
+        ours()
+    assert isinstance(caught.value, ValueError) and isinstance(caught.value, BufferError)
+    assert not ro.any()
+
+
 def test_setitem_refuses_read_only_memory_and_bad_indexes():
     ro = np.zeros(3, np.float32)
     ro.flags.writeable = False

@@ -107,6 +107,19 @@ def test_a_compacted_view_is_copied_once_and_the_original_is_untouched():
     assert np.array_equal(np.asarray(b), a)
 
 
+def test_a_view_with_gaps_goes_out_of_band_where_numpy_keeps_it_in_band():
+    """Where we differ from NumPy (docs/processes.md): NumPy pickles a non-contiguous array's
+    elements in band, a copy inside the pickle; we hand the compacted copy out of band, so a
+    consumer (Dask, Ray) moves it as it moves any other buffer."""
+    b, a = filled((60, 60), "float32")
+    handed_by_numpy = []
+    numpy_pickle = pickle.dumps(a[::2, ::-1], protocol=5, buffer_callback=handed_by_numpy.append)
+    assert handed_by_numpy == [] and len(numpy_pickle) > a[::2, ::-1].nbytes
+    s, [handed] = out_of_band(b[::2, ::-1])
+    assert handed.raw().nbytes == a[::2, ::-1].nbytes and len(s) < a[::2, ::-1].nbytes
+    assert np.array_equal(np.asarray(pickle.loads(s, buffers=[handed])), a[::2, ::-1])
+
+
 def test_the_read_only_flag_travels():
     data = np.arange(12, dtype=np.float32)
     data.flags.writeable = False

@@ -42,10 +42,13 @@ def test_module_functions_match():
 def test_class_members_match():
     _, classes = stub_names()
     assert set(classes) == {"DType", "Buffer", "Device", "OpenCLDevice", "CudaDevice", "DeviceError",
-                              "Transfers", "Pipeline", "PipelineError"}
+                              "Transfers", "Pipeline", "PipelineError", "ReadOnlyError"}
     for name, members in classes.items():
         if name in ("DeviceError", "PipelineError"):  # plain exception classes; attributes set when raised
             assert issubclass(getattr(_core, name), RuntimeError)
+            continue
+        if name == "ReadOnlyError":
+            assert _core.ReadOnlyError.__bases__ == (BufferError, ValueError)
             continue
         runtime = runtime_names(getattr(_core, name))
         # __buffer__ is the buffer-protocol slot: Python shows it as a method from 3.12 on.

@@ -12,6 +12,9 @@ struct TypeError : std::runtime_error { using std::runtime_error::runtime_error;
 struct IndexError : std::runtime_error { using std::runtime_error::runtime_error; };
 /// A protocol cannot be satisfied (Python's BufferError).
 struct BufferError : std::runtime_error { using std::runtime_error::runtime_error; };
+/// A write refused because the memory is read-only (Python's halide_buffer.ReadOnlyError: a
+/// BufferError, and a ValueError as NumPy raises for a write into a read-only array).
+struct ReadOnlyError : BufferError { using BufferError::BufferError; };
 /// The system refused host memory (Python's MemoryError): the message says how much, for what.
 struct MemoryError : std::runtime_error { using std::runtime_error::runtime_error; };
 

@@ -10,6 +10,7 @@ namespace hb {
 namespace {
 PyObject *device_error_type = nullptr;    // halide_buffer.DeviceError, created with the module
 PyObject *pipeline_error_type = nullptr;  // halide_buffer.PipelineError
+PyObject *read_only_error_type = nullptr; // halide_buffer.ReadOnlyError
 }  // namespace
 
 namespace {
@@ -46,6 +47,8 @@ bool set_python_error(std::exception_ptr error) {
         set_error(PyExc_TypeError, e);
     } catch (const IndexError &e) {
         set_error(PyExc_IndexError, e);
+    } catch (const ReadOnlyError &e) {
+        set_error(read_only_error_type, e);
     } catch (const BufferError &e) {
         set_error(PyExc_BufferError, e);
     } catch (const MemoryError &e) {
@@ -60,10 +63,11 @@ bool set_python_error(std::exception_ptr error) {
 
 namespace {
 
-/// A RuntimeError subclass halide_buffer.<name>, added to the module.
-PyObject *add_error_type(py::module_ &m, const char *name, const char *doc) {
+/// An exception type halide_buffer.<name> (bases: RuntimeError, or the tuple given), added to
+/// the module.
+PyObject *add_error_type(py::module_ &m, const char *name, const char *doc, PyObject *bases = PyExc_RuntimeError) {
     std::string qualified = std::string("halide_buffer.") + name;
-    PyObject *type = PyErr_NewExceptionWithDoc(qualified.c_str(), doc, PyExc_RuntimeError, nullptr);
+    PyObject *type = PyErr_NewExceptionWithDoc(qualified.c_str(), doc, bases, nullptr);
     if (!type) throw py::error_already_set();
     m.add_object(name, py::handle(type));
     return type;
@@ -139,6 +143,12 @@ PYBIND11_MODULE(_core, m) {
         m, "PipelineError",
         "A Halide pipeline's runtime reported an error. .code is Halide's error code "
         "(halide_error_code_t); the message is Halide's.");
+    py::tuple read_only_bases = py::make_tuple(py::handle(PyExc_BufferError), py::handle(PyExc_ValueError));
+    hb::read_only_error_type = hb::add_error_type(
+        m, "ReadOnlyError",
+        "A write refused because the buffer wraps read-only memory: a BufferError, and a ValueError "
+        "as NumPy raises for a write into a read-only array.",
+        read_only_bases.ptr());
     // A thread waiting for a storage's lock lets the others run: the holder may need the GIL
     // (a pipeline's error handler written in Python, an owner released in a callback).
     hb::set_lock_waiter([](std::unique_lock<std::mutex> &lock) {

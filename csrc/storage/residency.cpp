@@ -324,8 +324,8 @@ std::atomic<LockWaiter> g_waiter{plain_wait};
 
 }  // namespace
 
-BufferError read_only_memory(const char *entry) {
-    return BufferError(std::string(entry) + "(): the buffer wraps read-only memory; use "
+ReadOnlyError read_only_memory(const char *entry) {
+    return ReadOnlyError(std::string(entry) + "(): the buffer wraps read-only memory; use "
                        "Buffer.from_host(obj, copy=True) for a writable copy");
 }
 
@@ -550,7 +550,7 @@ Buffer::DeviceView Buffer::begin_device_use(const char *entry, const DeviceChoic
         throw BufferError(std::string(entry) + "(): the device copy belongs to a pipeline's Halide "
                           "runtime; call copy_to_host() and device_free() first");
     if (write && s.readonly)
-        throw BufferError(std::string(entry) + "(): the buffer wraps read-only memory; pass "
+        throw ReadOnlyError(std::string(entry) + "(): the buffer wraps read-only memory; pass "
                           "writable=False for a device view to read");
     if (on.same_kind && s.device && std::strcmp(s.device->kind(), on.device->kind()) != 0)
         throw BufferError(std::string(entry) + "(): the buffer left " + on.device->description() + " meanwhile "
@@ -563,7 +563,7 @@ Buffer::DeviceView Buffer::begin_device_use(const char *entry, const DeviceChoic
 
 void Buffer::prepare_for_pipeline(const char *entry, const halide_device_interface_t *interface, bool output) {
     if (output && storage_->readonly)
-        throw BufferError(std::string(entry) + "(): an output wraps read-only memory; pass a writable buffer");
+        throw ReadOnlyError(std::string(entry) + "(): an output wraps read-only memory; pass a writable buffer");
     if (!interface) {  // a host-only pipeline reads and writes the host copy
         if (output) begin_host_write(entry);
         else begin_host_read();
@@ -593,7 +593,7 @@ bool Buffer::covers_whole_storage() const {
 void Buffer::prepare_for_pipeline(const char *entry, const halide_device_interface_t *interface, bool output,
                                   const std::shared_ptr<Device> &device) {
     if (output && storage_->readonly)
-        throw BufferError(std::string(entry) + "(): an output wraps read-only memory; pass a writable buffer");
+        throw ReadOnlyError(std::string(entry) + "(): an output wraps read-only memory; pass a writable buffer");
     StorageOp op(*storage_);
     Storage &s = *storage_;
     if (!covers_whole_storage()) {

@@ -74,6 +74,6 @@ private:
 };
 
 /// The BufferError for a write (naming `entry`) into a buffer over read-only memory.
-BufferError read_only_memory(const char *entry);
+ReadOnlyError read_only_memory(const char *entry);
 
 }  // namespace hb
