@@ -155,11 +155,14 @@ def _boundaries(boundary: Any, ndim: int) -> tuple:
                              "give one boundary per axis, or a dict of axis -> boundary")
         boundary = dict(enumerate(boundary))
     if isinstance(boundary, dict):
-        unknown = [axis for axis in boundary if not (isinstance(axis, int) and 0 <= axis < ndim)]
-        if unknown:
-            raise ValueError(f"{_ENTRY}: boundary names axis {unknown[0]!r}, the arrays have axes 0 to {ndim - 1}; "
-                             "key the dict by those")
-        return tuple(_pad_mode(boundary.get(axis, "none")) for axis in range(ndim))
+        by_axis = {}
+        for key, value in boundary.items():
+            axis = key if isinstance(key, (int, np.integer)) and not isinstance(key, bool) else None
+            if axis is None or not 0 <= axis < ndim:
+                raise ValueError(f"{_ENTRY}: boundary names axis {key!r}, the arrays have axes 0 to {ndim - 1}; "
+                                 "key the dict by those")
+            by_axis[int(axis)] = value
+        return tuple(_pad_mode(by_axis.get(axis, "none")) for axis in range(ndim))
     return (_pad_mode(boundary),) * ndim
 
 

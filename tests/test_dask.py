@@ -555,7 +555,8 @@ def test_an_empty_input_with_a_constant_boundary_reads_the_constant(pipes):
     same_bits(got, whole_call(pipes["two_inputs"], {"a": a, "b": b}, boundary=3, gain=0.5))
 
 
-PER_AXIS = [("periodic", "nearest"), {0: 3, 1: "nearest"}, {0: "reflect", 1: 7}, (5, 7), {0: 9, 1: "periodic"}]
+PER_AXIS = [("periodic", "nearest"), {0: 3, 1: "nearest"}, {0: "reflect", np.int64(1): 7}, (5, 7),
+            {0: 9, 1: "periodic"}]
 
 
 @pytest.mark.parametrize("boundary", PER_AXIS, ids=str)
@@ -591,6 +592,7 @@ def test_none_and_axes_left_out_of_a_dict_mean_none(pipes):
     ({2: "nearest"}, r"boundary names axis 2, the arrays have axes 0 to 1; key the dict by those"),
     ({-1: "nearest"}, r"boundary names axis -1, the arrays have axes 0 to 1"),
     ({"y": "nearest"}, r"boundary names axis 'y', the arrays have axes 0 to 1"),
+    ({True: "nearest"}, r"boundary names axis True, the arrays have axes 0 to 1"),
     ({0: "mirror"}, r"boundary 'mirror' is not one of 'none', 'nearest'"),
 ])
 def test_a_boundary_per_axis_that_names_no_axis_is_refused(pipes, boundary, message):
