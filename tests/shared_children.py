@@ -70,3 +70,16 @@ def made_shared(value, receive_wait=None):
 def send_shared_and_exit(outbox, value, receive_wait=None):
     """A Process target: puts a new shared buffer on outbox and returns at once."""
     outbox.put(made_shared(value, receive_wait))
+
+
+def block_a_feeder_and_exit(receive_wait):
+    """A Process target: a queue no one reads, its feeder thread blocked on a full pipe (and
+    not joined by multiprocessing at exit), then returns: the exit's wait must end."""
+    import multiprocessing
+
+    from halide_buffer import _processes
+
+    _processes.RECEIVE_WAIT = receive_wait
+    q = multiprocessing.Queue()
+    q.cancel_join_thread()
+    q.put(bytes(1 << 20))  # more than a pipe holds

@@ -393,6 +393,17 @@ def test_a_buffer_received_after_its_sender_exited_names_the_cause(method, no_se
         outbox.get(timeout=TIMEOUT)
 
 
+def test_a_feeder_blocked_on_a_full_pipe_delays_the_exit_by_receive_wait_at_most():
+    ctx = mp.get_context("spawn")
+    p = ctx.Process(target=children.block_a_feeder_and_exit, args=(0.2,))
+    p.start()
+    p.join(TIMEOUT)
+    alive = p.is_alive()
+    if alive:
+        p.kill()
+    assert not alive and p.exitcode == 0
+
+
 def test_a_buffer_not_in_shared_memory_travels_by_value():
     ctx = mp.get_context("spawn")
     a = random_bits((6, 4), "bfloat16", seed=4)
