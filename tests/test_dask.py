@@ -599,3 +599,11 @@ def test_a_boundary_per_axis_that_names_no_axis_is_refused(pipes, boundary, mess
     x = da.from_array(np.zeros((20, 20), np.uint8), chunks=10)
     with pytest.raises(ValueError, match=r"^hb.dask.map_pipeline\(\): " + message):
         hb.dask.map_pipeline(pipes["uint8"], x, boundary=boundary)
+
+
+def test_chunks_of_one_element_reach_a_pointwise_pipeline_whole(pipes):
+    """A region that is one chunk of extent 1 along an axis is handed over as that chunk (a bug
+    looked at the region's second element to recognise it)."""
+    a = random_bits((6, 10), "uint8", seed=33) % 255  # no 255: dask_strict's require holds
+    got = hb.dask.map_pipeline(pipes["strict"], da.from_array(a, chunks=(1, 5))).compute()
+    same_bits(got, a)
