@@ -326,8 +326,17 @@ std::atomic<LockWaiter> g_waiter{plain_wait};
 
 ReadOnlyError read_only_memory(const char *entry) {
     return ReadOnlyError(std::string(entry) + "(): the buffer wraps read-only memory; use "
-                       "Buffer.from_host(obj, copy=True) for a writable copy");
+                         "Buffer.from_host(obj, copy=True) for a writable copy");
 }
+
+namespace {
+
+/// The refusal of a pipeline output over read-only memory (Halide has no read-only flag).
+ReadOnlyError read_only_output(const char *entry) {
+    return ReadOnlyError(std::string(entry) + "(): an output wraps read-only memory; pass a writable buffer");
+}
+
+}  // namespace
 
 void set_lock_waiter(LockWaiter waiter) { g_waiter = waiter ? waiter : plain_wait; }
 
@@ -563,7 +572,7 @@ Buffer::DeviceView Buffer::begin_device_use(const char *entry, const DeviceChoic
 
 void Buffer::prepare_for_pipeline(const char *entry, const halide_device_interface_t *interface, bool output) {
     if (output && storage_->readonly)
-        throw ReadOnlyError(std::string(entry) + "(): an output wraps read-only memory; pass a writable buffer");
+        throw read_only_output(entry);
     if (!interface) {  // a host-only pipeline reads and writes the host copy
         if (output) begin_host_write(entry);
         else begin_host_read();
@@ -593,7 +602,7 @@ bool Buffer::covers_whole_storage() const {
 void Buffer::prepare_for_pipeline(const char *entry, const halide_device_interface_t *interface, bool output,
                                   const std::shared_ptr<Device> &device) {
     if (output && storage_->readonly)
-        throw ReadOnlyError(std::string(entry) + "(): an output wraps read-only memory; pass a writable buffer");
+        throw read_only_output(entry);
     StorageOp op(*storage_);
     Storage &s = *storage_;
     if (!covers_whole_storage()) {

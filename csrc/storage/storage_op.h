@@ -73,7 +73,7 @@ private:
     TargetDevice target_;
 };
 
-/// The BufferError for a write (naming `entry`) into a buffer over read-only memory.
+/// The ReadOnlyError for a write (naming `entry`) into a buffer over read-only memory.
 ReadOnlyError read_only_memory(const char *entry);
 
 }  // namespace hb
