@@ -121,6 +121,24 @@ def test_the_well_formed_table_loads_and_runs(fake):
     assert p(np.zeros(4, np.uint8), out) is out
 
 
+def test_a_pipeline_with_no_output_runs(fake):
+    """No output is not all outputs empty: a call of a pipeline declaring none runs it (here it
+    fails, and says so), where a call whose outputs are all empty computes nothing."""
+    lib, reset = fake
+    table, arguments = reset()
+    table.num_arguments = 1  # the input only
+    p = hb.aot.load(lib, "fake")
+    assert [a["kind"] for a in p.arguments] == ["input_buffer"]
+    reset.fail(-7, b"the pipeline ran")
+    with pytest.raises(hb.PipelineError, match="the pipeline ran") as caught:
+        p(np.zeros(0, np.uint8))
+    assert caught.value.code == -7
+    reset()
+    out = hb.Buffer((0,), "uint8")
+    reset.fail(-7, b"the pipeline ran")
+    assert hb.aot.load(lib, "fake")(np.zeros(0, np.uint8), out) is out  # all outputs empty: not run
+
+
 @pytest.mark.parametrize("name", ["fake\0", "fake\0_metadata", "", "fake x", "../fake", "1fake", "fake()",
                                   "fak\u00e9"])
 def test_a_name_that_is_no_c_identifier_is_refused_before_any_lookup(fake, name):
