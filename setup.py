@@ -1,4 +1,5 @@
-"""Builds the one private extension, halide_buffer._core, from the sorted sources in csrc/ (one folder per layer), and
+"""Builds the private extension halide_buffer._core from the sorted C++ sources in csrc/ (one folder per layer) and
+the OpenCL context hooks library halide_buffer._opencl_hooks (csrc/hooks/), and
 gives the package index its long description (README.md with absolute links).
 
 Two things make the build quick:
@@ -27,7 +28,7 @@ from pathlib import Path
 
 import pybind11
 from pybind11.setup_helpers import Pybind11Extension, build_ext
-from setuptools import setup
+from setuptools import Extension, setup
 from setuptools.config.pyprojecttoml import load_file
 
 ROOT = Path(__file__).resolve().parent
@@ -183,9 +184,13 @@ core = Pybind11Extension(
     cxx_std=17,
 )
 
+# Loaded with RTLD_GLOBAL at import, before any pipeline library: Halide's OpenCL runtimes bind
+# their context hooks to it (csrc/hooks/opencl_context_hooks.c). No Python in it.
+opencl_hooks = Extension("halide_buffer._opencl_hooks", ["csrc/hooks/opencl_context_hooks.c"])
+
 setup(
     long_description=index_readme(),
     long_description_content_type="text/markdown",
-    ext_modules=[core],
+    ext_modules=[core, opencl_hooks],
     cmdclass={"build_ext": incremental_build_ext},
 )

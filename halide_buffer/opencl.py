@@ -14,6 +14,11 @@ first use. It is looked for in this order:
 The loader is opened with ``RTLD_GLOBAL`` so that Halide's OpenCL runtime finds the same API:
 ``hb.aot`` opens it before an OpenCL AOT pipeline's first call; :func:`load_library` opens it for
 Halide's JIT (``Func.realize`` and the like with an ``-opencl`` target).
+
+One memory per device: importing this module loads ``halide_buffer._opencl_hooks`` with
+``RTLD_GLOBAL``, whose ``halide_acquire_cl_context`` / ``halide_release_cl_context`` every Halide
+OpenCL runtime opened afterwards calls instead of its own: it computes in the context and queue of
+the call's device (the device its buffer arguments are on, else :func:`device`), in our memory.
 """
 
 from __future__ import annotations
@@ -26,6 +31,8 @@ from typing import Any
 
 from . import _core, _pocl_cpu
 from ._core import Buffer, Device
+
+_core._opencl_share_context(importlib.util.find_spec("halide_buffer._opencl_hooks").origin)
 
 __all__ = ["as_array", "device", "library_candidates", "load_library", "loaded_library", "wrap"]
 

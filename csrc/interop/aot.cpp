@@ -11,6 +11,7 @@
 
 #include "backends/device_cuda.h"
 #include "backends/opencl_api.h"
+#include "backends/opencl_context.h"
 #include "core/dtype.h"
 #include "core/errors.h"
 
@@ -218,6 +219,11 @@ std::shared_ptr<AotPipeline> AotPipeline::load(const std::string &path, const st
         install_cuda_handlers(library);
     }
     return p;
+}
+
+bool AotPipeline::runs_in_our_context(OpenCLDevice &device) const {
+    std::call_once(probed_, [&] { in_our_context_ = runtime_uses_our_context(device_interface_, device); });
+    return in_our_context_;
 }
 
 void AotPipeline::call(void **argv) const {

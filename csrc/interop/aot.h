@@ -3,9 +3,11 @@
 #pragma once
 
 #include <memory>
+#include <mutex>
 #include <string>
 
 #include "abi/halide_abi.h"
+#include "backends/device_opencl.h"
 
 namespace hb {
 
@@ -32,6 +34,10 @@ public:
     /// An OpenCL target: its runtime looks the OpenCL API up by name in the process, where
     /// each call first makes our loader visible (ocl::api()).
     bool uses_opencl() const { return uses_opencl_; }
+    /// An OpenCL target whose runtime asks us for its context (backends/opencl_context.h): its
+    /// calls compute on our devices, in our memory. Found out once, at the first call (on
+    /// `device`); false for a library opened before halide_buffer, whose runtime keeps its own.
+    bool runs_in_our_context(OpenCLDevice &device) const;
 
     /// Runs the pipeline (the caller has released the GIL). A failure throws PipelineError with
     /// the messages Halide's runtime reported and its error code; an OpenCL pipeline without
@@ -46,6 +52,8 @@ private:
     const halide_device_interface_t *device_interface_ = nullptr;
     bool uses_cuda_ = false;
     bool uses_opencl_ = false;
+    mutable std::once_flag probed_;
+    mutable bool in_our_context_ = false;
 };
 
 }  // namespace hb

@@ -6,6 +6,7 @@
 
 #include "core/errors.h"
 #include "interop/aot.h"
+#include "backends/opencl_context.h"
 #include "interop/cuda_interop.h"
 #include "python/py_glue.h"
 
@@ -229,6 +230,9 @@ py::object allocate_queried(const std::string &where, const Query &first, const 
 /// (references dropped) when the call ends, however it ends.
 struct CallScratch {
     std::vector<py::object> given;
+    /// Each buffer argument's halide_buffer_t for this call alone (Buffer::lend), given back
+    /// when the call ends.
+    std::vector<std::unique_ptr<RawView>> lent;
     std::vector<halide_scalar_value_t> scalars;
     std::vector<void *> argv;
     std::vector<Query> queries[2];  // one per request (kRequestMins)
@@ -236,12 +240,24 @@ struct CallScratch {
 
     void start(size_t n) {
         given.assign(n, py::object());
+        lent.resize(n);
         scalars.assign(n, halide_scalar_value_t{});
         argv.assign(n, nullptr);
         outputs.clear();
         missing.clear();
     }
-    void finish() { given.clear(); }
+    /// Gives every lent view back (what the call left in it taken in), then drops the references.
+    void finish() {
+        for (size_t i = 0; i < lent.size(); ++i) {
+            if (!lent[i]) continue;
+            try {
+                buffer_of(given[i].ptr()).take_back(std::move(lent[i]));
+            } catch (...) {
+                lent[i].reset();  // only a failed lock wait: the view goes, as a dying Buffer's does
+            }
+        }
+        given.clear();
+    }
 };
 
 /// Halide's bounds query (host == NULL: the pipeline fills in the region it needs) for each
@@ -269,7 +285,7 @@ void ask_bounds(const AotPipeline &p, CallScratch &s, std::vector<Query> &querie
 
 /// The CUDA device of a call: that of the first buffer argument on one, else the default
 /// device (DeviceError without a driver). Remembered for the runtime's calls outside ours.
-std::shared_ptr<CudaDevice> call_device(const halide_filter_metadata_t &m, const std::vector<py::object> &given) {
+std::shared_ptr<CudaDevice> cuda_call_device(const halide_filter_metadata_t &m, const std::vector<py::object> &given) {
     std::shared_ptr<CudaDevice> device;
     for (size_t i = 0; i < given.size() && !device; ++i) {
         if (given[i] && is_buffer(m.arguments[i])) device = cuda_device_of(buffer_of(given[i].ptr()));
@@ -277,6 +293,31 @@ std::shared_ptr<CudaDevice> call_device(const halide_filter_metadata_t &m, const
     if (!device) device = cuda_device(0, "hb.aot");
     remember_pipeline_device(device);
     return device;
+}
+
+/// The OpenCL device of a call: that of the first buffer argument on one, else the default
+/// device; null when the pipeline's runtime keeps a context of its own (a library opened
+/// before halide_buffer: see opencl_context.h), whose memory is its own.
+std::shared_ptr<OpenCLDevice> opencl_call_device(const AotPipeline &p, const std::vector<py::object> &given) {
+    ocl::api(p.name().c_str());  // DeviceError naming the pipeline and what to install, without a loader
+    const halide_filter_metadata_t &m = p.metadata();
+    std::shared_ptr<OpenCLDevice> device;
+    for (size_t i = 0; i < given.size() && !device; ++i) {
+        if (!given[i] || !is_buffer(m.arguments[i])) continue;
+        Buffer &b = buffer_of(given[i].ptr());
+        if (b.may_hold_device_copy()) device = std::dynamic_pointer_cast<OpenCLDevice>(b.device());
+    }
+    if (!device) device = default_opencl_device();
+    return p.runs_in_our_context(*device) ? device : nullptr;
+}
+
+/// The device a call computes on, in our memory: a CUDA pipeline's (always), an OpenCL
+/// pipeline's whose runtime asks us for its context; null for a host pipeline, or one whose
+/// runtime keeps memory of its own.
+std::shared_ptr<Device> call_device(const AotPipeline &p, const std::vector<py::object> &given) {
+    if (p.uses_cuda()) return cuda_call_device(p.metadata(), given);
+    if (p.uses_opencl() && p.device_interface()) return opencl_call_device(p, given);
+    return nullptr;
 }
 
 /// This thread's scratch for one call (start() it), emptied when the call ends, however it
@@ -366,23 +407,25 @@ void convert_arguments(const AotPipeline &p, CallScratch &s) {
     }
 }
 
-/// Prepares buffer argument i for the call and passes its halide_buffer_t: on `gpu` when there
-/// is one (shown to the pipeline as on its device interface), else as the pipeline needs it.
-void enter_buffer(const AotPipeline &p, CallScratch &s, size_t i, const std::shared_ptr<CudaDevice> &gpu) {
+/// Prepares buffer argument i for the call and passes a halide_buffer_t lent to the call alone:
+/// on `device` when there is one (shown to the pipeline as on its device interface), else as
+/// the pipeline needs it.
+void enter_buffer(const AotPipeline &p, CallScratch &s, size_t i, const std::shared_ptr<Device> &device) {
     Buffer &b = buffer_of(s.given[i].ptr());
     bool output = p.metadata().arguments[i].kind == halide_argument_kind_output_buffer;
-    if (gpu) {  // places the buffer on the GPU: may allocate and copy, whatever it held before
+    if (device) {  // places the buffer on the device: may allocate and copy, whatever it held before
         py::gil_scoped_release nogil;
-        b.prepare_for_pipeline(p.name().c_str(), p.device_interface(), output, gpu);
+        b.prepare_for_pipeline(p.name().c_str(), p.device_interface(), output, device);
     } else {
         run_lease(b, [&] { b.prepare_for_pipeline(p.name().c_str(), p.device_interface(), output); });
     }
-    s.argv[i] = b.raw(p.name().c_str(), gpu ? p.device_interface() : nullptr);
+    s.lent[i] = b.lend(p.name().c_str(), device ? p.device_interface() : nullptr);
+    s.argv[i] = &s.lent[i]->buf;
 }
 
 /// Enters every buffer given, then allocates the outputs not given (bounds queries) and
 /// enters them.
-void enter_buffers(const AotPipeline &p, CallScratch &s, const std::shared_ptr<CudaDevice> &gpu) {
+void enter_buffers(const AotPipeline &p, CallScratch &s, const std::shared_ptr<Device> &gpu) {
     const halide_filter_metadata_t &m = p.metadata();
     for (size_t i = 0; i < s.given.size(); ++i) {
         if (s.given[i] && is_buffer(m.arguments[i])) enter_buffer(p, s, i, gpu);
@@ -398,13 +441,14 @@ void enter_buffers(const AotPipeline &p, CallScratch &s, const std::shared_ptr<C
 
 /// A device pipeline overwrites its outputs whole: their old host contents need not go up.
 /// Its inputs without a device copy it can use must: its runtime uploads only host-dirty ones.
-void expect_transfers(const AotPipeline &p, const std::vector<py::object> &given) {
+void expect_transfers(const AotPipeline &p, CallScratch &s) {
     if (!p.device_interface()) return;
     const halide_filter_metadata_t &m = p.metadata();
-    for (size_t i = 0; i < given.size(); ++i) {
-        if (!given[i] || !is_buffer(m.arguments[i])) continue;
-        Buffer &b = buffer_of(given[i].ptr());
-        m.arguments[i].kind == halide_argument_kind_output_buffer ? b.expect_overwrite() : b.expect_upload();
+    for (size_t i = 0; i < s.given.size(); ++i) {
+        if (!s.lent[i]) continue;
+        Buffer &b = buffer_of(s.given[i].ptr());
+        if (m.arguments[i].kind == halide_argument_kind_output_buffer) b.expect_overwrite(*s.lent[i]);
+        else b.expect_upload(*s.lent[i]);
     }
 }
 
@@ -434,13 +478,13 @@ py::object call_with(const AotPipeline &p, PyObject *const *pos, size_t npos, Py
     take_positional(p, pos, npos, scratch.given);
     take_keywords(p, kwargs, scratch.given);
     convert_arguments(p, scratch);
-    // A CUDA pipeline runs on the device of its first argument on one, else the default device,
+    // A device pipeline runs on the device of its first argument on one, else the default device,
     // and its arguments are placed there: it reads and writes our device copies as they are.
-    std::shared_ptr<CudaDevice> gpu = p.uses_cuda() ? call_device(p.metadata(), scratch.given) : nullptr;
-    TargetDevice target(gpu.get());  // the device our handlers give the pipeline's runtime
-    enter_buffers(p, scratch, gpu);
+    std::shared_ptr<Device> device = call_device(p, scratch.given);
+    TargetDevice target(device.get());  // the device our hooks give the pipeline's runtime
+    enter_buffers(p, scratch, device);
     if (nothing_to_compute(scratch)) return call_outputs(scratch);
-    expect_transfers(p, scratch.given);
+    expect_transfers(p, scratch);
     {
         py::gil_scoped_release nogil;
         p.call(scratch.argv.data());

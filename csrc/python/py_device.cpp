@@ -5,6 +5,7 @@
 #include <pybind11/stl.h>
 
 #include "backends/device_opencl.h"
+#include "backends/opencl_context.h"
 #include "core/errors.h"
 #include "python/py_glue.h"
 
@@ -47,7 +48,9 @@ void bind_device(py::module_ &m) {
 
     m.def("_opencl_set_library_candidates", &ocl::set_library_candidates, py::arg("paths"));
     m.def("_opencl_loaded_library", &ocl::loaded_library);
-    m.def("_opencl_default_device", &OpenCLDevice::open_default);
+    m.def("_opencl_default_device", &default_opencl_device, py::call_guard<py::gil_scoped_release>());
+    m.def("_opencl_share_context", &share_opencl_context, py::arg("hooks_library"));
+    m.def("_opencl_context_shared", &opencl_context_shared);
     m.def("_opencl_adopt", [](uintptr_t context, uintptr_t queue) {
         return OpenCLDevice::adopt(as_handle<ocl::cl_context>(context),
                                    as_handle<ocl::cl_command_queue>(queue));

@@ -131,6 +131,9 @@ struct Storage {
     /// context that runtime's hooks must be given.
     Device *operation_device() const { return device ? device.get() : runtime_device.get(); }
     void forget_view_handles();
+    /// BufferError naming `entry` while a running pipeline call computes in the device copy (a
+    /// lent view shows it): it must not be freed or moved under the call.
+    void refuse_lent(const char *entry) const;
     /// BufferError naming `entry` for a bound storage: our device memory never goes into its
     /// owner's halide_buffer_t, whose device copy only Halide's runtime makes.
     void refuse_bound(const char *entry) const;
@@ -156,6 +159,10 @@ struct RawView {
     /// before each absorb (pull) and written back after each publish (push). Cleared for good
     /// when it stops describing the memory `buf` does (its owner changed its geometry in place).
     halide_buffer_t *external = nullptr;
+    /// Lent to a running pipeline call (Buffer::lend()): every other operation on the storage
+    /// leaves it alone (its runtime may be reading and writing it with no lock held) until the
+    /// call gives it back.
+    bool lent = false;
     void pull();
     void push() const;
 };
@@ -390,13 +397,13 @@ public:
     void prepare_for_pipeline(const char *entry, const halide_device_interface_t *interface, bool output,
                               const std::shared_ptr<Device> &device);
     /// This view is about to be overwritten whole on a device (a device pipeline's output): its
-    /// published halide_buffer_t stops asking for an upload of the old contents, when the view
+    /// lent halide_buffer_t (see lend()) stops asking for an upload of the old contents, when the view
     /// covers its storage (the rest of a storage matters) and no device copy is newer.
-    void expect_overwrite();
-    /// This view is about to be read by a device pipeline: if its published halide_buffer_t
-    /// shows no device copy, it asks for an upload (Halide's runtime uploads only host-dirty
-    /// inputs, and the host copy is the current one then).
-    void expect_upload();
+    void expect_overwrite(RawView &view);
+    /// This view is about to be read by a device pipeline: if its lent halide_buffer_t shows no
+    /// device copy, it asks for an upload (Halide's runtime uploads only host-dirty inputs, and
+    /// the host copy is the current one then).
+    void expect_upload(RawView &view);
     /// Where the current data is and whose the memory is, read in one residency operation.
     struct MemoryFacts {
         uint64_t flags;                        ///< the effective flags (host_dirty, device_dirty)
@@ -424,6 +431,12 @@ public:
     /// `shown_as`: the interface a pipeline's runtime knows our device copy by (the same
     /// pointers under its own table), for a view covering its storage; null: ours.
     halide_buffer_t *raw(const char *entry, const halide_device_interface_t *shown_as = nullptr);
+    /// A halide_buffer_t of this view for one pipeline call alone, published as raw() publishes
+    /// (`shown_as` likewise): no other call or holder shares it, and every other operation on
+    /// the storage leaves it alone (RawView::lent) until take_back() takes in what the call left
+    /// in it (flags, device memory) and drops it.
+    std::unique_ptr<RawView> lend(const char *entry, const halide_device_interface_t *shown_as);
+    void take_back(std::unique_ptr<RawView> view);
 
     // --- Halide's own buffers (halide_bridge.cpp) ---------------------------------------------
     /// A buffer over the host memory `external` describes (an hl.Buffer's halide_buffer_t),
@@ -436,8 +449,13 @@ public:
 
 private:
     Buffer() = default;
-    /// The view's halide_buffer_t would show the storage's whole root (same geometry and type).
+    /// The view's halide_buffer_t would show the storage's whole root: the same elements at the
+    /// same addresses, whatever its mins.
     bool covers_whole_storage() const;
+    /// A new halide_buffer_t describing this view (raw()'s and lend()'s), registered with the storage.
+    std::unique_ptr<RawView> new_raw_view() const;
+    /// Publishes `view` for `shown_as` and the pipeline call running now (TargetDevice).
+    void publish_for_call(RawView &view, const halide_device_interface_t *shown_as);
     /// Makes `external` (describing exactly this view of a new storage) the storage's bound
     /// view, taking in its residency state (residency.cpp).
     void bind(halide_buffer_t *external);

@@ -32,14 +32,11 @@ bool same_memory(const halide_buffer_t &a, const halide_buffer_t &b) {
     return true;
 }
 
-/// Same geometry as the storage's root: a pipeline's allocation for it covers the storage.
-bool covers_storage(const halide_buffer_t &view, const halide_buffer_t &root) {
-    if (!same_memory(view, root)) return false;
-    for (int i = 0; i < view.dimensions; ++i) {
-        if (view.dim[i].min != root.dim[i].min) return false;
-    }
-    return true;
-}
+/// The same elements as the storage's root, whatever the view's mins (set_min, translated, an
+/// output at mins): a pipeline's allocation for it covers the storage, and our device copy of
+/// the storage is the whole of its memory (device memory mirrors host memory; coordinates name
+/// its elements, they do not move them).
+bool covers_storage(const halide_buffer_t &view, const halide_buffer_t &root) { return same_memory(view, root); }
 
 }  // namespace
 
@@ -82,7 +79,9 @@ uint64_t Storage::effective_flags() const {
 }
 
 void Storage::absorb_raw_views() {
-    for (RawView *r : raw_views) absorb(*r);
+    for (RawView *r : raw_views) {
+        if (!r->lent) absorb(*r);  // a running call's: taken in when the call gives it back
+    }
 }
 
 void Storage::absorb(RawView &r) {
@@ -201,6 +200,7 @@ void Storage::upload(const char *entry, const DeviceChoice &on) {
 
 std::shared_ptr<void> Storage::free_device(const char *entry) {
     if (!root.device) return nullptr;
+    refuse_lent(entry);
     download(entry);  // freeing never loses data: a newer device copy comes home first
     DeviceCall call(entry, operation_device());
     if (std::shared_ptr<void> lent = device ? device->retire_lent(root) : nullptr) {
@@ -225,9 +225,19 @@ void Storage::refuse_bound(const char *entry) const {
                           "own first: b.copy()");
 }
 
+void Storage::refuse_lent(const char *entry) const {
+    for (const RawView *r : raw_views) {
+        if (r->lent && r->buf.device && r->buf.device == r->published_device)
+            throw BufferError(std::string(entry) + "(): a pipeline call running in another thread computes in "
+                              "the buffer's device copy; free or move it after the call returns");
+    }
+}
+
 void Storage::forget_view_handles() {
-    // Called after absorb_raw_views(): what the views show is ours to take back.
+    // Called after absorb_raw_views(): what the views show is ours to take back (refuse_lent()
+    // came first: no running call is shown our device memory).
     for (RawView *r : raw_views) {
+        if (r->lent) continue;
         r->buf.device = r->published_device = 0;
         r->buf.device_interface = nullptr;
         r->buf.padding = nullptr;
@@ -283,7 +293,9 @@ void Storage::publish(RawView &r, bool may_copy) {
 }
 
 void Storage::publish_all() {
-    for (RawView *r : raw_views) publish(*r, false);
+    for (RawView *r : raw_views) {
+        if (!r->lent) publish(*r, false);
+    }
 }
 
 void RawView::pull() {
@@ -506,6 +518,7 @@ std::shared_ptr<void> Buffer::device_detach_native() {
     if (s.device_ownership != DeviceOwnership::wrapped)
         throw ValueError(std::string(entry) + "(): the device allocation was not wrapped with "
                          "device_wrap_native(); use device_free()");
+    s.refuse_lent(entry);
     s.download(entry);
     s.forget_view_handles();
     // Memory handed to consumers without a reference of their own stays valid while the
@@ -584,7 +597,8 @@ void Buffer::prepare_for_pipeline(const char *entry, const halide_device_interfa
 }
 
 bool Buffer::covers_whole_storage() const {
-    // covers_storage() of the halide_buffer_t raw() would publish (axes reversed, strides in elements).
+    // covers_storage() of the halide_buffer_t raw() would publish (axes reversed, strides in
+    // elements): mins aside.
     const halide_buffer_t &root = storage_->root;
     int n = ndim();
     if (data_ != root.host || n != root.dimensions || dtype_->halide.code != root.type.code ||
@@ -592,7 +606,7 @@ bool Buffer::covers_whole_storage() const {
         return false;
     for (int i = 0; i < n; ++i) {
         const halide_dimension_t &d = root.dim[n - 1 - i];
-        if (d.min != mins_[size_t(i)] || d.extent != shape_[size_t(i)] ||
+        if (d.extent != shape_[size_t(i)] ||
             int64_t(d.stride) * dtype_->itemsize != strides_[size_t(i)])
             return false;
     }
@@ -627,30 +641,28 @@ void Buffer::prepare_for_pipeline(const char *entry, const halide_device_interfa
     output ? s.allocate(entry, on) : s.upload(entry, on);
 }
 
-void Buffer::expect_overwrite() {
-    if (!raw_) return;
-    StorageOp op(*storage_, false);  // no republishing: that would put the flag back
-    halide_buffer_t &buf = raw_->buf;
+void Buffer::expect_overwrite(RawView &view) {
+    StorageOp op(*storage_);  // a lent view is not republished
+    halide_buffer_t &buf = view.buf;
     if ((buf.flags & kDeviceDirty) || !covers_storage(buf, storage_->root)) return;
     buf.flags &= ~kHostDirty;
-    raw_->published = buf.flags;  // not news to take in: the storage's own flags stay as they are
+    view.published = buf.flags;  // not news to take in: the storage's own flags stay as they are
 }
 
-void Buffer::expect_upload() {
-    if (!raw_) return;
-    StorageOp op(*storage_, false);  // no republishing: that would take the flag back
-    halide_buffer_t &buf = raw_->buf;
+void Buffer::expect_upload(RawView &view) {
+    StorageOp op(*storage_);  // a lent view is not republished
+    halide_buffer_t &buf = view.buf;
     if (buf.device) {
         // The pipeline reads the device copy it is shown. One we placed for it was uploaded just
         // now: a standing lease's host_dirty must not make its runtime upload it again.
-        if (raw_->shown_as && !(storage_->root.flags & kHostDirty)) {
+        if (view.shown_as && !(storage_->root.flags & kHostDirty)) {
             buf.flags &= ~kHostDirty;
-            raw_->published = buf.flags;
+            view.published = buf.flags;
         }
         return;
     }
     buf.flags = kHostDirty;
-    raw_->published = buf.flags;
+    view.published = buf.flags;
 }
 
 void Buffer::bind(halide_buffer_t *external) {
@@ -678,36 +690,66 @@ const halide_buffer_t *Buffer::bound_struct() {
     return storage_->bound ? storage_->bound->external : nullptr;
 }
 
-halide_buffer_t *Buffer::raw(const char *entry, const halide_device_interface_t *shown_as) {
-    if (!dtype_->has_halide_type())
-        throw BufferError(std::string(entry) + "(): Halide has no type for " + dtype_->name +
-                          "; pass a buffer of another dtype");
-    StorageOp op(*storage_);
-    if (!raw_) {
-        raw_ = std::make_unique<RawView>();
-        int n = ndim();
-        raw_->dims.resize(size_t(n));
-        for (int i = 0; i < n; ++i) {
-            // NumPy axis i is Halide dimension n - 1 - i.
-            halide_dimension_t &d = raw_->dims[size_t(n - 1 - i)];
-            d.min = int32_t(mins_[size_t(i)]);
-            d.extent = int32_t(shape_[size_t(i)]);
-            d.stride = int32_t(strides_[size_t(i)] / dtype_->itemsize);
-            d.flags = 0;
-        }
-        raw_->buf.host = data_;
-        raw_->buf.type = dtype_->halide;
-        raw_->buf.dimensions = n;
-        raw_->buf.dim = n ? raw_->dims.data() : nullptr;
-        storage_->raw_views.push_back(raw_.get());
-        ++storage_->published_views;
+std::unique_ptr<RawView> Buffer::new_raw_view() const {
+    auto r = std::make_unique<RawView>();
+    int n = ndim();
+    r->dims.resize(size_t(n));
+    for (int i = 0; i < n; ++i) {
+        // NumPy axis i is Halide dimension n - 1 - i.
+        halide_dimension_t &d = r->dims[size_t(n - 1 - i)];
+        d.min = int32_t(mins_[size_t(i)]);
+        d.extent = int32_t(shape_[size_t(i)]);
+        d.stride = int32_t(strides_[size_t(i)] / dtype_->itemsize);
+        d.flags = 0;
     }
-    raw_->shown_as = shown_as;
+    r->buf.host = data_;
+    r->buf.type = dtype_->halide;
+    r->buf.dimensions = n;
+    r->buf.dim = n ? r->dims.data() : nullptr;
+    storage_->raw_views.push_back(r.get());
+    ++storage_->published_views;
+    return r;
+}
+
+void Buffer::publish_for_call(RawView &view, const halide_device_interface_t *shown_as) {
+    view.shown_as = shown_as;
     // After the StorageOp took in what the view held: that was the previous call's.
     Device *call = TargetDevice::current();
-    raw_->call_device = call ? call->shared_from_this() : nullptr;
-    storage_->publish(*raw_, true);
+    view.call_device = call ? call->shared_from_this() : nullptr;
+    storage_->publish(view, true);
+}
+
+/// BufferError for a dtype Halide has no type for, naming `entry`.
+static void refuse_no_halide_type(const char *entry, const DType &dtype) {
+    if (!dtype.has_halide_type())
+        throw BufferError(std::string(entry) + "(): Halide has no type for " + dtype.name +
+                          "; pass a buffer of another dtype");
+}
+
+halide_buffer_t *Buffer::raw(const char *entry, const halide_device_interface_t *shown_as) {
+    refuse_no_halide_type(entry, *dtype_);
+    StorageOp op(*storage_);
+    if (!raw_) raw_ = new_raw_view();
+    publish_for_call(*raw_, shown_as);
     return &raw_->buf;
+}
+
+std::unique_ptr<RawView> Buffer::lend(const char *entry, const halide_device_interface_t *shown_as) {
+    refuse_no_halide_type(entry, *dtype_);
+    StorageOp op(*storage_);
+    std::unique_ptr<RawView> view = new_raw_view();
+    publish_for_call(*view, shown_as);
+    view->lent = true;
+    return view;
+}
+
+void Buffer::take_back(std::unique_ptr<RawView> view) {
+    StorageOp op(*storage_);  // the other views first; then what the call left in this one
+    view->lent = false;
+    storage_->absorb(*view);
+    auto &views = storage_->raw_views;
+    views.erase(std::find(views.begin(), views.end(), view.get()));
+    --storage_->published_views;
 }
 
 }  // namespace hb
