@@ -23,16 +23,32 @@ the call's device (the device its buffer arguments are on, else :func:`device`),
 
 from __future__ import annotations
 
+import atexit
 import glob
 import importlib.util
 import os
 import threading
+import weakref
 from typing import Any
 
 from . import _core, _pocl_cpu
 from ._core import Buffer, Device
 
 _core._opencl_share_context(importlib.util.find_spec("halide_buffer._opencl_hooks").origin)
+
+# Pipelines return with their kernels queued (Halide's runtime does not wait for them); an OpenCL
+# driver still compiling or running one while the process exits can crash in its own teardown.
+_devices: weakref.WeakSet[Device] = weakref.WeakSet()
+
+
+@atexit.register
+def _finish_queued_work() -> None:
+    """At exit: waits for the work queued on every device still alive."""
+    for d in list(_devices):
+        try:
+            d.synchronize()
+        except Exception:  # noqa: BLE001 (a lost queue has nothing left to finish)
+            pass
 
 __all__ = ["as_array", "device", "library_candidates", "load_library", "loaded_library", "wrap"]
 
@@ -140,8 +156,11 @@ def device(context: Any = None, queue: Any = None) -> Device:
         if context is None and queue is None:
             if _default is None:
                 _default = _core._opencl_default_device()
+                _devices.add(_default)
             return _default
-    return _core._opencl_adopt(_handle(context, "context"), _handle(queue, "queue"))
+    adopted = _core._opencl_adopt(_handle(context, "context"), _handle(queue, "queue"))
+    _devices.add(adopted)
+    return adopted
 
 
 # ---------------------------------------------------------------------------------------------
