@@ -2,6 +2,7 @@
 // position or name, checked against the pipeline's metadata; outputs allocated by a bounds
 // query when not given; the GIL released during the call).
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "core/errors.h"
@@ -232,7 +233,7 @@ struct CallScratch {
     std::vector<py::object> given;
     /// Each buffer argument's halide_buffer_t for this call alone (Buffer::lend), given back
     /// when the call ends.
-    std::vector<std::unique_ptr<RawView>> lent;
+    std::vector<RawView *> lent;
     std::vector<halide_scalar_value_t> scalars;
     std::vector<void *> argv;
     std::vector<Query> queries[2];  // one per request (kRequestMins)
@@ -240,7 +241,7 @@ struct CallScratch {
 
     void start(size_t n) {
         given.assign(n, py::object());
-        lent.resize(n);
+        lent.assign(n, nullptr);
         scalars.assign(n, halide_scalar_value_t{});
         argv.assign(n, nullptr);
         outputs.clear();
@@ -251,9 +252,9 @@ struct CallScratch {
         for (size_t i = 0; i < lent.size(); ++i) {
             if (!lent[i]) continue;
             try {
-                buffer_of(given[i].ptr()).take_back(std::move(lent[i]));
+                buffer_of(given[i].ptr()).take_back(std::exchange(lent[i], nullptr));
             } catch (...) {
-                lent[i].reset();  // only a failed lock wait: the view goes, as a dying Buffer's does
+                // Only a failed lock wait: the view stays lent (left alone) rather than be lost.
             }
         }
         given.clear();
@@ -307,7 +308,11 @@ std::shared_ptr<OpenCLDevice> opencl_call_device(const AotPipeline &p, const std
         Buffer &b = buffer_of(given[i].ptr());
         if (b.may_hold_device_copy()) device = std::dynamic_pointer_cast<OpenCLDevice>(b.device());
     }
-    if (!device) device = default_opencl_device();
+    try {
+        if (!device) device = default_opencl_device();
+    } catch (const DeviceError &e) {
+        throw DeviceError(p.name() + "(): no OpenCL device to run on: " + e.what(), e.code, e.name);
+    }
     return p.runs_in_our_context(*device) ? device : nullptr;
 }
 

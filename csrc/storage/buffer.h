@@ -432,11 +432,11 @@ public:
     /// pointers under its own table), for a view covering its storage; null: ours.
     halide_buffer_t *raw(const char *entry, const halide_device_interface_t *shown_as = nullptr);
     /// A halide_buffer_t of this view for one pipeline call alone, published as raw() publishes
-    /// (`shown_as` likewise): no other call or holder shares it, and every other operation on
-    /// the storage leaves it alone (RawView::lent) until take_back() takes in what the call left
-    /// in it (flags, device memory) and drops it.
-    std::unique_ptr<RawView> lend(const char *entry, const halide_device_interface_t *shown_as);
-    void take_back(std::unique_ptr<RawView> view);
+    /// (`shown_as` likewise): raw()'s own when no other call has it, else one made for the call.
+    /// Every other operation on the storage leaves it alone (RawView::lent) until take_back()
+    /// takes in what the call left in it (flags, device memory) and drops one made for the call.
+    RawView *lend(const char *entry, const halide_device_interface_t *shown_as);
+    void take_back(RawView *view);
 
     // --- Halide's own buffers (halide_bridge.cpp) ---------------------------------------------
     /// A buffer over the host memory `external` describes (an hl.Buffer's halide_buffer_t),

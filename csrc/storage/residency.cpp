@@ -619,10 +619,11 @@ void Buffer::prepare_for_pipeline(const char *entry, const halide_device_interfa
         throw read_only_output(entry);
     StorageOp op(*storage_);
     Storage &s = *storage_;
-    if (!covers_whole_storage()) {
+    if (!covers_whole_storage() || s.bound || size() == 0) {
         // A part of a storage: shown without device memory over a current host copy (see
         // publish()); the runtime allocates for it, and that comes home after. Our device copy
-        // stays; one under another runtime's interface goes.
+        // stays; one under another runtime's interface goes. So for an hl.Buffer's storage,
+        // whose device copy only Halide's runtime makes, and an empty one (nothing to place).
         if (s.device_ownership == DeviceOwnership::foreign && s.root.device_interface != interface)
             op.defer(s.free_device(entry));
         else
@@ -734,22 +735,26 @@ halide_buffer_t *Buffer::raw(const char *entry, const halide_device_interface_t 
     return &raw_->buf;
 }
 
-std::unique_ptr<RawView> Buffer::lend(const char *entry, const halide_device_interface_t *shown_as) {
+RawView *Buffer::lend(const char *entry, const halide_device_interface_t *shown_as) {
     refuse_no_halide_type(entry, *dtype_);
     StorageOp op(*storage_);
-    std::unique_ptr<RawView> view = new_raw_view();
+    // The view's own, unless another call has it: then one for this call alone.
+    if (!raw_) raw_ = new_raw_view();
+    RawView *view = raw_->lent ? new_raw_view().release() : raw_.get();
     publish_for_call(*view, shown_as);
     view->lent = true;
     return view;
 }
 
-void Buffer::take_back(std::unique_ptr<RawView> view) {
+void Buffer::take_back(RawView *view) {
     StorageOp op(*storage_);  // the other views first; then what the call left in this one
     view->lent = false;
     storage_->absorb(*view);
+    if (view == raw_.get()) return;
     auto &views = storage_->raw_views;
-    views.erase(std::find(views.begin(), views.end(), view.get()));
+    views.erase(std::find(views.begin(), views.end(), view));
     --storage_->published_views;
+    delete view;
 }
 
 }  // namespace hb
