@@ -229,7 +229,7 @@ bool AotPipeline::runs_in_our_context(OpenCLDevice &device) const {
 void AotPipeline::call(void **argv) const {
     // Halide's OpenCL runtime finds the API by name in the process (else it tries to open
     // libOpenCL.so itself): our loader, opened with RTLD_GLOBAL, is the one it must find. A
-    // CUDA pipeline's call has opened the driver the same way (its device, in py_aot.cpp).
+    // CUDA pipeline's call has opened the driver the same way (its device, in aot_call.cpp).
     if (uses_opencl_) ocl::api(name_.c_str());
     t_messages.clear();
     int rc = argv_(argv);

@@ -1,0 +1,317 @@
+// aot_call.cpp: the plan of an AOT pipeline call (see aot_call.h): the argument vector, the
+// bounds queries that allocate the outputs not given, the device of the call, the placement
+// of its buffers, the call; and required_regions()' bounds query.
+#include "interop/aot_call.h"
+
+#include <algorithm>
+#include <utility>
+
+#include "backends/opencl_api.h"
+#include "backends/opencl_context.h"
+#include "core/dtype.h"
+#include "core/errors.h"
+#include "interop/cuda_interop.h"
+
+namespace hb {
+
+bool is_user_context(const halide_filter_argument_t &a) { return std::string(a.name) == "__user_context"; }
+bool is_buffer(const halide_filter_argument_t &a) { return a.kind != halide_argument_kind_input_scalar; }
+
+std::string type_text(halide_type_t t) {
+    const DType *d = dtype_by_halide(t);
+    return d ? d->name : "(" + std::to_string(t.code) + ", " + std::to_string(t.bits) + ", " +
+                             std::to_string(t.lanes) + ")";
+}
+
+std::string where_of(const AotPipeline &p, const halide_filter_argument_t &a) {
+    return p.name() + "(): argument '" + a.name + "'";
+}
+
+void CallScratch::start(size_t n) {
+    buffers.assign(n, nullptr);
+    lent.assign(n, nullptr);
+    scalars.assign(n, halide_scalar_value_t{});
+    argv.assign(n, nullptr);
+    outputs.clear();
+    missing.clear();
+}
+
+void CallScratch::finish() {
+    for (size_t i = 0; i < lent.size(); ++i) {
+        if (!lent[i]) continue;
+        try {
+            buffers[i]->take_back(std::exchange(lent[i], nullptr));
+        } catch (...) {
+            // Only a failed lock wait: the view stays lent (left alone) rather than be lost.
+        }
+    }
+    buffers.clear();
+}
+
+namespace {
+
+// ---------------------------------------------------------------------------------------------
+// The argument vector
+// ---------------------------------------------------------------------------------------------
+
+/// The argument vector of a call or a bounds query, in s.argv: a null user context, each scalar
+/// as given (its default when none was; TypeError without one), each buffer argument as
+/// `buffer(i)` passes it.
+template <typename OnBuffer>
+void build_argv(const AotPipeline &p, CallScratch &s, Arguments &args, OnBuffer &&buffer) {
+    const halide_filter_metadata_t &m = p.metadata();
+    for (size_t i = 0; i < s.argv.size(); ++i) {
+        const halide_filter_argument_t &a = m.arguments[i];
+        if (is_user_context(a)) {
+            s.argv[i] = &s.scalars[i];  // a null user_context
+        } else if (!is_buffer(a)) {
+            if (!args.scalar(i, s.scalars[i])) {
+                if (!a.scalar_def)
+                    throw TypeError(where_of(p, a) + " is missing; pass a value of type " + type_text(a.type));
+                s.scalars[i] = *a.scalar_def;
+            }
+            s.argv[i] = &s.scalars[i];
+        } else {
+            buffer(i, a);
+        }
+    }
+}
+
+/// A call's buffer argument i: the buffer given, else an output noted as missing (allocated by
+/// enter_buffers()); TypeError for a missing input.
+void call_buffer(CallScratch &s, CallArguments &args, const AotPipeline &p, size_t i,
+                 const halide_filter_argument_t &a) {
+    bool output = a.kind == halide_argument_kind_output_buffer;
+    s.buffers[i] = args.buffer(i);
+    if (!s.buffers[i] && !output)
+        throw TypeError(where_of(p, a) + " is missing; pass a " + type_text(a.type) + " buffer of " +
+                        std::to_string(a.dimensions) + " axes");
+    if (!s.buffers[i]) s.missing.push_back(i);
+    if (output) s.outputs.push_back(i);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Bounds queries
+// ---------------------------------------------------------------------------------------------
+
+/// A query's halide_buffer_t for argument `a`, its dimensions as they are in q.dims.
+void point_query(Query &q, const halide_filter_argument_t &a) {
+    q.buf = halide_buffer_t{};
+    q.buf.type = a.type;
+    q.buf.dimensions = a.dimensions;
+    q.buf.dim = q.dims.data();
+}
+
+Region region_of(const Query &q) {
+    Region r;
+    for (int i = q.buf.dimensions; i-- > 0;) {
+        r.shape.push_back(q.dims[size_t(i)].extent);
+        r.mins.push_back(q.dims[size_t(i)].min);
+    }
+    return r;
+}
+
+/// Runs the bounds query in s.argv; a failure's PipelineError says which query it was (`what`).
+void run_query(const AotPipeline &p, CallScratch &s, Arguments &args, const char *what) {
+    try {
+        args.unlocked([&] { p.call(s.argv.data()); });
+    } catch (const PipelineError &e) {
+        throw PipelineError(std::string(e.what()) + "; this was the bounds query for " + what, e.code);
+    }
+}
+
+/// Where every bounds query starts from: each dimension of an output not given asked for
+/// empty, at one min, then at another. A pipeline that fixes the output's region (from its
+/// inputs or constants) answers both alike; one that does not answers with a region grown from
+/// the request (a vector or a tile of its schedule around it), which differs.
+constexpr int32_t kRequestMins[] = {0, 1021};
+
+/// The output the bounds queries found, allocated with their coordinates, when the pipeline
+/// fixes it: both answers the same. An extent of 0 or less is empty, whatever its value (over
+/// an empty input, a guarded GPU tiling answers -8 to one request and -24 to the other): an
+/// output fixed as empty, for which the call computes nothing.
+Buffer allocate_queried(const std::string &where, const Query &first, const Query &second) {
+    Region r = region_of(first), again = region_of(second);
+    for (Region *answer : {&r, &again}) {
+        for (int64_t &n : answer->shape) n = std::max<int64_t>(n, 0);
+    }
+    if (r.shape != again.shape || r.mins != again.mins)
+        throw ValueError(where + ": the pipeline does not fix this output's size (its bounds queries answer "
+                         "with the region asked for, grown to its schedule's vectors or tiles: shape " +
+                         tuple_text(r.shape) + " at mins " + tuple_text(r.mins) + " for one request, " +
+                         tuple_text(again.shape) + " at mins " + tuple_text(again.mins) + " for another); "
+                         "pass an output buffer");
+    return Buffer::allocate("aot", r.shape, *dtype_by_halide(first.buf.type)).with_mins(r.mins);
+}
+
+/// Halide's bounds query (host == NULL: the pipeline fills in the region it needs) for each
+/// output not given, every dimension asked for empty at `min`; the answers land in `queries`.
+void ask_bounds(const AotPipeline &p, CallScratch &s, CallArguments &args, std::vector<Query> &queries,
+                int32_t min) {
+    const halide_filter_metadata_t &m = p.metadata();
+    queries.resize(size_t(m.num_arguments));
+    for (size_t i : s.missing) {
+        Query &q = queries[i];
+        q.dims.assign(size_t(m.arguments[i].dimensions), halide_dimension_t{min, 0, 0, 0});
+        point_query(q, m.arguments[i]);
+        s.argv[i] = &q.buf;
+    }
+    run_query(p, s, args, "the outputs not given: pass output buffers");
+}
+
+// ---------------------------------------------------------------------------------------------
+// The device of a call
+// ---------------------------------------------------------------------------------------------
+
+/// The CUDA device of a call: that of the first buffer argument on one, else the default
+/// device (DeviceError without a driver). Remembered for the runtime's calls outside ours.
+std::shared_ptr<CudaDevice> cuda_call_device(const CallScratch &s, CallArguments &args) {
+    std::shared_ptr<CudaDevice> device;
+    for (size_t i = 0; i < s.buffers.size() && !device; ++i) {
+        if (s.buffers[i]) device = cuda_device_of(*s.buffers[i]);
+    }
+    if (!device) device = args.default_cuda_device();
+    remember_pipeline_device(device);
+    return device;
+}
+
+/// The OpenCL device of a call: that of the first buffer argument on one, else the default
+/// device; null when the pipeline's runtime keeps a context of its own (a library opened
+/// before halide_buffer: see opencl_context.h), whose memory is its own.
+std::shared_ptr<OpenCLDevice> opencl_call_device(const AotPipeline &p, const CallScratch &s) {
+    ocl::api(p.name().c_str());  // DeviceError naming the pipeline and what to install, without a loader
+    std::shared_ptr<OpenCLDevice> device;
+    for (size_t i = 0; i < s.buffers.size() && !device; ++i) {
+        Buffer *b = s.buffers[i];
+        if (b && b->may_hold_device_copy()) device = std::dynamic_pointer_cast<OpenCLDevice>(b->device());
+    }
+    try {
+        if (!device) device = default_opencl_device();
+    } catch (const DeviceError &e) {
+        throw DeviceError(p.name() + "(): no OpenCL device to run on: " + e.what(), e.code, e.name);
+    }
+    return p.runs_in_our_context(*device) ? device : nullptr;
+}
+
+/// The device a call computes on, in our memory: a CUDA pipeline's (always), an OpenCL
+/// pipeline's whose runtime asks us for its context; null for a host pipeline, or one whose
+/// runtime keeps memory of its own.
+std::shared_ptr<Device> call_device(const AotPipeline &p, const CallScratch &s, CallArguments &args) {
+    if (p.uses_cuda()) return cuda_call_device(s, args);
+    if (p.uses_opencl() && p.device_interface()) return opencl_call_device(p, s);
+    return nullptr;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Placement
+// ---------------------------------------------------------------------------------------------
+
+/// Prepares buffer argument i for the call and passes a halide_buffer_t lent to the call alone:
+/// on `device` when there is one (shown to the pipeline as on its device interface), else as
+/// the pipeline needs it.
+void enter_buffer(const AotPipeline &p, CallScratch &s, CallArguments &args, size_t i,
+                  const std::shared_ptr<Device> &device) {
+    Buffer &b = *s.buffers[i];
+    bool output = p.metadata().arguments[i].kind == halide_argument_kind_output_buffer;
+    if (device) {  // places the buffer on the device: may allocate and copy, whatever it held before
+        args.unlocked([&] { b.prepare_for_pipeline(p.name().c_str(), p.device_interface(), output, device); });
+    } else {
+        auto prepare = [&] { b.prepare_for_pipeline(p.name().c_str(), p.device_interface(), output); };
+        if (b.may_hold_device_copy()) args.unlocked(prepare);  // a lease that may move data
+        else prepare();
+    }
+    s.lent[i] = b.lend(p.name().c_str(), device ? p.device_interface() : nullptr);
+    s.argv[i] = &s.lent[i]->buf;
+}
+
+/// Enters every buffer given, then allocates the outputs not given (bounds queries) and
+/// enters them.
+void enter_buffers(const AotPipeline &p, CallScratch &s, CallArguments &args, const std::shared_ptr<Device> &gpu) {
+    const halide_filter_metadata_t &m = p.metadata();
+    for (size_t i = 0; i < s.buffers.size(); ++i) {
+        if (s.buffers[i]) enter_buffer(p, s, args, i, gpu);
+    }
+    if (s.missing.empty()) return;
+    for (int r = 0; r < 2; ++r) ask_bounds(p, s, args, s.queries[r], kRequestMins[r]);
+    for (size_t i : s.missing) {
+        Buffer output = allocate_queried(p.name() + "(): output '" + m.arguments[i].name + "'", s.queries[0][i],
+                                         s.queries[1][i]);
+        s.buffers[i] = &args.keep_output(i, std::move(output));
+        enter_buffer(p, s, args, i, gpu);
+    }
+}
+
+/// A device pipeline overwrites its outputs whole: their old host contents need not go up.
+/// Its inputs without a device copy it can use must: its runtime uploads only host-dirty ones.
+void expect_transfers(const AotPipeline &p, CallScratch &s) {
+    if (!p.device_interface()) return;
+    const halide_filter_metadata_t &m = p.metadata();
+    for (size_t i = 0; i < s.buffers.size(); ++i) {
+        if (!s.lent[i]) continue;
+        Buffer &b = *s.buffers[i];
+        if (m.arguments[i].kind == halide_argument_kind_output_buffer) b.expect_overwrite(*s.lent[i]);
+        else b.expect_upload(*s.lent[i]);
+    }
+}
+
+/// Whether every output of the call is empty: there is nothing to compute, and the pipeline is
+/// not run (Halide's own code would refuse a vectorized or tiled loop over an empty output,
+/// reading its region as starting a vector before the min).
+bool nothing_to_compute(const CallScratch &s) {
+    if (s.outputs.empty()) return false;
+    for (size_t i : s.outputs) {
+        if (s.buffers[i]->size() != 0) return false;
+    }
+    return true;
+}
+
+}  // namespace
+
+void run_call(const AotPipeline &p, CallScratch &s, CallArguments &args) {
+    build_argv(p, s, args, [&](size_t i, const halide_filter_argument_t &a) { call_buffer(s, args, p, i, a); });
+    // A device pipeline runs on the device of its first argument on one, else the default device,
+    // and its arguments are placed there: it reads and writes our device copies as they are.
+    std::shared_ptr<Device> device = call_device(p, s, args);
+    TargetDevice target(device.get());  // the device our hooks give the pipeline's runtime
+    enter_buffers(p, s, args, device);
+    if (nothing_to_compute(s)) return;
+    expect_transfers(p, s);
+    args.unlocked([&] { p.call(s.argv.data()); });
+}
+
+std::vector<std::pair<const char *, Region>> required_regions(const AotPipeline &p, QueryArguments &args) {
+    const halide_filter_metadata_t &m = p.metadata();
+    size_t n = size_t(m.num_arguments);
+    CallScratch s;
+    s.start(n);
+    std::vector<Query> &queries = s.queries[0];
+    queries.resize(n);
+    build_argv(p, s, args, [&](size_t i, const halide_filter_argument_t &a) {
+        Query &q = queries[i];
+        q.dims.assign(size_t(a.dimensions), halide_dimension_t{0, 0, 0, 0});
+        std::vector<int64_t> mins, shape;
+        bool asked = args.region(i, mins, shape);
+        if (!asked && a.kind == halide_argument_kind_output_buffer)
+            throw TypeError(where_of(p, a) + ": no region asked for; pass the output's (mins, shape)");
+        if (asked) {
+            if (mins.size() != size_t(a.dimensions) || shape.size() != size_t(a.dimensions))
+                throw ValueError(where_of(p, a) + ": a region of " + std::to_string(shape.size()) +
+                                 " axes for a buffer of " + std::to_string(a.dimensions) + "; pass one min and "
+                                 "one extent per axis");
+            check_mins(p.name().c_str(), shape, mins);
+            checked_count(p.name().c_str(), shape, 1);
+            for (size_t d = 0; d < shape.size(); ++d)
+                q.dims[shape.size() - 1 - d] = halide_dimension_t{int32_t(mins[d]), int32_t(shape[d]), 0, 0};
+        }
+        point_query(q, a);
+        s.argv[i] = &q.buf;
+    });
+    run_query(p, s, args, "the output regions asked for");
+    std::vector<std::pair<const char *, Region>> out;
+    for (size_t i = 0; i < n; ++i) {
+        if (is_buffer(m.arguments[i])) out.emplace_back(m.arguments[i].name, region_of(queries[i]));
+    }
+    return out;
+}
+
+}  // namespace hb
