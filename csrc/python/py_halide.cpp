@@ -19,6 +19,7 @@
 #include <memory>
 #include <string>
 #include <unordered_map>
+#include <utility>
 #include <vector>
 
 #include "backends/opencl_api.h"
@@ -156,17 +157,22 @@ bool describes(const halide_buffer_t &h, const Buffer &b) {
 /// The live hl.Buffer to_halide() made for a view with b's geometry and mins, still bound; null
 /// when there is none.
 py::object live_lease(const Buffer &b) {
-    Leases &l = leases();
-    auto range = l.by_storage.equal_range(b.keep_alive().get());
+    // The candidates first, each hl.Buffer held: checking one may let other threads run (the
+    // GIL released around the storage's lock), which may end other leases meanwhile.
+    std::vector<std::pair<py::object, HalideLease *>> candidates;
+    auto range = leases().by_storage.equal_range(b.keep_alive().get());
     for (auto it = range.first; it != range.second; ++it) {
         HalideLease *lease = it->second;
         const Buffer &v = lease->view;
         if (v.data() != b.data() || &v.dtype() != &b.dtype() || v.shape() != b.shape() || v.strides() != b.strides())
             continue;
-        if (!describes(*lease->external, b)) continue;
+        if (describes(*lease->external, b))
+            candidates.emplace_back(py::reinterpret_borrow<py::object>(lease->object), lease);
+    }
+    for (auto &[h, lease] : candidates) {  // each alive while h is held
         bool bound = false;
         run_lease(lease->view, [&] { bound = lease->view.halide_bound(*lease->raw); });
-        if (bound) return py::reinterpret_borrow<py::object>(lease->object);
+        if (bound) return h;
     }
     return py::object();
 }
