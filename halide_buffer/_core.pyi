@@ -257,8 +257,10 @@ class Buffer:
         """A buffer over a halide.Buffer's host memory, without a copy, sharing one residency state
         with it (its device copy and dirty flags); the halide.Buffer is kept alive."""
     def to_halide(self) -> Any:
-        """A halide.Buffer over this buffer's memory, without a copy: the one it came from when the
-        view covers it, else a host lease (as numpy(writable=True) is)."""
+        """A halide.Buffer over this buffer's memory, without a copy, sharing one residency state
+        with it while it lives: the one it came from when the view covers it, else the one made
+        for this view before while it lives, else a new one (made as a host write lease). When it
+        dies, a newer device copy comes home."""
 
 def _abi_layout() -> dict[str, int]: ...
 def _opencl_set_library_candidates(paths: list[str]) -> None: ...

@@ -17,6 +17,7 @@ import numpy as np
 import pytest
 
 import halide_buffer as hb
+import opencl_interposer
 from conftest import NONE, Moves, bits_of, down, random_bits, up
 from pipelines import OPENCL_TARGET, HalideBufferT, c_compiler, compile_and_load, output_bounds_follow
 
@@ -504,16 +505,165 @@ def test_to_halide_of_bfloat16_is_read_as_bfloat16():
     np.testing.assert_array_equal(np.asarray(f.realize([2, 2], CPU)), values.astype(np.float32))
 
 
-def test_an_opencl_realize_into_a_lease_stays_on_halides_device_until_read(gpu_ramp):
+# -- to_halide: one residency state -----------------------------------------------------------
+
+
+def moved_on_opencl():
+    """Reads and writes of every OpenCL call in the process so far (Halide's JIT runtime's too)."""
+    c = opencl_interposer.counts()
+    return c["reads"], c["writes"]
+
+
+def test_an_opencl_realize_into_to_halide_is_read_through_the_buffer_with_one_download(gpu_ramp):
     b = hb.Buffer((H, W), "float32")
     h = b.to_halide()
+    before = hb.transfers()
+    moves = Moves(b)
+    gpu_ramp.realize(h, OPENCL)
+    assert b.device_dirty() and b.has_device_allocation()  # Halide's device copy is b's
+    assert moves() == NONE
+    np.testing.assert_array_equal(np.asarray(b), expected())
+    assert moves() == down(W * H * 4)
+    assert hb.transfers() - before == b.transfers - hb.Buffer(1).transfers
+    assert not h.device_dirty() and h.has_device_allocation()  # one state: Halide's flags say so too
+    np.testing.assert_array_equal(b.numpy(), expected())
+    assert moves() == NONE
+
+
+def test_a_realize_into_a_temporary_to_halide_comes_home_when_it_dies(dev, gpu_ramp):
+    b = hb.Buffer((H, W), "float32")
+    moves = Moves(b)
+    gpu_ramp.realize(b.to_halide(), OPENCL)  # the hl.Buffer dies here, its device memory with it
+    assert moves() == down(W * H * 4)
+    assert not b.device_dirty() and not b.has_device_allocation()
+    np.testing.assert_array_equal(np.asarray(b), expected())
+    assert moves() == NONE
+    b.copy_to_device(dev)  # nothing of Halide's is left in the way of our devices
+    assert moves() == up(W * H * 4)
+
+
+def test_to_halide_gives_the_same_hl_buffer_while_it_lives():
+    b = hb.Buffer((H, W), "float32")
+    h = b.to_halide()
+    assert b.to_halide() is h and b[:, :].to_halide() is h
+    assert b.translated((1, 0)).to_halide() is not h  # other coordinates: another hl.Buffer
+    assert b.cropped(1, 0, 8).to_halide() is not h
+    part = b.cropped(1, 0, 8)
+    assert part.to_halide() is part.to_halide()
+    h.set_min([3, 0])  # Halide moved its coordinates: it describes another view now
+    assert b.to_halide() is not h and b.translated((0, 3)).to_halide() is h
+
+
+def test_a_jit_chain_through_to_halide_moves_nothing_through_the_host(gpu_ramp):
+    g, im = doubled(True)
+    mid = hb.Buffer((H, W), "float32")
+    out = hb.Buffer((H, W), "float32")
+    h_mid = mid.to_halide()
+    before, opencl_before = hb.transfers(), moved_on_opencl()
+    gpu_ramp.realize(h_mid, OPENCL)
+    im.set(mid.to_halide())  # h_mid itself: its device copy is the input
+    h_out = out.to_halide()
+    g.realize(h_out, OPENCL)
+    assert mid.device_dirty() and out.device_dirty()
+    assert hb.transfers() == before
+    reads, writes = moved_on_opencl()
+    # Nothing came to the host, and mid's result was never uploaded again: Halide's runtime only
+    # uploaded each output's host contents once, into the device memory it made for it (a buffer
+    # without device memory shows host_dirty, or a pipeline would read uninitialised memory).
+    assert (reads - opencl_before[0], writes - opencl_before[1]) == (0, 2)
+    np.testing.assert_array_equal(np.asarray(out), 2 * expected())
+    assert (out.transfers.to_host, out.transfers.to_device, mid.transfers.to_host) == (1, 0, 0)
+    assert moved_on_opencl() == (reads + 1, writes)
+
+
+def test_from_halide_of_a_to_halide_buffer_is_a_view_of_its_storage(gpu_ramp):
+    b = hb.Buffer((H, W), "float32").translated((2, -3))
+    h = b.to_halide()
+    gpu_ramp.realize(h, OPENCL)
+    again = hb.Buffer.from_halide(h)
+    assert again.shares_storage_with(b) and again.mins == (2, -3) and again.to_halide() is h
+    np.testing.assert_array_equal(np.asarray(again), ramp_at(2, -3))
+    assert b.transfers.to_host == 1 and not b.device_dirty()
+
+
+def ramp_at(y0, x0):
+    """expected() of a buffer whose mins are (y0, x0): the pipeline's values at those coordinates."""
+    xs, ys = np.meshgrid(np.arange(x0, x0 + W), np.arange(y0, y0 + H))
+    return (xs + 100 * ys).astype(np.float32)
+
+
+def test_a_jit_result_in_a_crops_hl_buffer_comes_home_at_the_next_operation(gpu_ramp):
+    # A crop's hl.Buffer cannot show the storage's device copy: Halide's runtime allocates for the
+    # crop alone, and that allocation comes home (and is freed) at the buffer's next operation.
+    b = hb.Buffer((H, W), "float32")
+    part = b.cropped(1, 8, 16)
+    h = part.to_halide()
+    moves = Moves(b)
     gpu_ramp.realize(h, OPENCL)
     assert h.device_dirty()
-    assert not b.has_device_allocation() and np.all(b.numpy() == 0)  # still on Halide's device
-    result = hb.Buffer.from_halide(h)
-    np.testing.assert_array_equal(np.asarray(result), expected())
-    assert result.transfers.to_host == 1
-    np.testing.assert_array_equal(b.numpy(), expected())  # the same host memory
+    np.testing.assert_array_equal(np.asarray(b)[:, 8:24], expected()[:, 8:24])
+    assert moves() == down((H - 1) * W * 4 + 16 * 4)  # the span of the crop's rows
+    assert not h.has_device_allocation() and not b.has_device_allocation()
+    assert np.all(np.asarray(b)[:, :8] == 0)
+
+
+def test_our_devices_work_after_to_halide_and_halides_jit_refuses_them_loudly(dev, gpu_ramp):
+    b = hb.Buffer.from_host(np.ones((H, W), np.float32))
+    h = b.to_halide()
+    b.copy_to_device(dev)  # not refused: the hl.Buffer is b's view
+    np.testing.assert_array_equal(hb.opencl.as_array(b).get(), np.ones((H, W), np.float32))
+    with pytest.raises(hl.HalideError, match="switching interfaces"):  # never a stale result
+        gpu_ramp.realize(h, OPENCL)
+    b.device_free()
+    gpu_ramp.realize(h, OPENCL)
+    np.testing.assert_array_equal(np.asarray(b), expected())
+    del h
+    gc.collect()
+    b.copy_to_device(dev)
+    assert b.device == dev
+
+
+def test_our_device_copy_stays_when_the_hl_buffer_dies_and_comes_home_first_if_newer(dev):
+    b = hb.Buffer((H, W), "float32")
+    h = b.to_halide()
+    b.copy_to_device(dev)
+    b.fill(7.0)  # on the device: newer there
+    assert b.device_dirty()
+    im = hl.ImageParam(hl.Float(32), 2, "im")
+    im.set(h)
+    moves = Moves(b)
+    del h
+    gc.collect()
+    assert moves() == down(W * H * 4)  # what the ImageParam still holds shows the host, current now
+    assert b.has_device_allocation() and b.device == dev and not b.device_dirty()
+    f = hl.Func("copied")
+    f[x, y] = im[x, y]
+    np.testing.assert_array_equal(np.asarray(f.realize([W, H], CPU)), np.full((H, W), 7.0, np.float32))
+
+
+def test_an_image_param_set_with_a_temporary_to_halide_reads_its_jit_result(gpu_ramp):
+    src = hb.Buffer((H, W), "float32")
+    h = src.to_halide()
+    gpu_ramp.realize(h, OPENCL)
+    g, im = doubled(True)
+    im.set(h)
+    del h  # the ImageParam holds Halide's buffer on: the result came home before its memory went
+    gc.collect()
+    result = hl.Buffer(hl.Float(32), [W, H])
+    g.realize(result, OPENCL)
+    np.testing.assert_array_equal(np.asarray(hb.Buffer.from_halide(result)), 2 * expected())
+
+
+def test_buffers_and_their_to_halide_hl_buffers_are_collected():
+    gc.collect()
+    storages = hb._core._live_counts()["storages"]
+    for _ in range(200):
+        b = hb.Buffer((4, 4), "float32")
+        pair = [b, b.to_halide(), b.cropped(0, 1, 2).to_halide()]
+        pair.append(pair)  # a cycle for the collector, too
+    del b, pair
+    gc.collect()
+    assert hb._core._live_counts()["storages"] == storages
 
 
 @pytest.mark.parametrize("dtype", ["float8_e4m3fn", "int4", "complex64"])

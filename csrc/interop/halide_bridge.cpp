@@ -8,12 +8,18 @@
 // back after it, so the hl.Buffer and every view of the storage are one state. The storage
 // keeps the struct's owner, hence the struct, alive. A struct already bound to a live storage
 // gives a view of that storage, never a second state.
+//
+// Buffer::bind_halide() is the other way round: an hl.Buffer made over a view's memory
+// (to_halide()) has its struct bound to the view's storage the same way, for as long as the
+// hl.Buffer holds the memory; its owner ends the binding (unbind_halide()) before it lets go.
+#include <algorithm>
 #include <mutex>
 #include <string>
 #include <unordered_map>
 
 #include "core/errors.h"
 #include "storage/buffer.h"
+#include "storage/storage_op.h"
 
 namespace hb {
 namespace {
@@ -106,6 +112,66 @@ Buffer Buffer::from_halide(const char *entry, halide_buffer_t *external, std::sh
     b.bind(external);
     remember_binding(external, b.storage_);
     return b;
+}
+
+namespace {
+
+/// Drops `view` from the storage's published views (the caller holds the lock).
+void forget_view(Storage &s, RawView *view) {
+    auto &views = s.raw_views;
+    views.erase(std::find(views.begin(), views.end(), view));
+    --s.published_views;
+}
+
+}  // namespace
+
+std::unique_ptr<RawView> Buffer::bind_halide(const char * /*entry*/, halide_buffer_t *external) {
+    StorageOp op(*storage_);
+    std::unique_ptr<RawView> view = new_raw_view();
+    view->external = external;
+    try {
+        // Shown the shared state now: a device copy it can show (a pipeline runtime's covering the
+        // storage, or ours), else host only over a current host copy.
+        storage_->publish(*view, true);
+    } catch (...) {
+        view->external = nullptr;
+        forget_view(*storage_, view.get());
+        throw;
+    }
+    return view;
+}
+
+bool Buffer::halide_bound(RawView &view) {
+    StorageOp op(*storage_);  // takes in what changed there first: a struct changed in place lets go
+    return view.external != nullptr;
+}
+
+void Buffer::unbind_halide(const char *entry, std::unique_ptr<RawView> view) {
+    StorageOp op(*storage_);  // takes in what the struct shows: a JIT result becomes the storage's
+    Storage &s = *storage_;
+    auto detach = [&] {
+        if (halide_buffer_t *external = std::exchange(view->external, nullptr)) {
+            // Nothing of the storage's for Halide to free: our device copy stays the storage's.
+            external->device = 0;
+            external->device_interface = nullptr;
+            external->padding = nullptr;
+            external->flags = halide_buffer_flag_host_dirty;
+        }
+        forget_view(s, view.get());
+    };
+    try {
+        if (view->external && s.device_ownership == DeviceOwnership::foreign && view->buf.device == s.root.device) {
+            // A pipeline runtime's device copy (the JIT's) that Halide would free with the struct:
+            // it lives as long as the hl.Buffer, its data coming home first.
+            op.defer(s.free_device(entry));
+        } else if (view->external) {
+            s.download(entry);  // whoever still holds the struct (an ImageParam) reads the host
+        }
+    } catch (...) {
+        detach();
+        throw;
+    }
+    detach();
 }
 
 std::shared_ptr<void> Buffer::halide_owner() {

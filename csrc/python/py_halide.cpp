@@ -3,13 +3,23 @@
 //
 // from_halide() binds the hl.Buffer's own halide_buffer_t to a storage over its host memory
 // (halide_bridge.cpp), so both are one residency state. to_halide() gives that very hl.Buffer
-// back for a view covering it; any other view is a host lease, as numpy(writable=True) is: an
-// hl.Buffer made by Halide's buffer-protocol constructor over an ndarray of the same bytes, of
-// an integer type that constructor reads (it reads no bfloat16 and no 'L' uint64), whose
-// halide_buffer_t then gets the real element type: Halide::Buffer takes its type from there.
+// back for a view covering it. For any other view it makes an hl.Buffer with Halide's
+// buffer-protocol constructor over an ndarray of the same bytes, of an integer type that
+// constructor reads (it reads no bfloat16 and no 'L' uint64), whose halide_buffer_t then gets the
+// real element type (Halide::Buffer takes its type from there), and binds that struct to the
+// view's storage (Buffer::bind_halide()): one residency state again, for as long as the hl.Buffer
+// lives. The ndarray's base is the binding (a capsule): the hl.Buffer holds the ndarray alone,
+// through its Py_buffer, which it releases before its Halide::Buffer frees the device memory its
+// struct shows. So the capsule dies first, and ends the binding then: a newer device copy comes
+// home, and the struct is left showing none of the storage's device memory. Nothing refers back
+// from the storage to the hl.Buffer (no cycle to collect); while it lives, to_halide() of the same
+// view gives it again.
 #include <cstdint>
 #include <limits>
+#include <memory>
 #include <string>
+#include <unordered_map>
+#include <utility>
 #include <vector>
 
 #include "backends/opencl_api.h"
@@ -65,24 +75,6 @@ halide_buffer_t *raw_struct_of(py::handle h) {
     return reinterpret_cast<halide_buffer_t *>(address.cast<uintptr_t>());
 }
 
-Buffer from_halide_object(py::handle obj) {
-    if (!is_halide_buffer(obj))
-        throw TypeError(std::string(kFromHalide) + "(): expected a halide.Buffer, not " + type_name(obj) +
-                        "; for other memory use Buffer.from_host(obj)");
-    halide_buffer_t *raw;
-    try {
-        raw = raw_struct_of(obj);
-    } catch (py::error_already_set &) {
-        // Halide refuses an undefined buffer (halide.Buffer()): said in our words.
-        if (!obj.attr("defined")().cast<bool>())
-            throw ValueError(std::string(kFromHalide) + "(): the halide.Buffer is undefined (halide.Buffer() "
-                             "holds no memory); pass one with memory, e.g. halide.Buffer(halide.Float(32), "
-                             "[640, 480])");
-        throw;
-    }
-    return Buffer::from_halide(kFromHalide, raw, keep_object(obj));
-}
-
 /// The NumPy dtype Halide's buffer-protocol constructor reads for `itemsize` bytes: unsigned
 /// integers, but int64 for 8 bytes (it reads 'l', not 'L').
 const DType *carrier_of(int itemsize) {
@@ -100,6 +92,91 @@ TypeError no_halide_type(const DType &t) {
                      "Buffer.from_host(b.numpy().view(numpy.float64))");
 }
 
+/// An hl.Buffer made by to_halide(), bound to its view's storage: the base of the ndarray the
+/// hl.Buffer holds, deleted (with the GIL) when the hl.Buffer releases that ndarray.
+struct HalideLease {
+    explicit HalideLease(Buffer v) : view(std::move(v)) {}
+    Buffer view;                   ///< the view the hl.Buffer describes (mins aside); keeps the storage
+    std::unique_ptr<RawView> raw;  ///< its struct's binding; null until bound
+    halide_buffer_t *external = nullptr;
+    PyObject *object = nullptr;    ///< the hl.Buffer, borrowed: it lives while the lease does
+};
+
+/// The live leases, by storage and by struct. Guarded by the GIL.
+struct Leases {
+    std::unordered_multimap<const void *, HalideLease *> by_storage;
+    std::unordered_map<const halide_buffer_t *, HalideLease *> by_struct;
+};
+
+Leases &leases() {
+    static Leases *l = new Leases;  // never destroyed: capsules may die at interpreter exit
+    return *l;
+}
+
+void forget_lease(HalideLease *lease) {
+    Leases &l = leases();
+    auto range = l.by_storage.equal_range(lease->view.keep_alive().get());
+    for (auto it = range.first; it != range.second; ++it) {
+        if (it->second == lease) {
+            l.by_storage.erase(it);
+            break;
+        }
+    }
+    auto it = l.by_struct.find(lease->external);
+    if (it != l.by_struct.end() && it->second == lease) l.by_struct.erase(it);
+}
+
+/// The capsule's destructor: the hl.Buffer lets go of the memory, so the binding ends now,
+/// before its Halide::Buffer frees what its struct shows.
+void end_lease(void *p) {
+    std::unique_ptr<HalideLease> lease(static_cast<HalideLease *>(p));
+    if (lease->object) forget_lease(lease.get());
+    if (!lease->raw) return;
+    std::exception_ptr error;
+    try {
+        run_lease(lease->view, [&] { lease->view.unbind_halide(kToHalide, std::move(lease->raw)); });
+    } catch (...) {
+        error = std::current_exception();
+    }
+    if (error) {  // a failed download: nothing to raise to, so said as unraisable
+        if (!set_python_error(error)) PyErr_SetString(PyExc_RuntimeError, "halide_buffer: unexpected internal error");
+        PyErr_WriteUnraisable(nullptr);
+    }
+}
+
+/// Whether `h` (a lease's struct) still describes `b` exactly: its owner moved no coordinate.
+bool describes(const halide_buffer_t &h, const Buffer &b) {
+    int n = b.ndim();
+    if (h.dimensions != n) return false;
+    for (int i = 0; i < n; ++i) {
+        if (h.dim[n - 1 - i].min != b.mins()[size_t(i)]) return false;
+    }
+    return true;
+}
+
+/// The live hl.Buffer to_halide() made for a view with b's geometry and mins, still bound; null
+/// when there is none.
+py::object live_lease(const Buffer &b) {
+    // The candidates first, each hl.Buffer held: checking one may let other threads run (the
+    // GIL released around the storage's lock), which may end other leases meanwhile.
+    std::vector<std::pair<py::object, HalideLease *>> candidates;
+    auto range = leases().by_storage.equal_range(b.keep_alive().get());
+    for (auto it = range.first; it != range.second; ++it) {
+        HalideLease *lease = it->second;
+        const Buffer &v = lease->view;
+        if (v.data() != b.data() || &v.dtype() != &b.dtype() || v.shape() != b.shape() || v.strides() != b.strides())
+            continue;
+        if (describes(*lease->external, b))
+            candidates.emplace_back(py::reinterpret_borrow<py::object>(lease->object), lease);
+    }
+    for (auto &[h, lease] : candidates) {  // each alive while h is held
+        bool bound = false;
+        run_lease(lease->view, [&] { bound = lease->view.halide_bound(*lease->raw); });
+        if (bound) return h;
+    }
+    return py::object();
+}
+
 py::object to_halide_object(py::handle self) {
     Buffer &b = buffer_of(self.ptr());
     if (std::shared_ptr<void> owner = b.halide_owner()) return kept_in(owner)->object;  // one state already
@@ -110,12 +187,25 @@ py::object to_halide_object(py::handle self) {
             throw ValueError(std::string(kToHalide) + "(): min " + std::to_string(m) + " is outside Halide's "
                              "int32 coordinates; pass a view whose mins lie within -2**31 .. 2**31 - 1");
     }
+    if (py::object h = live_lease(b)) return h;  // bound already: one object, one state
     py::handle halide_buffer = halide_buffer_class(kToHalide);
-    // Every refusal came first: the lease is the first change.
+    // Every refusal came first: the lease is the first change (a new hl.Buffer may be written on
+    // the host before Halide marks anything).
     run_lease(b, [&] { b.begin_host_write(kToHalide); });
-    py::object bytes = ndarray_view(self, b, true).attr("view")(numpy_dtype(*carrier_of(t.itemsize)));
-    py::object h = halide_buffer(bytes);  // reverse_axes: NumPy's last axis is Halide's dimension 0
-    raw_struct_of(h)->type = t.halide;
+    auto owned = std::make_unique<HalideLease>(b.view());
+    HalideLease *lease = owned.get();
+    py::capsule base(owned.release(), &end_lease);  // from here the capsule owns the lease
+    std::vector<py::ssize_t> shape(b.shape().begin(), b.shape().end());
+    std::vector<py::ssize_t> strides(b.strides().begin(), b.strides().end());
+    py::object h;
+    {
+        // The hl.Buffer's Py_buffer is the only reference to this ndarray once it is made.
+        py::array bytes(numpy_dtype(*carrier_of(t.itemsize)), std::move(shape), std::move(strides), b.data(), base);
+        base = py::capsule();
+        h = halide_buffer(bytes);  // reverse_axes: NumPy's last axis is Halide's dimension 0
+    }
+    halide_buffer_t *raw = raw_struct_of(h);
+    raw->type = t.halide;
     bool moved = false;
     for (int64_t m : b.mins()) moved = moved || m != 0;
     if (moved) {
@@ -123,7 +213,42 @@ py::object to_halide_object(py::handle self) {
         for (size_t i = b.mins().size(); i-- > 0;) mins.append(b.mins()[i]);
         h.attr("set_min")(mins);
     }
+    run_lease(b, [&] { lease->raw = lease->view.bind_halide(kToHalide, raw); });
+    lease->external = raw;
+    lease->object = h.ptr();
+    leases().by_storage.emplace(lease->view.keep_alive().get(), lease);
+    leases().by_struct[raw] = lease;
     return h;
+}
+
+Buffer from_halide_object(py::handle obj) {
+    if (!is_halide_buffer(obj))
+        throw TypeError(std::string(kFromHalide) + "(): expected a halide.Buffer, not " + type_name(obj) +
+                        "; for other memory use Buffer.from_host(obj)");
+    halide_buffer_t *raw;
+    try {
+        raw = raw_struct_of(obj);
+    } catch (py::error_already_set &) {
+        // Halide refuses an undefined buffer (halide.Buffer()): said in our words.
+        if (!obj.attr("defined")().cast<bool>())
+            throw ValueError(std::string(kFromHalide) + "(): the halide.Buffer is undefined (halide.Buffer() "
+                             "holds no memory); pass one with memory, e.g. halide.Buffer(halide.Float(32), "
+                             "[640, 480])");
+        throw;
+    }
+    auto it = leases().by_struct.find(raw);
+    if (it != leases().by_struct.end()) {
+        // An hl.Buffer to_halide() made: a view of the storage it is bound to, with its mins.
+        HalideLease *lease = it->second;
+        bool bound = false;
+        run_lease(lease->view, [&] { bound = lease->view.halide_bound(*lease->raw); });
+        if (bound) {
+            std::vector<int64_t> mins(size_t(raw->dimensions));
+            for (int i = 0; i < raw->dimensions; ++i) mins[size_t(raw->dimensions - 1 - i)] = raw->dim[i].min;
+            return lease->view.with_mins(mins);
+        }
+    }
+    return Buffer::from_halide(kFromHalide, raw, keep_object(obj));
 }
 
 }  // namespace
@@ -135,9 +260,11 @@ void bind_halide(py::module_ &m) {
                    "state with it: its device copy (made by Halide's JIT) and dirty flags are the buffer's. "
                    "The halide.Buffer is kept alive.")
         .def("to_halide", &to_halide_object,
-             "A halide.Buffer over this buffer's memory, without a copy: the halide.Buffer it came from "
-             "(Buffer.from_halide) when the view covers it; else a host lease, as numpy(writable=True) is "
-             "(a newer device copy is downloaded; the buffer is marked host dirty).");
+             "A halide.Buffer over this buffer's memory, without a copy, sharing one residency state with it "
+             "while it lives: the halide.Buffer it came from (Buffer.from_halide) when the view covers it; "
+             "else the halide.Buffer made for this view before, while it lives; else a new one, made as a "
+             "host write lease (a newer device copy is downloaded; the buffer is marked host dirty). When it "
+             "dies, a newer device copy comes home.");
     m.def("_opencl_load_library", [] { return ocl::api("opencl.load_library").path; },
           "Opens the OpenCL loader (RTLD_GLOBAL) from the candidates given; returns its path.");
 }

@@ -446,6 +446,19 @@ public:
     /// The owner whose halide_buffer_t describes exactly this view (a bound storage, the view
     /// covering it); null otherwise.
     std::shared_ptr<void> halide_owner();
+    /// Binds `external` (a halide_buffer_t someone else made over exactly this view's memory and
+    /// keeps alive: the hl.Buffer of to_halide()) to the storage as a published view: before
+    /// every operation what Halide left there is taken in, after it the shared state is written
+    /// back. The struct is shown the state right away. Valid until unbind_halide().
+    std::unique_ptr<RawView> bind_halide(const char *entry, halide_buffer_t *external);
+    /// Whether `view` (bind_halide()'s) still describes its memory: its owner changed nothing in place.
+    bool halide_bound(RawView &view);
+    /// Ends bind_halide() before its struct's owner lets go of it: what it shows is taken in; a
+    /// pipeline runtime's device copy it shows (the JIT's) is freed, its data coming home first;
+    /// otherwise a newer device copy comes home (whatever still holds the struct reads current
+    /// host data) and stays. The struct is left host only, host dirty, showing no device memory.
+    /// The view goes even when that throws.
+    void unbind_halide(const char *entry, std::unique_ptr<RawView> view);
 
 private:
     Buffer() = default;
