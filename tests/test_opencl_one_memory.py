@@ -319,15 +319,15 @@ def test_calls_on_two_contexts_at_once(libraries, ctx):
 def test_threads_calling_pipelines_on_slices_of_one_buffer(libraries, dev):
     """Tiles of one image in a thread pool (OpenCL and host pipelines), and a reader of the whole
     image: a view lent to a running call is left alone by every other operation on its storage."""
-    rows = 16
-    src = image(9, (rows * 8, 96))
+    rows = 64
+    src = image(9, (rows * 8, 512))
     img = hb.Buffer.from_host(src, copy=True)
     img.copy_to_device(dev)  # the whole image on our device: the slices are parts of it
     failures = []
     stop = threading.Event()
 
     def tiles(name, add, first):
-        for k in range(12):
+        for k in range(24):
             lo = ((first + k) % 8) * rows
             try:
                 got = np.asarray(libraries[name](img[lo:lo + rows]))
