@@ -45,9 +45,8 @@ import numpy as np
 
 import halide_buffer as hb
 
-from bench_common import (Rounds, environment_line, finish, fmt_bytes, fmt_ratio, fmt_time, ratio,
-                          test_support)
-from bench_pipelines import TARGET, BuildError, build_pipeline
+from bench_common import Rounds, environment_line, finish, fmt_bytes, fmt_ratio, fmt_time, ratio
+from bench_pipelines import TARGET, BuildError, build_pipeline, opencl_prerequisites
 
 CL_NAME = "hb_bench_add_one_cl"
 
@@ -73,14 +72,6 @@ class CopyCounter:
     def snapshot(self):
         counts = self.interposer.counts()
         return {k: counts[k] for k in self.FIELDS}
-
-
-def install_counter():
-    """(the counter, None), or (None, why not): it must go in before OpenCL is first opened."""
-    interposer = test_support("opencl_interposer")
-    if interposer.install():
-        return CopyCounter(interposer), None
-    return None, interposer.reason()
 
 
 def process_bytes():
@@ -361,19 +352,11 @@ def main(argv=None):
     if args.calls < 1:
         ap.error("--calls must be at least 1")
 
-    try:
-        import halide as hl
-    except ImportError as e:
-        print(f"needs the halide wheel (pip install halide): {e}", file=sys.stderr)
+    ready = opencl_prerequisites()  # the copy counter goes in before the OpenCL loader does
+    if ready is None:
         return 2
-
-    # The copy counter goes into the process before the OpenCL loader does (CopyCounter).
-    counter, counter_reason = install_counter()
-    try:
-        dev = hb.opencl.device()
-    except Exception as e:  # noqa: BLE001 - no OpenCL means nothing to measure
-        print(f"needs an OpenCL device: {type(e).__name__}: {e}", file=sys.stderr)
-        return 2
+    hl, interposer, counter_reason, dev = ready
+    counter = CopyCounter(interposer) if interposer else None
 
     with tempfile.TemporaryDirectory(prefix="hb_bench_aot_loops_", ignore_cleanup_errors=True) as tmp:
         try:

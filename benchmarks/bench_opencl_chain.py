@@ -54,8 +54,8 @@ import numpy as np
 
 import halide_buffer as hb
 
-from bench_common import Rounds, environment_line, finish, fmt_bytes, fmt_ratio, fmt_time, ratio, test_support
-from bench_pipelines import OPENCL_TARGET, BuildError, c_compiler, run_tool
+from bench_common import Rounds, environment_line, finish, fmt_bytes, fmt_ratio, fmt_time, ratio
+from bench_pipelines import OPENCL_TARGET, BuildError, c_compiler, opencl_prerequisites, run_tool
 
 SHAPE = (2048, 2048)
 ADDS = (("add1", 1), ("add2", 2), ("add4", 4))
@@ -87,14 +87,6 @@ class Counter:
     @staticmethod
     def delta(before, after):
         return {k: after[k] - before[k] for k in after}
-
-
-def install_counter():
-    """(the interposer, None), or (None, why not): it must go in before OpenCL is first opened."""
-    interposer = test_support("opencl_interposer")
-    if interposer.install():
-        return interposer, None
-    return None, interposer.reason()
 
 
 # --------------------------------------------------------------------------------------------
@@ -404,19 +396,10 @@ def main(argv=None):
     if args.repeat < 1 or args.calls < 1:
         ap.error("--repeat and --calls must be at least 1")
 
-    try:
-        import halide as hl
-    except ImportError as e:
-        print(f"needs the halide wheel (pip install halide): {e}", file=sys.stderr)
+    ready = opencl_prerequisites()  # the interposer goes in before the OpenCL loader does
+    if ready is None:
         return 2
-
-    # The interposer goes into the process before the OpenCL loader does.
-    interposer, counter_reason = install_counter()
-    try:
-        dev = hb.opencl.device()
-    except Exception as e:  # noqa: BLE001 - no OpenCL means nothing to measure
-        print(f"needs an OpenCL device: {type(e).__name__}: {e}", file=sys.stderr)
-        return 2
+    hl, interposer, counter_reason, dev = ready
     counter = Counter(interposer)
     counter_ok = interposer is not None
     device = f"{dev.name} on {dev.platform}"

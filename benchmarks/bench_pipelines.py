@@ -141,3 +141,27 @@ def build_extension(hl, workdir, name, obj, src):
               "-lpthread", "-ldl", "-lm"],
              f"compiling the generated extension {src.name}")
     return import_from(target, name)
+
+
+def opencl_prerequisites():
+    """What an OpenCL pipeline benchmark needs, in this order: the ``halide`` wheel, the test
+    suite's OpenCL interposer (it must go in before OpenCL is first opened) and a device. Returns
+    (halide, interposer or None, why there is none, device), or None after saying on stderr what
+    is missing (the caller exits with status 2)."""
+    try:
+        import halide as hl
+    except ImportError as e:
+        print(f"needs the halide wheel (pip install halide): {e}", file=sys.stderr)
+        return None
+    from bench_common import test_support
+
+    interposer = test_support("opencl_interposer")
+    installed = interposer.install()
+    import halide_buffer as hb
+
+    try:
+        dev = hb.opencl.device()
+    except Exception as e:  # noqa: BLE001 - no OpenCL means nothing to measure
+        print(f"needs an OpenCL device: {type(e).__name__}: {e}", file=sys.stderr)
+        return None
+    return hl, (interposer if installed else None), (None if installed else interposer.reason()), dev

@@ -325,6 +325,7 @@ def test_threads_calling_pipelines_on_slices_of_one_buffer(libraries, dev):
     img.copy_to_device(dev)  # the whole image on our device: the slices are parts of it
     failures = []
     stop = threading.Event()
+    copies = Copies()
 
     def tiles(name, add, first):
         for k in range(24):
@@ -354,3 +355,4 @@ def test_threads_calling_pipelines_on_slices_of_one_buffer(libraries, dev):
     watcher.join()
     assert failures == []
     np.testing.assert_array_equal(np.asarray(img), src)
+    copies()  # every upload of a slice the runtimes made, and every download, counted as ours

@@ -84,9 +84,24 @@ void Storage::absorb_raw_views() {
     }
 }
 
+namespace {
+
+/// The bytes of a view's elements (what a runtime's copy of them moves).
+int64_t element_bytes(const halide_buffer_t &buf) {
+    int64_t n = (buf.type.bits + 7) / 8;
+    for (int i = 0; i < buf.dimensions; ++i) n *= buf.dim[i].extent;
+    return n;
+}
+
+}  // namespace
+
 void Storage::absorb(RawView &r) {
     r.pull();
     if (r.buf.device != r.published_device) {
+        // Shown host dirty without device memory, it has both now and is host dirty no more: the
+        // runtime that allocated for it uploaded its elements (a copy of our bytes, counted).
+        if (r.buf.device && !r.published_device && (r.published & kHostDirty) && !(r.buf.flags & kHostDirty))
+            record_transfer(&transfers, Direction::to_device, element_bytes(r.buf));
         if (!r.buf.device) {
             let_go(r);
         } else if (!root.device && covers_storage(r.buf, root)) {
