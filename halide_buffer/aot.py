@@ -4,8 +4,10 @@
 (``Func.compile_to_object`` and a link step) and returns a :class:`Pipeline` built from the
 pipeline's own metadata. Call it with Buffers (or anything ``Buffer.from_host`` wraps) and
 scalars, by position or by name; an output that is not given is allocated when the pipeline
-fixes its size (bounds queries tell), else the call asks for it. Outputs of a device pipeline
-stay on the device, in the pipeline runtime's memory, until a reader needs them on the host.
+fixes its size (bounds queries tell), else the call asks for it. A device pipeline computes
+in our memory on the device its buffer arguments are on (the default device when none is): its
+runtime is given that device's context, inputs are uploaded by us once (counted), and outputs
+are ordinary device copies of ours, staying there until a reader needs them on the host.
 Halide's runtime errors raise :class:`PipelineError` with Halide's message and code; the
 process is never aborted.
 """

@@ -98,10 +98,6 @@ int64_t element_bytes(const halide_buffer_t &buf) {
 void Storage::absorb(RawView &r) {
     r.pull();
     if (r.buf.device != r.published_device) {
-        // Shown host dirty without device memory, it has both now and is host dirty no more: the
-        // runtime that allocated for it uploaded its elements (a copy of our bytes, counted).
-        if (r.buf.device && !r.published_device && (r.published & kHostDirty) && !(r.buf.flags & kHostDirty))
-            record_transfer(&transfers, Direction::to_device, element_bytes(r.buf));
         if (!r.buf.device) {
             let_go(r);
         } else if (!root.device && covers_storage(r.buf, root)) {
@@ -367,11 +363,11 @@ ReadOnlyError read_only_output(const char *entry) {
 
 void set_lock_waiter(LockWaiter waiter) { g_waiter = waiter ? waiter : plain_wait; }
 
-StorageOp::StorageOp(Storage &s, bool republish)
+StorageOp::StorageOp(Storage &s, bool republish, bool take_in)
     : storage_(s), republish_(republish), lock_(s.mutex, std::try_to_lock) {
     if (!lock_.owns_lock()) g_waiter.load()(lock_);
     ++storage_.generation;
-    storage_.absorb_raw_views();
+    if (take_in) storage_.absorb_raw_views();
 }
 
 StorageOp::~StorageOp() {
@@ -762,9 +758,20 @@ RawView *Buffer::lend(const char *entry, const halide_device_interface_t *shown_
 }
 
 void Buffer::take_back(RawView *view) {
-    StorageOp op(*storage_);  // the other views first; then what the call left in this one
+    // Only this view is news (the others are taken in by their next operation): the state is
+    // republished everywhere when the call changed it, else in this view alone.
+    StorageOp op(*storage_, false, false);
+    Storage &s = *storage_;
     view->lent = false;
-    storage_->absorb(*view);
+    // Shown host dirty without device memory, it has both now and is host dirty no more: the
+    // call's runtime allocated for it and uploaded its elements (a copy of our bytes, counted).
+    if (view->buf.device && !view->published_device && (view->published & kHostDirty) &&
+        !(view->buf.flags & kHostDirty))
+        record_transfer(&s.transfers, Direction::to_device, element_bytes(view->buf));
+    uint64_t flags = s.root.flags, device = s.root.device;
+    s.absorb(*view);
+    if (s.root.flags != flags || s.root.device != device) s.publish_all();
+    else s.publish(*view, false);
     if (view == raw_.get()) return;
     auto &views = storage_->raw_views;
     views.erase(std::find(views.begin(), views.end(), view));

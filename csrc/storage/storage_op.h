@@ -23,7 +23,8 @@ void check(int rc, const char *entry, const char *operation);
 /// two storages takes their locks in address order, so two of them never wait on each other.
 class StorageOp {
 public:
-    explicit StorageOp(Storage &s, bool republish = true);
+    /// `take_in` false: no view is taken in on entry (the caller takes in the one it needs).
+    explicit StorageOp(Storage &s, bool republish = true, bool take_in = true);
     ~StorageOp();
     StorageOp(const StorageOp &) = delete;
     StorageOp &operator=(const StorageOp &) = delete;
