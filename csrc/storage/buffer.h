@@ -161,8 +161,9 @@ struct RawView {
     halide_buffer_t *external = nullptr;
     /// Lent to a running pipeline call (Buffer::lend()): every other operation on the storage
     /// leaves it alone (its runtime may be reading and writing it with no lock held) until the
-    /// call gives it back.
-    bool lent = false;
+    /// call gives it back. Set under the storage's lock; cleared without it by the calling
+    /// thread when the call left nothing to take in (Buffer::take_back()).
+    std::atomic<bool> lent{false};
     void pull();
     void push() const;
 };

@@ -758,6 +758,12 @@ RawView *Buffer::lend(const char *entry, const halide_device_interface_t *shown_
 }
 
 void Buffer::take_back(RawView *view) {
+    if (view == raw_.get() && view->buf.device == view->published_device && view->buf.flags == view->published) {
+        // The call left it as it was shown (a host pipeline's input, say): nothing to take in,
+        // and no lock needed to hand it back (its next operation republishes it).
+        view->lent.store(false, std::memory_order_release);
+        return;
+    }
     // Only this view is news (the others are taken in by their next operation): the state is
     // republished everywhere when the call changed it, else in this view alone.
     StorageOp op(*storage_, false, false);
