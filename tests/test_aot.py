@@ -362,6 +362,24 @@ def test_required_regions_passes_a_scalar_given_by_name_to_the_bounds_query(host
         p.required_regions({"shift": 2**31}, asked)
 
 
+def test_required_regions_refuses_regions_outside_halides_coordinates(host):
+    p, out = host["shifted"], host["shifted_out"]
+    with pytest.raises(ValueError, match=r"^hb_aot_shifted\(\): min 2147483647 of axis 0 \(extent 4\) leaves "):
+        p.required_regions({"shift": 0}, {out: ((2**31 - 1, 0), (4, 16))})
+    assert p.required_regions({"shift": 0}, {out: ((2**31 - 4, 0), (4, 16))})[out] == ((2**31 - 4, 0), (4, 16))
+
+
+def test_a_pipeline_taking_a_user_context_is_given_a_null_one(tmp_path):
+    """A target with the user_context feature adds __user_context as the first argument: hb.aot
+    passes a null one, and the caller does not see it."""
+    func, args = affine_offset_func()
+    p = compile_and_load(tmp_path, c_compiler(), func, args, "hb_aot_user_context", target=TARGET + "-user_context")
+    assert [a["name"] for a in p.arguments] == ["inp", "offset", func.name()]
+    a = random_u8(np.random.default_rng(30), (4, 32))
+    np.testing.assert_array_equal(np.asarray(p(a, 3)), expected_affine(a, 3))
+    np.testing.assert_array_equal(np.asarray(p(inp=a, offset=-2)), expected_affine(a, -2))
+
+
 def test_allocated_output_takes_the_inputs_coordinates(host):
     rng = np.random.default_rng(6)
     a = random_u8(rng, (30, 70))
@@ -702,8 +720,11 @@ def test_host_writes_reach_a_device_pipeline(brighter):
 
 @pytest.mark.parametrize("rows", ["leading", "middle"])
 def test_a_device_output_of_some_rows_leaves_the_others_intact(brighter, dev, rows):
-    """A crop of the leading rows starts at the storage's own host address: its allocation by
-    the pipeline's runtime is for the crop only, not for the storage."""
+    """A crop of the leading rows starts where the storage's device memory starts: the runtime
+    computes in it in place (a sub-buffer at offset 0), the storage uploaded first so that the
+    other rows are current there too. The middle rows start 16 bytes in, where no sub-buffer can
+    (PoCL aligns them to 128 bytes): the runtime's allocation is for the crop only, and comes
+    home."""
     y0 = 0 if rows == "leading" else 2
     src = random_u8(np.random.default_rng(23), (12, 8))
     out = hb.Buffer.from_host(np.full((12, 8), 77, np.uint8), copy=True)
@@ -712,8 +733,10 @@ def test_a_device_output_of_some_rows_leaves_the_others_intact(brighter, dev, ro
     assert brighter(hb.Buffer.from_host(src)[y0:y0 + 8], crop) is crop  # the output's mins are the input's
     expected = np.full((12, 8), 77, np.uint8)
     expected[y0:y0 + 8] = src[y0:y0 + 8] + np.uint8(10)
+    in_place = rows == "leading"
+    assert out.device_dirty() == in_place and (out.device is dev) == in_place
     np.testing.assert_array_equal(np.asarray(out), expected)
-    assert not out.has_device_allocation()  # the crop's allocation came home and was freed
+    out.device_free()  # the crop's allocation came home and was freed; or ours, now read
     np.testing.assert_array_equal(np.asarray(crop), expected[y0:y0 + 8])
     # On our device the whole storage goes up, the other rows with it.
     out.copy_to_device(dev)

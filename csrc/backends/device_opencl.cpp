@@ -85,6 +85,7 @@ void OpenCLDevice::describe() {
     platform_ = info_string(cl.GetPlatformInfo, platform, CL_PLATFORM_NAME, "clGetPlatformInfo");
     max_allocation_ = device_value<cl_ulong>(id_, CL_DEVICE_MAX_MEM_ALLOC_SIZE);
     global_memory_ = device_value<cl_ulong>(id_, CL_DEVICE_GLOBAL_MEM_SIZE);
+    base_alignment_ = device_value<cl_uint>(id_, CL_DEVICE_MEM_BASE_ADDR_ALIGN) / 8;  // bits
     is_gpu_ = device_value<cl_device_type>(id_, CL_DEVICE_TYPE) & CL_DEVICE_TYPE_GPU;
 }
 

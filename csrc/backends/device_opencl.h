@@ -51,6 +51,7 @@ public:
     const std::string &platform() const { return platform_; }
     uint64_t max_allocation() const { return max_allocation_; }  ///< CL_DEVICE_MAX_MEM_ALLOC_SIZE
     uint64_t global_memory() const { return global_memory_; }    ///< CL_DEVICE_GLOBAL_MEM_SIZE
+    uint64_t base_alignment() const { return base_alignment_; }  ///< CL_DEVICE_MEM_BASE_ADDR_ALIGN, in bytes
     bool is_gpu() const { return is_gpu_; }
     /// Blocks until every command queued so far has finished (clFinish).
     void synchronize() const override;
@@ -64,6 +65,7 @@ public:
     void finish_wrap(halide_buffer_t &root, uint64_t offset) const override;
     Lease lease(const halide_buffer_t &root, int64_t offset) const override;
     std::shared_ptr<void> retire_lent(halide_buffer_t &root) const override;
+    bool shows_part(const halide_buffer_t *root, int64_t offset) const override;
     // Data primitives (opencl_memory.cpp), on the queue, each waiting for it (clFinish).
     int fill(const DeviceRegion &region, const uint8_t *pattern) const override;
     int transfer(const DeviceRegion &region, const HostRegion &host, Direction direction) const override;
@@ -79,7 +81,7 @@ private:
     ocl::cl_command_queue queue_;
     ocl::cl_device_id id_;
     std::string name_, platform_;
-    uint64_t max_allocation_ = 0, global_memory_ = 0;
+    uint64_t max_allocation_ = 0, global_memory_ = 0, base_alignment_ = 0;
     bool is_gpu_ = false;
 };
 

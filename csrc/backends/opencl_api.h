@@ -43,6 +43,7 @@ constexpr cl_device_type CL_DEVICE_TYPE_ALL = 0xFFFFFFFF;
 constexpr cl_platform_info CL_PLATFORM_NAME = 0x0902;
 constexpr cl_device_info CL_DEVICE_TYPE = 0x1000;
 constexpr cl_device_info CL_DEVICE_MAX_MEM_ALLOC_SIZE = 0x1010;
+constexpr cl_device_info CL_DEVICE_MEM_BASE_ADDR_ALIGN = 0x1019;
 constexpr cl_device_info CL_DEVICE_GLOBAL_MEM_SIZE = 0x101F;
 constexpr cl_device_info CL_DEVICE_NAME = 0x102B;
 constexpr cl_device_info CL_DEVICE_PLATFORM = 0x1031;

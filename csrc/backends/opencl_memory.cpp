@@ -139,6 +139,11 @@ std::shared_ptr<void> OpenCLDevice::retire_lent(halide_buffer_t &root) const {
     return Engine<OpenCLMemory>::retire_lent(root);
 }
 
+bool OpenCLDevice::shows_part(const halide_buffer_t *root, int64_t offset) const {
+    uint64_t at = (root ? handle_of(root)->offset : 0) + uint64_t(offset);
+    return base_alignment_ > 0 && at % base_alignment_ == 0;
+}
+
 Device::Lease OpenCLDevice::lease(const halide_buffer_t &root, int64_t offset) const {
     DeviceHandle *h = handle_of(&root);
     // The consumer gets its own reference, taken under the storage's lock: a device_free()

@@ -71,6 +71,13 @@ public:
     /// e.g. two streams of one CUDA device); if so, it does (work queued on `other` is ordered
     /// before its own).
     virtual bool take_over(halide_buffer_t &/*root*/, const Device &/*other*/) const { return false; }
+    /// Whether a pipeline runtime computing in this device's memory can be shown a part of
+    /// root's allocation (of this device, or null: one it would make now) as it is, the part's
+    /// element at index 0 `offset` bytes past root's element, its strides all positive. OpenCL:
+    /// the runtime makes a sub-buffer starting there, which must lie at a multiple of the
+    /// device's CL_DEVICE_MEM_BASE_ADDR_ALIGN. No by default: a part is shown without device
+    /// memory, and the runtime allocates memory of its own for it.
+    virtual bool shows_part(const halide_buffer_t */*root*/, int64_t /*offset*/) const { return false; }
 
     // --- data primitives: each returns 0, a Halide error code (the driver's failure left in
     // last_failure()), or kNotOnDevice. Element by element over the region's shape, touching

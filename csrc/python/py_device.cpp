@@ -36,6 +36,9 @@ void bind_device(py::module_ &m) {
         .def_property_readonly("max_allocation_size", &OpenCLDevice::max_allocation,
                                "largest single allocation the driver allows, in bytes")
         .def_property_readonly("global_memory_size", &OpenCLDevice::global_memory)
+        .def_property_readonly("base_alignment", &OpenCLDevice::base_alignment,
+                               "CL_DEVICE_MEM_BASE_ADDR_ALIGN in bytes: a part of a buffer starting at a "
+                               "multiple of it is computed in place by a pipeline")
         .def_property_readonly("context", [](const OpenCLDevice &d) {
             return reinterpret_cast<uintptr_t>(d.context());
         }, "cl_context address (pyopencl: Context.from_int_ptr)")

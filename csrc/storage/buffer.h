@@ -134,6 +134,12 @@ struct Storage {
     /// BufferError naming `entry` while a running pipeline call computes in the device copy (a
     /// lent view shows it): it must not be freed or moved under the call.
     void refuse_lent(const char *entry) const;
+    /// Whether a pipeline runtime computing on `on` can be shown a part of the storage in our
+    /// device memory as it is (it computes in place): the part's element at index 0 lies
+    /// `offset` bytes past the root's, `forward` says no stride is negative, and the device can
+    /// show a part starting there (Device::shows_part; in the allocation it holds of this
+    /// storage, or a new one). Never for a storage bound to an hl.Buffer.
+    bool part_in_place(const Device &on, int64_t offset, bool forward) const;
     /// BufferError naming `entry` for a bound storage: our device memory never goes into its
     /// owner's halide_buffer_t, whose device copy only Halide's runtime makes.
     void refuse_bound(const char *entry) const;

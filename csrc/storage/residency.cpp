@@ -32,6 +32,14 @@ bool same_memory(const halide_buffer_t &a, const halide_buffer_t &b) {
     return true;
 }
 
+/// No stride of the view is negative: its element at index 0 is its lowest byte.
+bool forward(const halide_buffer_t &view) {
+    for (int i = 0; i < view.dimensions; ++i) {
+        if (view.dim[i].stride < 0) return false;
+    }
+    return true;
+}
+
 /// The same elements as the storage's root, whatever the view's mins (set_min, translated, an
 /// output at mins): a pipeline's allocation for it covers the storage, and our device copy of
 /// the storage is the whole of its memory (device memory mirrors host memory; coordinates name
@@ -139,7 +147,7 @@ bool Storage::bring_home(RawView &r) {
     DeviceCall call("bring_home", r.call_device.get());  // the device of the call whose runtime made it
     const halide_device_interface_t *interface = r.buf.device_interface;
     bool newer = r.buf.flags & kDeviceDirty;
-    int64_t bytes = byte_span(&r.buf).size();
+    int64_t bytes = element_bytes(r.buf);  // what the runtime's copy moves: the elements, not the gaps
     if (call.attempt([&] { return interface->copy_to_host(nullptr, &r.buf); }) != 0) return false;
     if (newer) record_transfer(&transfers, Direction::to_host, bytes);
     interface->device_free(nullptr, &r.buf);  // a failure here strands the runtime's memory, not data
@@ -236,6 +244,11 @@ void Storage::refuse_bound(const char *entry) const {
                           "own first: b.copy()");
 }
 
+bool Storage::part_in_place(const Device &on, int64_t offset, bool forward) const {
+    if (bound || !forward) return false;
+    return on.shows_part(root.device && device.get() == &on ? &root : nullptr, offset);
+}
+
 void Storage::refuse_lent(const char *entry) const {
     for (const RawView *r : raw_views) {
         if (r->lent && r->buf.device && r->buf.device == r->published_device)
@@ -279,8 +292,8 @@ void Storage::publish(RawView &r, bool may_copy) {
         device_field = device->view_field(root, r.buf.host - root.host, r.handle);
         if (device_field) interface = root.device_interface;
         if (device_field && r.shown_as) {
-            if (covers_storage(r.buf, root)) {
-                interface = r.shown_as;
+            if (covers_storage(r.buf, root) || part_in_place(*device, r.buf.host - root.host, forward(r.buf))) {
+                interface = r.shown_as;  // the runtime computes in our memory as it is
             } else {
                 // A part of the storage: the pipeline's runtime cannot take our interface, so it
                 // is shown without device memory (the runtime allocates its own; it comes home
@@ -630,11 +643,15 @@ void Buffer::prepare_for_pipeline(const char *entry, const halide_device_interfa
         throw read_only_output(entry);
     StorageOp op(*storage_);
     Storage &s = *storage_;
-    if (!covers_whole_storage() || s.bound || size() == 0) {
-        // A part of a storage: shown without device memory over a current host copy (see
-        // publish()); the runtime allocates for it, and that comes home after. Our device copy
-        // stays; one under another runtime's interface goes. So for an hl.Buffer's storage,
-        // whose device copy only Halide's runtime makes, and an empty one (nothing to place).
+    bool whole = covers_whole_storage();
+    bool forward = std::all_of(strides_.begin(), strides_.end(), [](int64_t stride) { return stride >= 0; });
+    bool in_place = whole || s.part_in_place(*device, data_ - s.root.host, forward);
+    if (!in_place || s.bound || size() == 0) {
+        // A part of a storage the device cannot show as it is: shown without device memory over
+        // a current host copy (see publish()); the runtime allocates for it, and that comes home
+        // after. Our device copy stays; one under another runtime's interface goes. So for an
+        // hl.Buffer's storage, whose device copy only Halide's runtime makes, and an empty one
+        // (nothing to place).
         if (s.device_ownership == DeviceOwnership::foreign && s.root.device_interface != interface)
             op.defer(s.free_device(entry));
         else
@@ -650,13 +667,22 @@ void Buffer::prepare_for_pipeline(const char *entry, const halide_device_interfa
             op.defer(s.free_device(entry));
     }
     DeviceChoice on{device, true};
-    output ? s.allocate(entry, on) : s.upload(entry, on);
+    // An output covering its storage is overwritten whole: allocated. A part computed in place
+    // needs the rest of the storage current on the device too (the call leaves all of it device
+    // dirty): uploaded, as an input is.
+    output && whole ? s.allocate(entry, on) : s.upload(entry, on);
 }
 
 void Buffer::expect_overwrite(RawView &view) {
     StorageOp op(*storage_);  // a lent view is not republished
     halide_buffer_t &buf = view.buf;
-    if ((buf.flags & kDeviceDirty) || !covers_storage(buf, storage_->root)) return;
+    if (buf.flags & kDeviceDirty) return;
+    // A view covering its storage is overwritten whole. A part shown in a current device copy
+    // (computed in place) leaves the rest as it is there; one shown without device memory must
+    // go up first (a runtime's allocation for it comes home whole, the bytes between its
+    // elements included).
+    bool in_current_copy = buf.device && !(storage_->root.flags & kHostDirty);
+    if (!covers_storage(buf, storage_->root) && !in_current_copy) return;
     buf.flags &= ~kHostDirty;
     view.published = buf.flags;  // not news to take in: the storage's own flags stay as they are
 }
