@@ -211,6 +211,19 @@ def test_tiles_of_an_image_on_the_device_are_computed_in_place(libraries, dev):
     assert copies() == down(src.size)
 
 
+def test_tiles_of_memory_its_owner_writes_go_up_alone(libraries, dev):
+    """A NumPy array wrapped as it is (its owner may write it at any time) is newer on the host at
+    every call: each tile goes up alone, not the whole array for each tile."""
+    rows, width = 32, 512
+    src = image(12, (rows * 4, width))
+    img = hb.Buffer.from_host(src)
+    copies = Copies()
+    for lo in range(0, rows * 4, rows):
+        np.testing.assert_array_equal(np.asarray(libraries["add1"](img[lo:lo + rows])), added(src[lo:lo + rows], 1))
+    assert copies() == (4, src.size, 4, src.size)  # each tile up once, each result down once
+    assert not img.has_device_allocation()
+
+
 def test_a_part_the_device_cannot_show_comes_home_counted(libraries, dev):
     """A column crop starting 8 bytes into a row: no sub-buffer can start there, so the runtime
     allocates for it and its result comes home when the call returns (both copies counted)."""

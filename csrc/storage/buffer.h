@@ -138,7 +138,8 @@ struct Storage {
     /// device memory as it is (it computes in place): the part's element at index 0 lies
     /// `offset` bytes past the root's, `forward` says no stride is negative, and the device can
     /// show a part starting there (Device::shows_part; in the allocation it holds of this
-    /// storage, or a new one). Never for a storage bound to an hl.Buffer.
+    /// storage, or a new one). Never for a storage bound to an hl.Buffer, nor for memory its
+    /// owner may write at any time (external_writes: the whole storage would go up every call).
     bool part_in_place(const Device &on, int64_t offset, bool forward) const;
     /// BufferError naming `entry` for a bound storage: our device memory never goes into its
     /// owner's halide_buffer_t, whose device copy only Halide's runtime makes.

@@ -245,7 +245,9 @@ void Storage::refuse_bound(const char *entry) const {
 }
 
 bool Storage::part_in_place(const Device &on, int64_t offset, bool forward) const {
-    if (bound || !forward) return false;
+    // Memory its owner may write at any time is newer on the host at every call: the whole of it
+    // would go up for each part. Such parts go up alone, as the runtime uploads them.
+    if (bound || external_writes || !forward) return false;
     return on.shows_part(root.device && device.get() == &on ? &root : nullptr, offset);
 }
 
