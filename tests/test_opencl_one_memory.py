@@ -8,22 +8,19 @@ process, the runtimes' own included), and the two must agree.
 """
 
 import ctypes
-import os
 import subprocess
 import sys
 import threading
-import textwrap
 from pathlib import Path
 
+import halide as hl
 import numpy as np
 import pytest
 
 import halide_buffer as hb
 import opencl_interposer
 from conftest import NONE, Moves, counts, down, up
-from pipelines import OPENCL_TARGET, TARGET, Pipeline, build, c_compiler, compile_and_load, output_bounds_follow
-
-import halide as hl
+from pipelines import OPENCL_TARGET, TARGET, build, c_compiler, compile_and_load, output_bounds_follow
 
 SHAPE = (64, 80)
 NBYTES = SHAPE[0] * SHAPE[1]
