@@ -298,6 +298,57 @@ def test_a_library_opened_before_halide_buffer_keeps_its_own_context(libraries):
 
 
 # ---------------------------------------------------------------------------------------------
+# The hooks' contract (Halide's, for overrides of its acquire and release)
+# ---------------------------------------------------------------------------------------------
+
+
+def hooks_library():
+    import importlib.util
+
+    lib = ctypes.CDLL(importlib.util.find_spec("halide_buffer._opencl_hooks").origin)
+    lib.halide_acquire_cl_context.argtypes = [ctypes.c_void_p, ctypes.POINTER(ctypes.c_void_p),
+                                              ctypes.POINTER(ctypes.c_void_p), ctypes.c_bool]
+    lib.halide_acquire_cl_context.restype = ctypes.c_int
+    lib.halide_release_cl_context.argtypes = [ctypes.c_void_p]
+    lib.halide_release_cl_context.restype = ctypes.c_int
+    return lib
+
+
+def test_acquire_gives_the_default_devices_context_and_blocks_until_release(dev):
+    """Halide's rule: acquire stores a valid context and queue (those of the call's device; the
+    default device's outside any call), and waits while another thread holds them."""
+    lib = hooks_library()
+    ctx, q = ctypes.c_void_p(), ctypes.c_void_p()
+    assert lib.halide_acquire_cl_context(None, ctypes.byref(ctx), ctypes.byref(q), True) == 0
+    assert (ctx.value, q.value) == (dev.context, dev.queue)
+    got = threading.Event()
+
+    def second():
+        c2, q2 = ctypes.c_void_p(), ctypes.c_void_p()
+        lib.halide_acquire_cl_context(None, ctypes.byref(c2), ctypes.byref(q2), True)
+        got.set()
+        lib.halide_release_cl_context(None)
+
+    other = threading.Thread(target=second)
+    other.start()
+    assert not got.wait(0.3)  # held by this thread
+    assert lib.halide_release_cl_context(None) == 0
+    assert got.wait(10)
+    other.join()
+    assert lib.halide_release_cl_context(None) == 0  # a release without an acquire does nothing
+
+
+def test_acquire_without_create_outside_a_call_gives_no_context():
+    """Halide's device_release asks with create=false: outside a call there is nothing of its own
+    to release, and nothing is made."""
+    lib = hooks_library()
+    ctx, q = ctypes.c_void_p(1), ctypes.c_void_p(1)
+    assert lib.halide_acquire_cl_context(None, ctypes.byref(ctx), ctypes.byref(q), False) == 0
+    assert (ctx.value, q.value) == (None, None)
+    assert lib.halide_release_cl_context(None) == 0
+
+
+# ---------------------------------------------------------------------------------------------
 # Threads
 # ---------------------------------------------------------------------------------------------
 
