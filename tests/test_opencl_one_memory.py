@@ -376,6 +376,9 @@ def first_call(p, add):
 threads = [threading.Thread(target=first_call, args=(p, add)) for p, add in zip(pipelines * 4, (1, 2) * 4)]
 for t in threads: t.start()
 for t in threads: t.join()
+seen, ours = opencl_interposer.counts(), hb.transfers()
+if (seen["write_bytes"], seen["read_bytes"]) != (ours.to_device_bytes, ours.to_host_bytes):
+    failures.append(f"the process copied {{seen}}, hb.transfers() counted {{ours}}")
 print(failures or "ok")
 """
 
@@ -417,6 +420,40 @@ def test_calls_on_two_contexts_at_once(libraries, ctx):
     for t in threads:
         t.join()
     assert failures == []
+
+
+def slow_func(name):
+    """out(x, y) = in(x, y) + the low byte of a long sum (the same for every pixel): about 3 s for
+    256 x 256 on the host, in one thread."""
+    x, y, r = hl.Var("x"), hl.Var("y"), hl.RDom([(0, 9000)])
+    inp = hl.ImageParam(hl.UInt(8), 2, "inp")
+    out = hl.Func(name)
+    out[x, y] = inp[x, y] + hl.u8(hl.sum(hl.i32(hl.sin(hl.f32(r.x) + hl.f32(x) * 0) * 2)) & 255)
+    output_bounds_follow(out, inp)
+    return out, [inp]
+
+
+def test_freeing_a_device_copy_a_running_call_shows_is_refused(libraries, dev):
+    """A call lends its arguments' halide_buffer_t to the pipeline: while it runs (the GIL
+    released), another thread's device_free() of the copy it shows is refused, not done under it."""
+    p = compile_and_load(libraries["directory"], c_compiler(), *slow_func("slow"), "slow", target=TARGET)
+    src = image(13, (256, 256))
+    img = hb.Buffer.from_host(src, copy=True)
+    constant = np.asarray(p(np.zeros((1, 1), np.uint8)))[0, 0]  # what every pixel gets added
+    expected = (src + constant).astype(np.uint8)
+    img.copy_to_device(dev)  # in sync: a host pipeline is shown our device copy too
+    result = {}
+    running = threading.Thread(target=lambda: result.update(out=np.asarray(p(img))))
+    running.start()
+    running.join(0.5)
+    assert running.is_alive(), "the pipeline returned too soon to test anything"
+    with pytest.raises(BufferError, match=r"^device_free\(\): a pipeline call running in another thread computes "
+                                          r"in the buffer's device copy; free or move it after the call returns$"):
+        img.device_free()
+    running.join()
+    np.testing.assert_array_equal(result["out"], expected)
+    img.device_free()  # the call returned: nothing holds it now
+    assert not img.has_device_allocation()
 
 
 def test_threads_calling_pipelines_on_slices_of_one_buffer(libraries, dev):
