@@ -660,7 +660,6 @@ void Buffer::prepare_for_pipeline(const char *entry, const halide_device_interfa
             s.download(entry);
         return;
     }
-    s.refuse_bound(entry);
     if (s.root.device && s.device != device) {
         // The same memory used from another stream is taken over; elsewhere: home first, then placed.
         if (s.device && s.root.device_interface == device->interface() && device->take_over(s.root, *s.device))
@@ -759,12 +758,16 @@ void Buffer::publish_for_call(RawView &view, const halide_device_interface_t *sh
     storage_->publish(view, true);
 }
 
+namespace {
+
 /// BufferError for a dtype Halide has no type for, naming `entry`.
-static void refuse_no_halide_type(const char *entry, const DType &dtype) {
+void refuse_no_halide_type(const char *entry, const DType &dtype) {
     if (!dtype.has_halide_type())
         throw BufferError(std::string(entry) + "(): Halide has no type for " + dtype.name +
                           "; pass a buffer of another dtype");
 }
+
+}  // namespace
 
 halide_buffer_t *Buffer::raw(const char *entry, const halide_device_interface_t *shown_as) {
     refuse_no_halide_type(entry, *dtype_);
