@@ -2,6 +2,7 @@
 #include "core/dtype.h"
 
 #include <cstring>
+#include <unordered_map>
 
 namespace hb {
 namespace {
@@ -67,11 +68,16 @@ constexpr size_t kCount = sizeof(kTable) / sizeof(kTable[0]);
 const DType *dtype_table() { return kTable; }
 size_t dtype_count() { return kCount; }
 
-const DType *dtype_by_name(const std::string &name) {
-    for (const DType &t : kTable) {
-        if (name == t.name) return &t;
-    }
-    return nullptr;
+const DType *dtype_by_name(std::string_view name) {
+    // Hashed: a name is looked up on every Buffer(shape, "float32"). Built on first use, never
+    // destroyed (it may be used while the process exits).
+    static const auto *by_name = [] {
+        auto *m = new std::unordered_map<std::string_view, const DType *>();
+        for (const DType &t : kTable) m->emplace(t.name, &t);
+        return m;
+    }();
+    auto found = by_name->find(name);
+    return found == by_name->end() ? nullptr : found->second;
 }
 
 const DType *dtype_by_halide(halide_type_t type) {

@@ -4,6 +4,7 @@
 
 #include <cstddef>
 #include <string>
+#include <string_view>
 
 #include "abi/dlpack_abi.h"
 #include "abi/halide_abi.h"
@@ -36,7 +37,7 @@ size_t dtype_count();
 inline size_t index_of(const DType &t) { return static_cast<size_t>(&t - dtype_table()); }
 
 /// Lookups; each returns nullptr when no row matches.
-const DType *dtype_by_name(const std::string &name);
+const DType *dtype_by_name(std::string_view name);
 const DType *dtype_by_format(const char *format, size_t itemsize);
 /// The first row carrying a Halide type (uint8 before the float8 rows that borrow it), or nullptr.
 const DType *dtype_by_halide(halide_type_t type);

@@ -59,6 +59,19 @@ std::vector<int64_t> to_shape(py::handle shape, const char *entry) {
         throw TypeError(std::string(entry) + "(): shape must be an int or a sequence of ints, not " +
                         type_name(shape) + "; pass e.g. (480, 640)");
     std::vector<int64_t> out;
+    if (PyTuple_CheckExact(shape.ptr())) {  // the usual spelling: Python ints read in place
+        Py_ssize_t n = PyTuple_GET_SIZE(shape.ptr());
+        out.reserve(size_t(n));
+        for (Py_ssize_t i = 0; i < n; ++i) {
+            PyObject *item = PyTuple_GET_ITEM(shape.ptr(), i);
+            int overflow = 0;
+            long long v = PyLong_CheckExact(item) ? PyLong_AsLongLongAndOverflow(item, &overflow) : 0;
+            if (!PyLong_CheckExact(item) || overflow) break;  // the general path below says what it is
+            out.push_back(v);
+        }
+        if (out.size() == size_t(n)) return out;
+        out.clear();
+    }
     for (py::handle n : shape) {
         if (!is_integer(n))
             throw TypeError(std::string(entry) + "(): shape entries must be ints, not " + type_name(n) +
@@ -136,13 +149,14 @@ void check_index_items(const py::tuple &items) {
             throw TypeError("__getitem__(): only ints, slices and '...' index a Buffer, not " + type_name(item) +
                             "; for NumPy's other indexes (None, boolean masks, integer arrays) index the "
                             "ndarray b.numpy() instead");
-        py::object start = item.attr("start"), stop = item.attr("stop"), step = item.attr("step");
-        for (const py::object *part : {&start, &stop, &step}) {
-            if (!part->is_none() && !is_integer(*part))
+        auto *slice = reinterpret_cast<PySliceObject *>(item.ptr());  // its fields, read without a lookup
+        py::handle step = slice->step;
+        for (py::handle part : {py::handle(slice->start), py::handle(slice->stop), step}) {
+            if (!part.is_none() && !is_integer(part))
                 throw TypeError("__getitem__(): slice bounds and steps must be ints or None, not " +
-                                type_name(*part) + "; pass e.g. b[1:3] or b[::2]");
+                                type_name(part) + "; pass e.g. b[1:3] or b[::2]");
         }
-        if (!step.is_none() && !py::bool_(step))
+        if (!step.is_none() && !py::bool_(py::reinterpret_borrow<py::object>(step)))
             throw ValueError("__getitem__(): slice step cannot be zero; use a nonzero step such as 1 or -1");
     }
 }
@@ -166,6 +180,7 @@ std::vector<AxisIndex> to_index(const Buffer &b, py::handle key) {
         throw IndexError("__getitem__(): too many indices: " + std::to_string(n_axes) + " for " +
                          std::to_string(b.ndim()) + " axes; use at most one int or slice per axis");
     std::vector<AxisIndex> out;
+    out.reserve(size_t(b.ndim()));
     size_t axis = 0;
     auto full = [&](size_t a) { return AxisIndex{true, 0, 1, b.shape()[a]}; };
     for (py::handle item : items) {
@@ -225,10 +240,12 @@ std::vector<int> to_axes(const Buffer &b, py::args args) {
 std::vector<int> to_order(py::handle order, size_t ndim) {
     std::vector<int> axes(ndim);
     std::iota(axes.begin(), axes.end(), 0);
-    if (py::isinstance<py::str>(order)) {
-        std::string o = order.cast<std::string>();
-        if (o == "C") return axes;
-        if (o == "F") return std::vector<int>(axes.rbegin(), axes.rend());
+    if (PyUnicode_Check(order.ptr())) {
+        Py_ssize_t length;
+        const char *o = PyUnicode_AsUTF8AndSize(order.ptr(), &length);
+        if (!o) throw py::error_already_set();
+        if (length == 1 && o[0] == 'C') return axes;
+        if (length == 1 && o[0] == 'F') return std::vector<int>(axes.rbegin(), axes.rend());
         throw ValueError("Buffer(): order " + py::repr(order).cast<std::string>() + " is not 'C', 'F' or a "
                          "sequence of axes; pass 'C' (the last axis innermost in memory), 'F' (the first "
                          "axis innermost), or the axes from outermost to innermost in memory, e.g. (1, 2, 0)");
@@ -299,8 +316,13 @@ int traverse_buffer(const std::unique_ptr<Buffer> &b, visitproc visit, void *arg
 }  // namespace
 
 bool is_array(py::handle obj) {
-    return !PyLong_Check(obj.ptr()) && (PyObject_CheckBuffer(obj.ptr()) || py::hasattr(obj, "__array__") ||
-                                        py::hasattr(obj, "__dlpack__"));
+    PyObject *o = obj.ptr();
+    // Python's own scalars and containers are never arrays: answered without an attribute lookup
+    // (a failed hasattr() formats and drops an AttributeError), as they are on every hot path.
+    if (PyLong_Check(o) || PyTuple_CheckExact(o) || PyList_CheckExact(o) || PyUnicode_CheckExact(o) ||
+        PySlice_Check(o) || PyFloat_CheckExact(o) || o == Py_None || o == Py_Ellipsis)
+        return false;
+    return PyObject_CheckBuffer(o) || py::hasattr(obj, "__array__") || py::hasattr(obj, "__dlpack__");
 }
 
 bool is_integer(py::handle obj) {
@@ -317,6 +339,100 @@ bool is_integer(py::handle obj) {
 }
 
 std::string type_name(py::handle obj) { return Py_TYPE(obj.ptr())->tp_name; }
+
+namespace {
+
+constexpr const char *kDefaultDType = "float64";
+
+/// Buffer(shape, dtype, order=, shared=): what both ways into the constructor make.
+Buffer new_buffer(py::handle shape, py::handle dtype, py::handle order, bool shared) {
+    std::vector<int64_t> s = to_shape(shape, "Buffer");
+    const DType &t = to_dtype(dtype, "Buffer");
+    if (!order && !shared) return Buffer::allocate("Buffer", std::move(s), t);  // 'C', not given
+    std::vector<int> axes(s.size());
+    if (order) axes = to_order(order, s.size());
+    else std::iota(axes.begin(), axes.end(), 0);
+    if (shared) return Buffer::allocate_shared("Buffer", s, t, axes);
+    return Buffer::allocate("Buffer", std::move(s), t, axes);
+}
+
+/// Puts `b` into `self`, a Buffer instance with no C++ object yet, as pybind11's init_instance
+/// installs a constructor's result (the value, then its holder), except for the entry in
+/// pybind11's registry of instances: that registry finds the Python object of a C++ address
+/// being cast to Python, and no Buffer address is ever cast (every Buffer a binding returns is
+/// a new object, see the type_caster in py_glue.h). An instance without the entry is freed as
+/// any other (pybind11 deregisters only registered ones); the entry would cost a hash-table
+/// node made and freed with every buffer.
+void install(PyObject *self, Buffer &&b) {
+    static py::detail::type_info *const info = py::detail::get_type_info(typeid(Buffer));
+    auto *inst = reinterpret_cast<py::detail::instance *>(self);
+    py::detail::value_and_holder v_h = inst->get_value_and_holder(info);
+    auto *value = new Buffer(std::move(b));
+    v_h.value_ptr() = value;
+    new (std::addressof(v_h.holder<std::unique_ptr<Buffer>>())) std::unique_ptr<Buffer>(value);
+    v_h.set_holder_constructed();
+    inst->owned = true;
+}
+
+/// b[key] as the type's mp_subscript: the same call as __getitem__'s (kept for introspection),
+/// reached without looking the method up and dispatching it through pybind11.
+PyObject *subscript_buffer(PyObject *self, PyObject *key) {
+    PyObject *out = nullptr;
+    c_call([&] {
+        Buffer &b = buffer_of(self);
+        out = new_buffer_object(b.indexed(to_index(b, key)));
+        return 0;
+    });
+    return out;
+}
+
+/// Buffer(shape, dtype="float64", *, order="C", shared=False) as the type's tp_init. A call of
+/// the type reaches it straight from type_call: pybind11's __init__ (kept for introspection and
+/// explicit calls, making the same buffer through new_buffer()) would first be looked up as a
+/// method, then dispatched through its overload machinery, costing as much as the buffer
+/// itself. The C++ object is installed as pybind11 installs a constructor's.
+int init_buffer(PyObject *self, PyObject *args, PyObject *kwargs) {
+    return c_call([&] {
+        static const char *keywords[] = {"shape", "dtype", "order", "shared", nullptr};
+        PyObject *shape = nullptr, *dtype = nullptr, *order = nullptr, *shared = nullptr;
+        Py_ssize_t given = PyTuple_GET_SIZE(args);
+        if (!kwargs && (given == 1 || given == 2)) {  // Buffer(shape[, dtype]): nothing to match by name
+            shape = PyTuple_GET_ITEM(args, 0);
+            if (given == 2) dtype = PyTuple_GET_ITEM(args, 1);
+        } else if (!PyArg_ParseTupleAndKeywords(args, kwargs, "O|O$OO:Buffer", const_cast<char **>(keywords),
+                                                &shape, &dtype, &order, &shared)) {
+            return -1;
+        }
+        bool share = false;  // pybind11's bool: None, a bool, or anything with __bool__ (numpy.bool_)
+        if (shared && shared != Py_None) {
+            PyNumberMethods *number = Py_TYPE(shared)->tp_as_number;
+            if (!PyBool_Check(shared) && !(number && number->nb_bool))
+                throw TypeError("Buffer(): shared must be a bool, not " + type_name(shared) +
+                                "; pass shared=True for shared memory");
+            int truth = PyObject_IsTrue(shared);
+            if (truth < 0) throw py::error_already_set();
+            share = truth;
+        }
+        if (instance_parts(self).holder_constructed())
+            throw TypeError("Buffer(): this buffer is made already; make a new one with halide_buffer.Buffer(shape, dtype)");
+        py::object default_dtype;
+        if (!dtype) {
+            default_dtype = py::str(kDefaultDType);
+            dtype = default_dtype.ptr();
+        }
+        install(self, new_buffer(shape, dtype, order, share));
+        return 0;
+    });
+}
+
+}  // namespace
+
+PyObject *new_buffer_object(Buffer &&b) {
+    py::object self = py::reinterpret_steal<py::object>(py::detail::make_new_instance(buffer_type));
+    if (!self) throw py::error_already_set();
+    install(self.ptr(), std::move(b));
+    return self.release().ptr();
+}
 
 Buffer &buffer_of(PyObject *self) {
     if (!PyObject_TypeCheck(self, buffer_type))
@@ -343,12 +459,9 @@ in shared memory that multiprocessing hands to child processes as it is.
     install_buffer_protocol(cls);
 
     cls.def(py::init([](py::handle shape, py::handle dtype, py::handle order, bool shared) {
-                std::vector<int64_t> s = to_shape(shape, "Buffer");
-                const DType &t = to_dtype(dtype, "Buffer");
-                if (shared) return Buffer::allocate_shared("Buffer", s, t, to_order(order, s.size()));
-                return Buffer::allocate("Buffer", s, t, to_order(order, s.size()));
+                return new_buffer(shape, dtype, order, shared);
             }),
-            py::arg("shape"), py::arg("dtype") = "float64", py::kw_only(), py::arg("order") = "C",
+            py::arg("shape"), py::arg("dtype") = kDefaultDType, py::kw_only(), py::arg("order") = "C",
             py::arg("shared") = false)
         .def_static("from_host", &buffer_from_host, py::arg("obj"), py::arg("copy") = false,
                     py::kw_only(), py::arg("external_writes") = true,
@@ -477,6 +590,9 @@ in shared memory that multiprocessing hands to child processes as it is.
     bind_dlpack_exchange(cls);
     bind_cuda(m, cls);
     bind_processes(cls, m);  // last: it also gives the other classes their pickling rule
+    // After every def: setting __init__ on the type resets tp_init to Python's slot wrapper.
+    buffer_type->tp_init = init_buffer;
+    reinterpret_cast<PyHeapTypeObject *>(buffer_type)->as_mapping.mp_subscript = subscript_buffer;
 }
 
 }  // namespace hb

@@ -43,6 +43,14 @@ std::string name_of(py::handle obj, const char *entry) {
 }  // namespace
 
 const DType &to_dtype(py::handle obj, const char *entry) {
+    if (PyUnicode_Check(obj.ptr())) {  // the usual spelling, a canonical name: no string made
+        Py_ssize_t length;
+        if (const char *s = PyUnicode_AsUTF8AndSize(obj.ptr(), &length)) {
+            if (const DType *t = dtype_by_name(std::string_view(s, size_t(length)))) return *t;
+        } else {
+            PyErr_Clear();  // not UTF-8: no name of ours; NumPy's reading below says what it is
+        }
+    }
     if (py::isinstance<DType>(obj)) return obj.cast<const DType &>();
     // numpy.dtype objects (every ndarray has one) resolve once: the cache keeps each alive, so
     // its address names it for good. There are only as many as the dtypes a process uses.

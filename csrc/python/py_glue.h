@@ -79,6 +79,9 @@ bool as_uint64(py::handle n, uint64_t &out);
 std::string type_name(py::handle obj);
 /// The core Buffer inside a Python Buffer object (no type check: callers know the type).
 Buffer &buffer_of(PyObject *self);
+/// A new Python Buffer object holding `b`: what every Buffer a binding returns becomes (see the
+/// type_caster below).
+PyObject *new_buffer_object(Buffer &&b);
 
 // py_residency.cpp
 void bind_residency(py::class_<Buffer> &cls);
@@ -207,3 +210,18 @@ void bind_buffer_data(py::class_<Buffer> &cls);
 void bind_processes(py::class_<Buffer> &cls, py::module_ &m);
 
 }  // namespace hb
+
+namespace pybind11::detail {
+/// A Buffer returned by a binding (every view, from_host(), from_halide(), ...) is a new object
+/// by construction: it goes straight into a new instance (hb::new_buffer_object()), where
+/// pybind11's generic cast would first search its registry for a live instance at the
+/// temporary's address and then move it through a type-erased constructor.
+template <>
+class type_caster<hb::Buffer> : public type_caster_base<hb::Buffer> {
+public:
+    using type_caster_base<hb::Buffer>::cast;
+    static handle cast(hb::Buffer &&src, return_value_policy, handle) {
+        return hb::new_buffer_object(std::move(src));
+    }
+};
+}  // namespace pybind11::detail

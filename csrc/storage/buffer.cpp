@@ -144,11 +144,15 @@ std::string tuple_text(const std::vector<int64_t> &values) {
     return out + (values.size() == 1 ? ",)" : ")");
 }
 
-std::vector<int64_t> dense_strides(const std::vector<int64_t> &shape, int itemsize, const std::vector<int> &order) {
+namespace {
+
+/// Dense byte strides, the axis `axis_at(k)` k-th outermost in memory.
+template <typename AxisAt>
+std::vector<int64_t> packed_strides(const std::vector<int64_t> &shape, int itemsize, AxisAt axis_at) {
     std::vector<int64_t> strides(shape.size());
     int64_t s = itemsize;
-    for (size_t k = order.size(); k-- > 0;) {
-        size_t i = size_t(order[k]);
+    for (size_t k = shape.size(); k-- > 0;) {
+        size_t i = size_t(axis_at(k));
         strides[i] = s;
         // A shape too large for int64 strides is refused by whoever checks its count (an empty
         // one has no element to step to): past the overflow, strides are 0, never undefined.
@@ -157,8 +161,14 @@ std::vector<int64_t> dense_strides(const std::vector<int64_t> &shape, int itemsi
     return strides;
 }
 
+}  // namespace
+
+std::vector<int64_t> dense_strides(const std::vector<int64_t> &shape, int itemsize, const std::vector<int> &order) {
+    return packed_strides(shape, itemsize, [&](size_t k) { return order[k]; });
+}
+
 std::vector<int64_t> c_strides(const std::vector<int64_t> &shape, int itemsize) {
-    return dense_strides(shape, itemsize, identity(shape.size()));
+    return packed_strides(shape, itemsize, [](size_t k) { return k; });
 }
 
 std::vector<int64_t> byte_strides(const std::vector<int64_t> &element_strides, int itemsize) {
@@ -212,15 +222,22 @@ LiveCounts &live_counts() {
 
 Buffer::Buffer(Buffer &&) noexcept = default;
 
-Buffer Buffer::allocate(const char *entry, const std::vector<int64_t> &shape, const DType &dtype) {
-    return allocate(entry, shape, dtype, identity(shape.size()));
+Buffer Buffer::allocate(const char *entry, std::vector<int64_t> shape, const DType &dtype) {
+    std::vector<int64_t> strides = c_strides(shape, dtype.itemsize);
+    return allocate_packed(entry, std::move(shape), dtype, std::move(strides));
 }
 
-Buffer Buffer::allocate(const char *entry, const std::vector<int64_t> &shape, const DType &dtype,
+Buffer Buffer::allocate(const char *entry, std::vector<int64_t> shape, const DType &dtype,
                         const std::vector<int> &order_arg) {
-    int64_t count = checked_count(entry, shape, dtype.itemsize);
     std::vector<int> order = permutation(entry, "order", order_arg, int(shape.size()),
                                          "pass 'C', 'F' or each axis once, outermost in memory first");
+    std::vector<int64_t> strides = dense_strides(shape, dtype.itemsize, order);
+    return allocate_packed(entry, std::move(shape), dtype, std::move(strides));
+}
+
+Buffer Buffer::allocate_packed(const char *entry, std::vector<int64_t> shape, const DType &dtype,
+                               std::vector<int64_t> strides) {
+    int64_t count = checked_count(entry, shape, dtype.itemsize);
     size_t bytes = size_t(count) * size_t(dtype.itemsize);
     auto storage = std::make_shared<Storage>();
     ++live_counts().storages;
@@ -242,9 +259,8 @@ Buffer Buffer::allocate(const char *entry, const std::vector<int64_t> &shape, co
         host = reinterpret_cast<uint8_t *>((reinterpret_cast<uintptr_t>(allocation) + kAlignment - 1) &
                                            ~uintptr_t(kAlignment - 1));
     }
-    std::vector<int64_t> strides = dense_strides(shape, dtype.itemsize, order);
     normalize_strides(entry, shape, strides, dtype.itemsize, "use a smaller shape");
-    return adopt_storage(std::move(storage), dtype, host, shape, std::move(strides));
+    return adopt_storage(std::move(storage), dtype, host, std::move(shape), std::move(strides));
 }
 
 Buffer Buffer::allocate_like(const char *entry, const Buffer &other, const DType &dtype) {
@@ -300,6 +316,7 @@ Buffer Buffer::adopt_storage(std::shared_ptr<Storage> storage, const DType &dtyp
     s.host = data;
     bool bytes = !dtype.has_halide_type();
     int unit = bytes ? 1 : dtype.itemsize;
+    s.root_dims.reserve(shape.size() + (bytes ? 1 : 0));
     if (bytes) s.root_dims.push_back(halide_dimension_t{0, dtype.itemsize, 1, 0});
     for (size_t i = shape.size(); i-- > 0;)
         s.root_dims.push_back(halide_dimension_t{0, int32_t(shape[i]), int32_t(strides[i] / unit), 0});
@@ -408,11 +425,16 @@ int Buffer::check_axis(const char *entry, const char *verb, int64_t axis) const 
 // Views
 // ---------------------------------------------------------------------------------------------
 
-Buffer Buffer::view() const {
+Buffer Buffer::unshaped_view() const {
     Buffer b;
     b.storage_ = storage_;
     b.dtype_ = dtype_;
     b.data_ = data_;
+    return b;
+}
+
+Buffer Buffer::view() const {
+    Buffer b = unshaped_view();
     b.shape_ = shape_;
     b.strides_ = strides_;
     b.mins_ = mins_;
@@ -533,10 +555,10 @@ Buffer Buffer::indexed(const std::vector<AxisIndex> &index) const {
     if (index.size() != shape_.size())
         throw IndexError("__getitem__(): " + str(int64_t(index.size())) + " indices for " +
                          str(ndim()) + " axes; use at most one index per axis and one '...'");
-    Buffer b = view();
-    b.shape_.clear();
-    b.strides_.clear();
-    b.mins_.clear();
+    Buffer b = unshaped_view();
+    b.shape_.reserve(index.size());
+    b.strides_.reserve(index.size());
+    b.mins_.reserve(index.size());
     for (size_t i = 0; i < index.size(); ++i) {
         const AxisIndex &ix = index[i];
         if (!ix.keep) {

@@ -221,10 +221,10 @@ void forget_shared_storage(uint64_t identity);
 class Buffer {
 public:
     /// Owned, zero-filled, 128-byte aligned, C-contiguous storage.
-    static Buffer allocate(const char *entry, const std::vector<int64_t> &shape, const DType &dtype);
+    static Buffer allocate(const char *entry, std::vector<int64_t> shape, const DType &dtype);
     /// The same, laid out densely in `order`: the axes from outermost to innermost in memory (a
     /// permutation; negative axes count from the end).
-    static Buffer allocate(const char *entry, const std::vector<int64_t> &shape, const DType &dtype,
+    static Buffer allocate(const char *entry, std::vector<int64_t> shape, const DType &dtype,
                            const std::vector<int> &order);
     /// allocate() with other's shape, mins and memory order (Halide's make_with_shape_of).
     static Buffer allocate_like(const char *entry, const Buffer &other, const DType &dtype);
@@ -470,6 +470,9 @@ public:
 
 private:
     Buffer() = default;
+    /// A view of the same storage, dtype and first element with no axes yet: what a view that
+    /// builds its geometry axis by axis starts from.
+    Buffer unshaped_view() const;
     /// The view's halide_buffer_t would show the storage's whole root: the same elements at the
     /// same addresses, whatever its mins.
     bool covers_whole_storage() const;
@@ -483,6 +486,9 @@ private:
     /// The halide_buffer_t the storage is bound to, after taking in what changed there; null
     /// when none, or no longer (residency.cpp).
     const halide_buffer_t *bound_struct();
+    /// allocate() with the strides of a dense layout of `shape` (dense_strides()).
+    static Buffer allocate_packed(const char *entry, std::vector<int64_t> shape, const DType &dtype,
+                                  std::vector<int64_t> strides);
     static Buffer adopt_storage(std::shared_ptr<Storage> storage, const DType &dtype, uint8_t *data,
                                 std::vector<int64_t> shape, std::vector<int64_t> strides);
     /// `axis` as 0..ndim-1 (negative counts from the end), or IndexError naming `entry`; `verb`
