@@ -156,7 +156,7 @@ halide_scalar_value_t to_scalar(const AotPipeline &p, py::handle v, const halide
 /// A buffer argument as a Buffer object (a Buffer, or anything Buffer.from_host wraps), its
 /// element type and dimensions checked.
 py::object to_buffer(const AotPipeline &p, py::handle v, const halide_filter_argument_t &a) {
-    py::object obj = py::isinstance<Buffer>(v) ? py::reinterpret_borrow<py::object>(v)
+    py::object obj = is_buffer(v) ? py::reinterpret_borrow<py::object>(v)
                                                 : py::cast(buffer_from_host(v, false, true));
     Buffer &b = buffer_of(obj.ptr());
     const halide_type_t &t = b.dtype().halide;

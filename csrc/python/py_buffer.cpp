@@ -427,6 +427,8 @@ int init_buffer(PyObject *self, PyObject *args, PyObject *kwargs) {
 
 }  // namespace
 
+bool is_buffer(py::handle obj) { return PyObject_TypeCheck(obj.ptr(), buffer_type); }
+
 PyObject *new_buffer_object(Buffer &&b) {
     py::object self = py::reinterpret_steal<py::object>(py::detail::make_new_instance(buffer_type));
     if (!self) throw py::error_already_set();

@@ -53,7 +53,7 @@ bool all_equal(py::handle self, py::handle value) {
 }
 
 Buffer &buffer_arg(py::handle obj, const char *entry) {
-    if (!py::isinstance<Buffer>(obj))
+    if (!is_buffer(obj))
         throw TypeError(std::string(entry) + "(): the source must be a halide_buffer.Buffer, not " + type_name(obj) +
                         "; wrap it with Buffer.from_host(obj), or assign values with b[...] = obj");
     return buffer_of(obj.ptr());
@@ -73,7 +73,7 @@ void set_item(py::handle self, py::handle key, py::handle value) {
     constexpr const char *entry = "__setitem__";
     py::object view_obj = self.attr("__getitem__")(key);
     Buffer &view = buffer_of(view_obj.ptr());
-    if (py::isinstance<Buffer>(value)) {
+    if (is_buffer(value)) {
         Buffer &src = buffer_of(value.ptr());
         if (src.shape() == view.shape() && &src.dtype() == &view.dtype()) {
             Buffer placed = src.with_mins(view.mins());  // positions, not coordinates

@@ -412,7 +412,7 @@ Buffer from_dlpack(py::handle obj, py::handle device, py::handle copy_arg) {
     std::optional<DeviceChoice> on;
     if (!device.is_none()) on = device_arg(device, kImport);
     Buffer out = [&] {
-        if (py::isinstance<Buffer>(obj)) {  // ours: the same storage (one residency state), or a copy
+        if (is_buffer(obj)) {  // ours: the same storage (one residency state), or a copy
             Buffer &b = buffer_of(obj.ptr());
             if (copy != 1) return b.view();
             run_lease(b, [&] { b.begin_host_read(); });

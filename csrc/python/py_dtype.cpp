@@ -51,7 +51,6 @@ const DType &to_dtype(py::handle obj, const char *entry) {
             PyErr_Clear();  // not UTF-8: no name of ours; NumPy's reading below says what it is
         }
     }
-    if (py::isinstance<DType>(obj)) return obj.cast<const DType &>();
     // numpy.dtype objects (every ndarray has one) resolve once: the cache keeps each alive, so
     // its address names it for good. There are only as many as the dtypes a process uses.
     static std::unordered_map<PyObject *, const DType *> resolved;
@@ -60,6 +59,7 @@ const DType &to_dtype(py::handle obj, const char *entry) {
         auto found = resolved.find(obj.ptr());
         if (found != resolved.end()) return *found->second;
     }
+    if (py::isinstance<DType>(obj)) return obj.cast<const DType &>();
     std::string name = name_of(obj, entry);
     if (const DType *t = dtype_by_name(name)) {
         if (is_numpy_dtype) resolved.emplace(py::reinterpret_borrow<py::object>(obj).release().ptr(), t);

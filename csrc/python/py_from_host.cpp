@@ -40,13 +40,13 @@ struct Exported {
 /// so it is also the fix for strides a view cannot describe.
 Buffer adopt(Exported e, bool copy, bool external_writes) {
     if (copy) return Buffer::copy_of(kEntry, e.data, e.shape, e.strides, *e.dtype);
-    return Buffer::wrap(kEntry, e.data, e.shape, e.strides, *e.dtype, std::move(e.owner), e.readonly,
+    return Buffer::wrap(kEntry, e.data, std::move(e.shape), std::move(e.strides), *e.dtype, std::move(e.owner), e.readonly,
                         external_writes);
 }
 
 Exported from_ndarray(py::array a) {
-    py::object descr = a.attr("dtype");
-    if (!descr.attr("isnative").cast<bool>())
+    py::dtype descr = a.dtype();  // read from the array object, as the shape and strides are
+    if (py::detail::array_descriptor_proxy(descr.ptr())->byteorder == '>')  // not numpy's isnative: little-endian only
         throw ValueError(std::string(kEntry) + "(): the array is big-endian; convert it with "
                          "a.astype(a.dtype.newbyteorder('='))");
     return Exported{static_cast<uint8_t *>(const_cast<void *>(a.data())),
@@ -164,7 +164,7 @@ py::array values_of(py::handle obj) {
 }  // namespace
 
 Buffer buffer_from_host(py::handle obj, bool copy, bool external_writes) {
-    if (py::isinstance<Buffer>(obj)) {
+    if (is_buffer(obj)) {
         Buffer &src = buffer_of(obj.ptr());
         if (!copy) return src.view();
         run_lease(src, [&] { src.begin_host_read(); });

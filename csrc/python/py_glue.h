@@ -77,6 +77,8 @@ bool as_int64(py::handle n, int64_t &out);
 bool as_uint64(py::handle n, uint64_t &out);
 /// The name of obj's type, for messages ("numpy.ndarray").
 std::string type_name(py::handle obj);
+/// Whether `obj` is a halide_buffer.Buffer (or a subclass), without pybind11's type lookup.
+bool is_buffer(py::handle obj);
 /// The core Buffer inside a Python Buffer object (no type check: callers know the type).
 Buffer &buffer_of(PyObject *self);
 /// A new Python Buffer object holding `b`: what every Buffer a binding returns becomes (see the

@@ -292,12 +292,10 @@ Buffer Buffer::copy_of(const char *entry, const uint8_t *data, const std::vector
     return out;
 }
 
-Buffer Buffer::wrap(const char *entry, uint8_t *data, const std::vector<int64_t> &shape,
-                    const std::vector<int64_t> &strides, const DType &dtype,
-                    std::shared_ptr<void> owner, bool readonly, bool external_writes) {
+Buffer Buffer::wrap(const char *entry, uint8_t *data, std::vector<int64_t> shape, std::vector<int64_t> strides,
+                    const DType &dtype, std::shared_ptr<void> owner, bool readonly, bool external_writes) {
     check_memory(entry, data, shape, strides, checked_count(entry, shape, dtype.itemsize), dtype.itemsize);
-    std::vector<int64_t> element_strides = strides;
-    normalize_strides(entry, shape, element_strides, dtype.itemsize, "pass copy=True for a contiguous copy");
+    normalize_strides(entry, shape, strides, dtype.itemsize, "pass copy=True for a contiguous copy");
     auto storage = std::make_shared<Storage>();
     ++live_counts().storages;
     storage->host = data;
@@ -305,7 +303,7 @@ Buffer Buffer::wrap(const char *entry, uint8_t *data, const std::vector<int64_t>
     storage->owner = std::move(owner);
     storage->readonly = readonly;
     storage->external_writes = external_writes && !readonly;
-    return adopt_storage(std::move(storage), dtype, data, shape, std::move(element_strides));
+    return adopt_storage(std::move(storage), dtype, data, std::move(shape), std::move(strides));
 }
 
 Buffer Buffer::adopt_storage(std::shared_ptr<Storage> storage, const DType &dtype, uint8_t *data,

@@ -243,8 +243,8 @@ public:
     static Buffer from_shared(const char *entry, int fd, int64_t offset, const std::vector<int64_t> &shape,
                               const std::vector<int64_t> &strides, const DType &dtype, bool readonly);
     /// A view of someone else's memory; `data` is the element at index 0 of every axis.
-    static Buffer wrap(const char *entry, uint8_t *data, const std::vector<int64_t> &shape,
-                       const std::vector<int64_t> &strides, const DType &dtype,
+    static Buffer wrap(const char *entry, uint8_t *data, std::vector<int64_t> shape, std::vector<int64_t> strides,
+                       const DType &dtype,
                        std::shared_ptr<void> owner, bool readonly, bool external_writes);
 
     Buffer(Buffer &&) noexcept;
