@@ -4,6 +4,7 @@
 #include "interop/aot_call.h"
 
 #include <algorithm>
+#include <cstring>
 #include <utility>
 
 #include "backends/opencl_api.h"
@@ -14,7 +15,7 @@
 
 namespace hb {
 
-bool is_user_context(const halide_filter_argument_t &a) { return std::string(a.name) == "__user_context"; }
+bool is_user_context(const halide_filter_argument_t &a) { return std::strcmp(a.name, "__user_context") == 0; }
 bool is_buffer(const halide_filter_argument_t &a) { return a.kind != halide_argument_kind_input_scalar; }
 
 std::string type_text(halide_type_t t) {

@@ -64,12 +64,14 @@ struct ScalarArg {
     const AotPipeline &p;
     const halide_filter_argument_t &a;
     py::handle v;
-    std::string name;  ///< "an address", or the type's name
+
+    /// "an address", or the type's name: made only for a message.
+    std::string name() const { return a.type.code == halide_type_handle ? "an address" : type_text(a.type); }
 
     std::string where() const { return where_of(p, a); }
     const char *value_type() const { return Py_TYPE(v.ptr())->tp_name; }
     ValueError out_of_range() const {
-        return ValueError(where() + ": " + py::repr(v).cast<std::string>() + " is out of range for " + name +
+        return ValueError(where() + ": " + py::repr(v).cast<std::string>() + " is out of range for " + name() +
                           "; pass a value " + range_of(a.type));
     }
 };
@@ -87,13 +89,13 @@ halide_scalar_value_t float_scalar(const ScalarArg &arg) {
     double x = PyBool_Check(v) ? -1.0 : PyFloat_AsDouble(v);
     if (PyBool_Check(v) || (x == -1.0 && PyErr_Occurred())) {
         PyErr_Clear();
-        throw TypeError(arg.where() + ": expected a number for " + arg.name + ", not " + arg.value_type() +
+        throw TypeError(arg.where() + ": expected a number for " + arg.name() + ", not " + arg.value_type() +
                         "; pass an int or a float");
     }
     halide_scalar_value_t s = blank_scalar();
     if (arg.a.type.bits == 32) s.f32 = float(x);
     else if (arg.a.type.bits == 64) s.f64 = x;
-    else throw TypeError(arg.where() + ": scalars of " + arg.name +
+    else throw TypeError(arg.where() + ": scalars of " + arg.name() +
                          " are not supported; pass a float32 or float64 parameter");
     return s;
 }
@@ -122,7 +124,7 @@ halide_scalar_value_t bool_scalar(const ScalarArg &arg) {
 halide_scalar_value_t int_scalar(const ScalarArg &arg) {
     halide_type_t t = arg.a.type;
     if (!is_integer(arg.v) || PyBool_Check(arg.v.ptr()))
-        throw TypeError(arg.where() + ": expected an int for " + arg.name + ", not " + arg.value_type() +
+        throw TypeError(arg.where() + ": expected an int for " + arg.name() + ", not " + arg.value_type() +
                         "; pass an int (int(x) converts a number, rounding toward zero)");
     halide_scalar_value_t s = blank_scalar();
     if (t.code == halide_type_int) {
@@ -146,19 +148,15 @@ halide_scalar_value_t int_scalar(const ScalarArg &arg) {
 /// A Python number as the scalar type an argument declares, range-checked.
 halide_scalar_value_t to_scalar(const AotPipeline &p, py::handle v, const halide_filter_argument_t &a) {
     halide_type_t t = a.type;
-    ScalarArg arg{p, a, v, t.code == halide_type_handle ? std::string("an address") : type_text(t)};
+    ScalarArg arg{p, a, v};
     if (t.code == halide_type_float) return float_scalar(arg);
     if (t.code == halide_type_handle) return address_scalar(arg);
     if (t.code == halide_type_uint && t.bits == 1) return bool_scalar(arg);
     return int_scalar(arg);
 }
 
-/// A buffer argument as a Buffer object (a Buffer, or anything Buffer.from_host wraps), its
-/// element type and dimensions checked.
-py::object to_buffer(const AotPipeline &p, py::handle v, const halide_filter_argument_t &a) {
-    py::object obj = is_buffer(v) ? py::reinterpret_borrow<py::object>(v)
-                                                : py::cast(buffer_from_host(v, false, true));
-    Buffer &b = buffer_of(obj.ptr());
+/// A buffer argument's element type and dimensions, checked.
+void check_buffer(const AotPipeline &p, const Buffer &b, const halide_filter_argument_t &a) {
     const halide_type_t &t = b.dtype().halide;
     if (t.code != a.type.code || t.bits != a.type.bits || t.lanes != a.type.lanes)
         throw TypeError(where_of(p, a) + ": a " + b.dtype().name + " buffer where the pipeline takes " +
@@ -167,7 +165,6 @@ py::object to_buffer(const AotPipeline &p, py::handle v, const halide_filter_arg
         throw ValueError(where_of(p, a) + ": " + std::to_string(b.ndim()) + " axes where the pipeline takes " +
                          std::to_string(a.dimensions) + "; pass a buffer of " + std::to_string(a.dimensions) +
                          " axes");
-    return obj;
 }
 
 /// Positional arguments in metadata order (a pipeline's __user_context is ours to pass).
@@ -204,18 +201,25 @@ void take_keywords(const AotPipeline &p, PyObject *kwargs, std::vector<py::objec
     }
 }
 
-/// A call's scratch: the plan's, and the Python objects of its arguments (the buffers the plan's
-/// scratch names live in them), kept until the plan's scratch is finished.
+/// A call's scratch: the plan's, the Python objects of its arguments and the buffers over the
+/// inputs that are not Buffers (the buffers the plan's scratch names live in these), kept until
+/// the plan's scratch is finished.
 struct PyCallScratch {
     CallScratch plan;
     std::vector<py::object> given;
+    /// An input given as memory of someone else's (an ndarray): the Buffer over it lives here
+    /// for the call alone, with no Python object, since the call does not return it.
+    std::vector<std::optional<Buffer>> wrapped;
 
     void start(size_t n) {
         plan.start(n);
         given.assign(n, py::object());
+        wrapped.clear();
+        wrapped.resize(n);
     }
     void finish() {
-        plan.finish();  // takes the lent views back into the buffers `given` holds
+        plan.finish();  // takes the lent views back into the buffers `given` and `wrapped` hold
+        wrapped.clear();
         given.clear();
     }
 };
@@ -246,8 +250,18 @@ public:
             v = py::object();  // None: an output the plan allocates (keep_output())
             return nullptr;
         }
-        v = to_buffer(p_, v, p_.metadata().arguments[i]);
-        return &buffer_of(v.ptr());
+        const halide_filter_argument_t &a = p_.metadata().arguments[i];
+        Buffer *b;
+        if (is_buffer(v)) {
+            b = &buffer_of(v.ptr());
+        } else if (a.kind == halide_argument_kind_output_buffer) {  // returned: a Buffer object over it
+            v = py::cast(buffer_from_host(v, false, true));
+            b = &buffer_of(v.ptr());
+        } else {
+            b = &s_.wrapped[i].emplace(buffer_from_host(v, false, true));
+        }
+        check_buffer(p_, *b, a);
+        return b;
     }
     Buffer &keep_output(size_t i, Buffer output) override {
         s_.given[i] = py::cast(std::move(output));

@@ -162,7 +162,7 @@ void check_index_items(const py::tuple &items) {
 }
 
 /// Python index expression -> one AxisIndex per axis (positions, NumPy rules).
-std::vector<AxisIndex> to_index(const Buffer &b, py::handle key) {
+Index to_index(const Buffer &b, py::handle key) {
     py::tuple items = py::isinstance<py::tuple>(key) ? py::reinterpret_borrow<py::tuple>(key)
                                                      : py::make_tuple(key);
     check_index_items(items);
@@ -179,8 +179,7 @@ std::vector<AxisIndex> to_index(const Buffer &b, py::handle key) {
     if (n_axes > size_t(b.ndim()))
         throw IndexError("__getitem__(): too many indices: " + std::to_string(n_axes) + " for " +
                          std::to_string(b.ndim()) + " axes; use at most one int or slice per axis");
-    std::vector<AxisIndex> out;
-    out.reserve(size_t(b.ndim()));
+    Index out;  // at most one per axis: n_axes <= ndim, and '...' fills the rest
     size_t axis = 0;
     auto full = [&](size_t a) { return AxisIndex{true, 0, 1, b.shape()[a]}; };
     for (py::handle item : items) {

@@ -43,10 +43,19 @@ std::string name_of(py::handle obj, const char *entry) {
 }  // namespace
 
 const DType &to_dtype(py::handle obj, const char *entry) {
+    // The name last resolved, kept alive so that its address names it: a literal such as
+    // "float32" in a loop is the same str object every time. Read and written with the GIL.
+    static PyObject *last_name = nullptr;
+    static const DType *last_dtype = nullptr;
+    if (obj.ptr() == last_name) return *last_dtype;
     if (PyUnicode_Check(obj.ptr())) {  // the usual spelling, a canonical name: no string made
         Py_ssize_t length;
         if (const char *s = PyUnicode_AsUTF8AndSize(obj.ptr(), &length)) {
-            if (const DType *t = dtype_by_name(std::string_view(s, size_t(length)))) return *t;
+            if (const DType *t = dtype_by_name(std::string_view(s, size_t(length)))) {
+                Py_XSETREF(last_name, py::reinterpret_borrow<py::object>(obj).release().ptr());
+                last_dtype = t;
+                return *t;
+            }
         } else {
             PyErr_Clear();  // not UTF-8: no name of ours; NumPy's reading below says what it is
         }

@@ -21,6 +21,10 @@ namespace {
 /// The deleter of every owner keep() makes: what kept_in() recognises (std::get_deleter).
 struct KeptDeleter {
     void operator()(void *p) const {
+        if (PyGILState_Check()) {  // the usual case, a Python thread letting go: no GIL dance
+            delete static_cast<Kept *>(p);
+            return;
+        }
         py::gil_scoped_acquire gil;
         delete static_cast<Kept *>(p);
     }

@@ -549,16 +549,16 @@ Buffer Buffer::embed(const char *entry, int64_t axis_arg, int64_t pos) const {
     return b;
 }
 
-Buffer Buffer::indexed(const std::vector<AxisIndex> &index) const {
-    if (index.size() != shape_.size())
-        throw IndexError("__getitem__(): " + str(int64_t(index.size())) + " indices for " +
+Buffer Buffer::indexed(const Index &index) const {
+    if (index.size != shape_.size())
+        throw IndexError("__getitem__(): " + str(int64_t(index.size)) + " indices for " +
                          str(ndim()) + " axes; use at most one index per axis and one '...'");
     Buffer b = unshaped_view();
-    b.shape_.reserve(index.size());
-    b.strides_.reserve(index.size());
-    b.mins_.reserve(index.size());
-    for (size_t i = 0; i < index.size(); ++i) {
-        const AxisIndex &ix = index[i];
+    b.shape_.reserve(index.size);
+    b.strides_.reserve(index.size);
+    b.mins_.reserve(index.size);
+    for (size_t i = 0; i < index.size; ++i) {
+        const AxisIndex &ix = index.axes[i];
         if (!ix.keep) {
             if (ix.start < 0 || ix.start >= shape_[i])
                 throw IndexError("__getitem__(): index " + str(ix.start) + " is out of range for axis " +

@@ -215,6 +215,14 @@ struct AxisIndex {
     int64_t length;  ///< slices only: number of positions taken
 };
 
+/// An index expression, one AxisIndex per axis, held in place: one is made for every b[key].
+struct Index {
+    AxisIndex axes[kMaxDims];
+    size_t size = 0;
+    /// The next axis's index; the caller gives at most one per axis of the buffer.
+    void push_back(const AxisIndex &a) { axes[size++] = a; }
+};
+
 /// Drops a dying shared storage from the table from_shared() finds storages in.
 void forget_shared_storage(uint64_t identity);
 
@@ -307,7 +315,7 @@ public:
     /// stride numpy.expand_dims gives it.
     Buffer embedded(int64_t axis, int64_t pos) const;
     Buffer add_dimension() const;  ///< a new outermost axis (Halide's new last dimension), min 0
-    Buffer indexed(const std::vector<AxisIndex> &index) const;
+    Buffer indexed(const Index &index) const;
     Buffer bits() const;  ///< same bytes as the unsigned integer of the same size
 
     /// A C-contiguous owned copy of the host elements (a new storage, host dirty). The caller
