@@ -140,9 +140,25 @@ IndexError index_out_of_range(const std::string &index, size_t axis, int64_t ext
     return IndexError(where + "; use -" + std::to_string(extent) + " <= index < " + std::to_string(extent));
 }
 
+/// The items of b[key]: the tuple's, or the key alone (read in place: no tuple made for it).
+struct KeyItems {
+    PyObject *single;
+    PyObject *const *first;
+    size_t count;
+    explicit KeyItems(py::handle key) : single(key.ptr()) {
+        bool tuple = PyTuple_Check(single);
+        first = tuple ? &PyTuple_GET_ITEM(single, 0) : &single;
+        count = tuple ? size_t(PyTuple_GET_SIZE(single)) : 1;
+    }
+    KeyItems(const KeyItems &) = delete;
+    KeyItems &operator=(const KeyItems &) = delete;
+    PyObject *const *begin() const { return first; }
+    PyObject *const *end() const { return first + count; }
+};
+
 /// The items of an index a Buffer takes: ints, slices of ints, '...'. Anything else (None,
 /// masks, integer arrays, floats) is NumPy's, refused naming where to find it.
-void check_index_items(const py::tuple &items) {
+void check_index_items(const KeyItems &items) {
     for (py::handle item : items) {
         if (item.ptr() == Py_Ellipsis || (is_integer(item) && !PyBool_Check(item.ptr()))) continue;
         if (!PySlice_Check(item.ptr()))
@@ -163,8 +179,7 @@ void check_index_items(const py::tuple &items) {
 
 /// Python index expression -> one AxisIndex per axis (positions, NumPy rules).
 Index to_index(const Buffer &b, py::handle key) {
-    py::tuple items = py::isinstance<py::tuple>(key) ? py::reinterpret_borrow<py::tuple>(key)
-                                                     : py::make_tuple(key);
+    KeyItems items(key);
     check_index_items(items);
     size_t n_ellipsis = 0, n_axes = 0;
     for (py::handle item : items) {
