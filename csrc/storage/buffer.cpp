@@ -22,6 +22,8 @@ namespace {
 
 constexpr size_t kAlignment = 128;
 constexpr size_t kLargeBlock = size_t(4) << 20;  // NumPy's huge-page threshold
+/// Host blocks up to this size live in the storage's own allocation (see TailAllocator).
+constexpr size_t kSmallBlock = 256;
 constexpr int64_t kInt32Max = std::numeric_limits<int32_t>::max();
 constexpr int64_t kInt32Min = std::numeric_limits<int32_t>::min();
 
@@ -235,10 +237,56 @@ Buffer Buffer::allocate(const char *entry, std::vector<int64_t> shape, const DTy
     return allocate_packed(entry, std::move(shape), dtype, std::move(strides));
 }
 
+namespace {
+
+/// allocate_shared's allocator for a storage that carries `tail` more bytes after itself, in
+/// the same zero-filled block (the one it allocates): a small buffer's host memory, so that
+/// making a small buffer allocates once, not twice. `*tail_at` is set to where they start.
+template <typename T>
+struct TailAllocator {
+    using value_type = T;
+    size_t tail;
+    uint8_t **tail_at;
+    TailAllocator(size_t tail, uint8_t **tail_at) : tail(tail), tail_at(tail_at) {}
+    template <typename U>
+    TailAllocator(const TailAllocator<U> &other) : tail(other.tail), tail_at(other.tail_at) {}
+    T *allocate(size_t n) {
+        size_t head = n * sizeof(T);
+        void *block = std::calloc(head + tail, 1);
+        if (!block) throw std::bad_alloc();
+        *tail_at = static_cast<uint8_t *>(block) + head;
+        return static_cast<T *>(block);
+    }
+    void deallocate(T *block, size_t) { std::free(block); }
+    template <typename U>
+    bool operator==(const TailAllocator<U> &other) const { return tail_at == other.tail_at; }
+    template <typename U>
+    bool operator!=(const TailAllocator<U> &other) const { return !(*this == other); }
+};
+
+/// `p` rounded up to the host alignment.
+uint8_t *aligned(void *p) {
+    return reinterpret_cast<uint8_t *>((reinterpret_cast<uintptr_t>(p) + kAlignment - 1) & ~uintptr_t(kAlignment - 1));
+}
+
+}  // namespace
+
 Buffer Buffer::allocate_packed(const char *entry, std::vector<int64_t> shape, const DType &dtype,
                                std::vector<int64_t> strides) {
     int64_t count = checked_count(entry, shape, dtype.itemsize);
     size_t bytes = size_t(count) * size_t(dtype.itemsize);
+    if (bytes <= kSmallBlock) {  // one block: the storage, then its host memory (no `allocation`)
+        uint8_t *tail = nullptr;
+        std::shared_ptr<Storage> storage;
+        try {
+            storage = std::allocate_shared<Storage>(TailAllocator<Storage>(bytes + kAlignment, &tail));
+        } catch (const std::bad_alloc &) {
+            throw out_of_memory(entry, shape, dtype, bytes);
+        }
+        ++live_counts().storages;
+        normalize_strides(entry, shape, strides, dtype.itemsize, "use a smaller shape");
+        return adopt_storage(std::move(storage), dtype, aligned(tail), std::move(shape), std::move(strides));
+    }
     auto storage = std::make_shared<Storage>();
     ++live_counts().storages;
     uint8_t *host;
@@ -256,8 +304,7 @@ Buffer Buffer::allocate_packed(const char *entry, std::vector<int64_t> shape, co
         void *allocation = std::calloc(bytes + kAlignment, 1);
         if (!allocation) throw out_of_memory(entry, shape, dtype, bytes);
         storage->allocation = allocation;
-        host = reinterpret_cast<uint8_t *>((reinterpret_cast<uintptr_t>(allocation) + kAlignment - 1) &
-                                           ~uintptr_t(kAlignment - 1));
+        host = aligned(allocation);
     }
     normalize_strides(entry, shape, strides, dtype.itemsize, "use a smaller shape");
     return adopt_storage(std::move(storage), dtype, host, std::move(shape), std::move(strides));

@@ -66,7 +66,7 @@ struct DeviceChoice {
 /// it (and every view's published halide_buffer_t): one lock per storage.
 struct Storage {
     uint8_t *host = nullptr;          ///< element at index 0 of the first view (owned: aligned start)
-    void *allocation = nullptr;       ///< what to free (owned storage only)
+    void *allocation = nullptr;       ///< what to free (owned storage only; null for a small block in the storage's own allocation)
     size_t mapped_bytes = 0;          ///< owned: pages of its own this long (unmapped, not freed); 0: a heap block
     std::unique_ptr<SharedSegment> segment;  ///< shared storage: the segment `host` points into
     HostOwnership ownership = HostOwnership::owned;
