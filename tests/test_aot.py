@@ -232,6 +232,26 @@ def test_uint8_by_name_and_mixed(host):
     np.testing.assert_array_equal(np.asarray(out), expected)
 
 
+def test_ndarray_arguments_are_held_for_the_call_alone(host):
+    # An input that is not a Buffer is wrapped for the call and let go when it returns (nothing
+    # keeps a reference to it); an output is returned as a Buffer over it, which holds it.
+    import sys
+
+    p = host["affine"]
+    rng = np.random.default_rng(3)
+    a = random_u8(rng, (5, 33))
+    target = np.zeros((5, 33), np.uint8)
+    before = sys.getrefcount(a), sys.getrefcount(target)
+    for offset in range(3):
+        result = p(a, offset, target)
+        np.testing.assert_array_equal(target, expected_affine(a, offset))
+    assert sys.getrefcount(a) == before[0]
+    assert sys.getrefcount(target) == before[1] + 1  # `result`, the last call's output
+    assert np.shares_memory(np.asarray(result), target)
+    del result
+    assert sys.getrefcount(target) == before[1]
+
+
 def test_float32_with_a_float_param_by_position_and_name(host):
     p = host["scaled"]
     rng = np.random.default_rng(3)

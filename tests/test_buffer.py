@@ -50,6 +50,64 @@ def test_shape_spellings_and_default_dtype():
     assert hb.Buffer((2,)).dtype.name == "float64"  # NumPy's default
 
 
+@pytest.mark.parametrize("shape", [(), (1,), (2, 2, 2, 4), (63,), (64,), (65,), (4, 4, 5), (300,)])
+def test_every_size_of_new_buffer_is_aligned_zero_filled_and_its_own(shape):
+    # Small buffers live in their storage's own allocation, larger ones in a block of their own:
+    # on both sides of the boundary (256 bytes for float32 at (64,)) every buffer is aligned,
+    # zero-filled and apart from every other buffer's memory.
+    made = [hb.Buffer(shape, "float32") for _ in range(3)]
+    arrays = [b.numpy(writable=True) for b in made]
+    for i, a in enumerate(arrays):
+        assert a.ctypes.data % 128 == 0 and not a.any()
+        a[...] = i + 1
+    for i, a in enumerate(arrays):
+        assert (a == i + 1).all()
+
+
+def test_constructor_arguments_by_position_and_by_name():
+    assert hb.Buffer((2, 3), "int16").dtype.name == "int16"
+    assert hb.Buffer(shape=(2, 3), dtype="int16").shape == (2, 3)
+    assert hb.Buffer((2, 3), dtype=np.float32).dtype.name == "float32"
+    assert hb.Buffer((2, 3), "uint8", order="F").strides == (1, 2)
+    assert hb.Buffer((2, 3), order=(1, 0)).strides == (8, 16)
+    assert hb.Buffer((2, 3), "uint8", shared=np.bool_(True)).is_shared
+    assert not hb.Buffer((2, 3), "uint8", shared=None).is_shared
+    assert hb.Buffer((2, 3), "uint8", order="C", shared=True).strides == (3, 1)
+    with pytest.raises(TypeError, match=r"Buffer\(\): shared must be a bool, not str; pass shared=True"):
+        hb.Buffer((2,), shared="yes")
+    with pytest.raises(TypeError, match="at most 2 positional arguments"):
+        hb.Buffer((2,), "uint8", "C")  # order is keyword-only
+    with pytest.raises(TypeError, match="missing required argument 'shape'"):
+        hb.Buffer()
+    with pytest.raises(ValueError, match="order 'K' is not 'C', 'F' or a sequence of axes"):
+        hb.Buffer((2,), order="K")
+
+
+def test_dtype_names_resolve_to_their_own_rows_however_they_alternate():
+    # A name resolved before is remembered: asking for others in turn must not return it.
+    names = ["float32", "uint8", "float32", "bfloat16", "int4", "uint8", "float64"]
+    assert [hb.Buffer((1,), n).dtype.name for n in names] == names
+    built = "".join(["float", "16"])  # an equal str that is another object
+    assert hb.Buffer((1,), built).dtype.name == "float16"
+    with pytest.raises(TypeError, match="unknown dtype 'float33'"):
+        hb.Buffer((1,), "float33")
+
+
+def test_subclasses_construct_and_index_as_buffers():
+    class Plain(hb.Buffer):
+        pass
+
+    class WithInit(hb.Buffer):
+        def __init__(self, n):
+            super().__init__((n, 2), "uint8")
+            self.n = n
+
+    p = Plain((3, 2), "int16")
+    assert type(p) is Plain and p.shape == (3, 2) and p[1:].shape == (2, 2)
+    w = WithInit(4)
+    assert (w.n, w.shape, w[2].shape) == (4, (4, 2), (2,))
+
+
 @pytest.mark.parametrize("name", ALL_DTYPES)
 def test_from_host_wraps_every_dtype_without_copying(name):
     src = random_bits((4, 6), name, seed=1)
