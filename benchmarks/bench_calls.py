@@ -35,8 +35,11 @@ callgrind in one child Python (``PYTHONHASHSEED=0``) that counts nothing at star
 library of callgrind's client requests, compiled when the script runs and loaded with ctypes,
 brackets each loop: every case is warmed up, then run as a loop of N1 calls and one of N2 calls,
 each counted on its own; the per-call figure is (I(N2) - I(N1)) / (N2 - N1), so what a loop
-costs once (timeit's setup, the brackets) cancels. The counts do not depend on the load of the
-machine: two runs of the same build agree to about 0.1%.
+costs once (timeit's setup, the brackets) cancels. The child gets a small fixed environment,
+padded to a fixed size, and sees its files by relative names: with the same build, checkout and
+versions the counts repeat exactly, whatever the load of the machine. Another machine,
+compiler or checkout folder may move them by a few per cent (memory layout, the CPU's code
+paths), which --check's 10% leaves room for.
 
 ``--check FILE`` compares each row's instruction ratio with the one FILE keeps and exits with
 status 1, naming the row, when a ratio grew by more than 10% (an improvement passes).
@@ -44,8 +47,11 @@ status 1, naming the row, when a ratio grew by more than 10% (an improvement pas
 ``--instructions``. A skipped row is not a failure unless ``--require-all`` is given (as in CI,
 where every peer can be built).
 
+Exit status: 0; 1 when --check fails or a case does not do what its row says (a ``WARNING:``
+line); 2 when --instructions cannot count (no valgrind, no C compiler or valgrind headers).
+
 Absolute figures belong to one machine, one build and one set of versions; the ratios are what
-to compare, and nothing here is a pass/fail test of speed.
+to compare. The goals are reported, not enforced: --check only keeps a ratio from growing.
 """
 
 from __future__ import annotations
