@@ -181,7 +181,8 @@ def build_all(workdir):
         paths, reasons = build_pipeline(hl, workdir)
         spec.update(paths)
         spec["reasons"].update(reasons)
-    # bench_dlpack.py's nanobind ndarray (imported here only: it imports PyTorch, which no row needs).
+    # bench_dlpack.py's nanobind ndarray. Importing bench_dlpack imports PyTorch, which no row
+    # needs: only this process does, never the counting child.
     from bench_dlpack import build_peer
 
     module, why = build_peer(workdir)
