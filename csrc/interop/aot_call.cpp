@@ -15,7 +15,9 @@
 
 namespace hb {
 
-bool is_user_context(const halide_filter_argument_t &a) { return std::strcmp(a.name, "__user_context") == 0; }
+bool is_user_context(const halide_filter_argument_t &a) {
+    return a.name[0] == '_' && std::strcmp(a.name, "__user_context") == 0;  // asked per argument per call
+}
 bool is_buffer(const halide_filter_argument_t &a) { return a.kind != halide_argument_kind_input_scalar; }
 
 std::string type_text(halide_type_t t) {

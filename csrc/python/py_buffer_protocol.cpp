@@ -34,6 +34,9 @@ const char *refusal(const Buffer &b, int flags) {
     if ((flags & PyBUF_WRITABLE) == PyBUF_WRITABLE && b.readonly())
         return "__buffer__(): the buffer wraps read-only memory; request a read-only view or use "
                "Buffer.from_host(obj, copy=True) for a writable copy";
+    // Contiguity matters only to a consumer that asks for it (np.asarray() asks for strides).
+    constexpr int kAsksContiguity = (PyBUF_C_CONTIGUOUS | PyBUF_F_CONTIGUOUS | PyBUF_ANY_CONTIGUOUS) & ~PyBUF_STRIDES;
+    if ((flags & PyBUF_STRIDES) == PyBUF_STRIDES && !(flags & kAsksContiguity)) return nullptr;
     bool c_contiguous = b.is_c_contiguous();
     if ((flags & PyBUF_STRIDES) != PyBUF_STRIDES && !c_contiguous)
         return "__buffer__(): the buffer is not C-contiguous and the consumer did not ask for "
@@ -89,7 +92,7 @@ int buffer_getbuffer(PyObject *self, Py_buffer *view, int flags) {
 
 void buffer_releasebuffer(PyObject *self, Py_buffer *) {
     --live_counts().exports;
-    buffer_of(self).note_host_export(-1);  // self is the Buffer getbuffer checked
+    instance_parts(self).value_ptr<Buffer>()->note_host_export(-1);  // self is the Buffer getbuffer checked
 }
 
 }  // namespace

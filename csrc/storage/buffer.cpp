@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cstdlib>
 #include <cstring>
+#include <iterator>
 #include <limits>
 #include <new>
 #include <numeric>
@@ -314,8 +315,8 @@ Buffer Buffer::allocate_like(const char *entry, const Buffer &other, const DType
     Buffer b = allocate(entry, other.shape_, dtype, other.memory_order());
     // The storage is this first view's geometry, mins included (NumPy axis i is the root's
     // dimension counted from the end), so the new buffer covers its storage.
-    std::vector<halide_dimension_t> &dims = b.storage_->root_dims;
-    for (size_t i = 0; i < other.mins_.size(); ++i) dims[dims.size() - 1 - i].min = int32_t(other.mins_[i]);
+    halide_buffer_t &root = b.storage_->root;
+    for (size_t i = 0; i < other.mins_.size(); ++i) root.dim[size_t(root.dimensions) - 1 - i].min = int32_t(other.mins_[i]);
     b.mins_ = other.mins_;
     return b;
 }
@@ -353,6 +354,17 @@ Buffer Buffer::wrap(const char *entry, uint8_t *data, std::vector<int64_t> shape
     return adopt_storage(std::move(storage), dtype, data, std::move(shape), std::move(strides));
 }
 
+halide_dimension_t *Storage::make_root_dims(int n) {
+    halide_dimension_t *dims = root_dims_in_place_;
+    if (n > int(std::size(root_dims_in_place_))) {
+        root_dims_on_heap_.reset(new halide_dimension_t[size_t(n)]());
+        dims = root_dims_on_heap_.get();
+    }
+    root.dimensions = n;
+    root.dim = n ? dims : nullptr;
+    return dims;
+}
+
 Buffer Buffer::adopt_storage(std::shared_ptr<Storage> storage, const DType &dtype, uint8_t *data,
                              std::vector<int64_t> shape, std::vector<int64_t> strides) {
     // The storage's root halide_buffer_t: this first view's geometry, in bytes when Halide has
@@ -361,14 +373,12 @@ Buffer Buffer::adopt_storage(std::shared_ptr<Storage> storage, const DType &dtyp
     s.host = data;
     bool bytes = !dtype.has_halide_type();
     int unit = bytes ? 1 : dtype.itemsize;
-    s.root_dims.reserve(shape.size() + (bytes ? 1 : 0));
-    if (bytes) s.root_dims.push_back(halide_dimension_t{0, dtype.itemsize, 1, 0});
+    halide_dimension_t *dims = s.make_root_dims(int(shape.size()) + (bytes ? 1 : 0));
+    if (bytes) *dims++ = halide_dimension_t{0, dtype.itemsize, 1, 0};
     for (size_t i = shape.size(); i-- > 0;)
-        s.root_dims.push_back(halide_dimension_t{0, int32_t(shape[i]), int32_t(strides[i] / unit), 0});
+        *dims++ = halide_dimension_t{0, int32_t(shape[i]), int32_t(strides[i] / unit), 0};
     s.root.host = data;
     s.root.type = bytes ? halide_type_t{halide_type_uint, 8, 1} : dtype.halide;
-    s.root.dimensions = int32_t(s.root_dims.size());
-    s.root.dim = s.root_dims.empty() ? nullptr : s.root_dims.data();
     s.root.flags = halide_buffer_flag_host_dirty;
 
     Buffer b;

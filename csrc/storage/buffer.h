@@ -84,7 +84,10 @@ struct Storage {
     /// device_interface are THE residency state; every device operation is a call through
     /// root.device_interface on it, so one transfer always moves the whole storage.
     halide_buffer_t root{};
-    std::vector<halide_dimension_t> root_dims;
+    /// Makes room for the root's `n` dimensions, zeroed, and points root.dim (null for none) and
+    /// root.dimensions at them: in the storage itself for up to four, the usual case, else on
+    /// the heap.
+    halide_dimension_t *make_root_dims(int n);
     DeviceOwnership device_ownership = DeviceOwnership::none;
     std::shared_ptr<Device> device;  ///< owned / wrapped: the device it lives on
     /// foreign: the device of the pipeline call whose runtime allocated it (null: none known).
@@ -107,6 +110,12 @@ struct Storage {
     /// storage's whole life; null for other storages.
     std::unique_ptr<RawView> bound;
     uint64_t generation = 0;               ///< counts residency operations (see HostWriteLease)
+
+private:
+    halide_dimension_t root_dims_in_place_[4]{};
+    std::unique_ptr<halide_dimension_t[]> root_dims_on_heap_;
+
+public:
 
     Storage() = default;
     Storage(const Storage &) = delete;

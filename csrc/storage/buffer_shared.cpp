@@ -53,7 +53,7 @@ void make_shared_storage(Storage &s, std::unique_ptr<SharedSegment> segment) {
 /// The bytes of an owned storage from its host pointer: its first view, dense.
 size_t storage_bytes(const Storage &s) {
     size_t n = (size_t(s.root.type.bits) + 7) / 8;
-    for (const halide_dimension_t &d : s.root_dims) n *= size_t(d.extent);
+    for (int i = 0; i < s.root.dimensions; ++i) n *= size_t(s.root.dim[i].extent);
     return n;
 }
 

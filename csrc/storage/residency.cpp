@@ -709,7 +709,7 @@ void Buffer::bind(halide_buffer_t *external) {
     Storage &s = *storage_;
     // The root takes the owner's coordinates, so that its struct covers the storage.
     int n = ndim();
-    for (int i = 0; i < n; ++i) s.root_dims[size_t(n - 1 - i)].min = int32_t(mins_[size_t(i)]);
+    for (int i = 0; i < n; ++i) s.root.dim[n - 1 - i].min = int32_t(mins_[size_t(i)]);
     auto r = std::make_unique<RawView>();
     r->dims.assign(external->dim, external->dim + n);
     r->buf = s.root;
