@@ -1,34 +1,46 @@
-"""Halide AOT pipelines over dask arrays: ``map_pipeline``, with halos from Halide's own bounds query.
+"""Halide AOT pipelines over dask arrays: ``map_pipeline``, with halos from Halide's own bounds query,
+and ``compute``, which brings results home as NumPy arrays allocated once.
 
 For each output chunk, the pipeline's bounds query (``Pipeline.required_regions``) says which
 region of each input it reads; exactly that region, assembled from the neighbouring chunks,
 is handed to the pipeline as a Buffer at its true global position (its mins). Where a region
 leaves an input, ``boundary`` says what lies there (dask's meanings); ``"none"`` refuses.
+``compute`` runs the same tasks with each chunk's output buffer a view of the result's memory.
 
 Install with ``pip install 'halide_buffer[dask]'``. See docs/dask.md.
 """
 
 from __future__ import annotations
 
+import concurrent.futures
 import functools
 import itertools
 import math
 import operator
+import uuid
 from typing import Any
 
+import dask
 import dask.array as da
+import dask.local
+import dask.threaded
 import numpy as np
-from dask.base import tokenize
+from dask.base import get_scheduler, tokenize
+from dask.delayed import Delayed
 from dask.highlevelgraph import HighLevelGraph
 
 from ._core import Buffer, Pipeline, PipelineError, dtype
 
-__all__ = ["map_pipeline"]
+__all__ = ["compute", "map_pipeline"]
 
 # dask's boundary names -> numpy.pad's modes (dask's 'reflect' repeats the edge element).
 _PAD_MODES = {"nearest": "edge", "reflect": "symmetric", "periodic": "wrap"}
 _NAMES = {mode: name for name, mode in _PAD_MODES.items()}
 _ENTRY = "hb.dask.map_pipeline()"
+_COMPUTE = "hb.dask.compute()"
+# What map_pipeline planned, on each array it returns (the attribute travels with no other array:
+# a slice, a rechunk or a persisted copy of it is an ordinary dask array to compute()).
+_PLAN_ATTRIBUTE = "_halide_buffer_plan"
 
 
 def map_pipeline(pipeline: Pipeline, *inputs: Any, chunks: Any = None, boundary: Any = "none",
@@ -42,7 +54,8 @@ def map_pipeline(pipeline: Pipeline, *inputs: Any, chunks: Any = None, boundary:
     ``"none"`` (a region leaving an input is an error; ``None`` means it too), ``"nearest"``,
     ``"reflect"``, ``"periodic"``, or a constant; or one of those per axis, as a tuple or a dict
     of axis -> boundary (axes not in the dict: ``"none"``), as dask's ``map_overlap`` takes them.
-    An output chunk with no element runs no task of the pipeline: it is empty.
+    An output chunk with no element runs no task of the pipeline: it is empty. ``compute(*outputs)``
+    brings the outputs home as NumPy arrays, each chunk written in place by the pipeline.
     """
     bound = _bind(pipeline, inputs, kwargs)
     buffers = {name: value for name, value in bound.items() if _kind(pipeline, name) == "input_buffer"}
@@ -72,33 +85,172 @@ def map_pipeline(pipeline: Pipeline, *inputs: Any, chunks: Any = None, boundary:
     token = tokenize(pipeline.library_path, pipeline.name, sorted(scalars.items()), modes, out_chunks,
                      *(x.name for x in buffers.values()))
     name = f"halide-{pipeline.name}-{token}"
-    layer = {}
+    # One task per output chunk: it takes the input chunks its regions touch and cuts the regions
+    # out of them itself (no intermediate arrays, no padded copy of the inputs).
+    tasks = {}
     for index, (mins, shape) in blocks.items():
-        if index not in regions:  # no element: empty arrays, no input read
-            layer[(name,) + index] = (_empty_block, tuple(a["dtype"] for a in outputs), shape)
+        if index not in regions:  # no element: no task of the pipeline, no input read
             continue
-        # One task per output chunk: it takes the input chunks its regions touch and cuts the
-        # regions out of them itself (no intermediate arrays, no padded copy of the inputs).
         plans, keys = [], []
         for input_name, x in buffers.items():
             plan = _RegionPlan(x, *regions[index][input_name], modes)
             plans.append((input_name, plan))
             keys.extend((x.name,) + chunk for chunk in plan.chunks)
         written = tuple(regions[index][a["name"]] for a in outputs)  # may be larger than the chunk
-        run = functools.partial(_run_block, pipeline, tuple(plans), scalars,
-                                tuple((a["name"], a["dtype"]) for a in outputs), written, mins, shape, index)
-        layer[(name,) + index] = (run,) + tuple(keys)
-    graph = HighLevelGraph.from_collections(name, layer, dependencies=list(buffers.values()))
+        tasks[index] = (tuple(plans), tuple(keys), written)
+    planned = _Planned(pipeline, scalars, tuple((a["name"], a["dtype"]) for a in outputs), blocks, tasks,
+                       list(buffers.values()))
+    layer = {}
+    for index, (mins, shape) in blocks.items():
+        if index not in tasks:
+            layer[(name,) + index] = (_empty_block, tuple(a["dtype"] for a in outputs), shape)
+            continue
+        plans, keys, written = tasks[index]
+        run = functools.partial(_run_block, pipeline, plans, scalars, planned.outputs, written, mins, shape, index)
+        layer[(name,) + index] = (run,) + keys
+    graph = HighLevelGraph.from_collections(name, layer, dependencies=planned.inputs)
     if len(outputs) == 1:
-        return da.Array(graph, name, out_chunks, meta=_meta(outputs[0], first.ndim))
-    results = []
-    for k, a in enumerate(outputs):  # each output: its item of every block's tuple
-        out_name = f"{name}-{a['name']}"
-        getters = {(out_name,) + index: (operator.getitem, (name,) + index, k) for index in blocks}
-        out_graph = HighLevelGraph({**graph.layers, out_name: getters},
-                                   {**graph.dependencies, out_name: {name}})
-        results.append(da.Array(out_graph, out_name, out_chunks, meta=_meta(a, first.ndim)))
-    return tuple(results)
+        results = [da.Array(graph, name, out_chunks, meta=_meta(outputs[0], first.ndim))]
+    else:
+        results = []
+        for k, a in enumerate(outputs):  # each output: its item of every block's tuple
+            out_name = f"{name}-{a['name']}"
+            getters = {(out_name,) + index: (operator.getitem, (name,) + index, k) for index in blocks}
+            out_graph = HighLevelGraph({**graph.layers, out_name: getters},
+                                       {**graph.dependencies, out_name: {name}})
+            results.append(da.Array(out_graph, out_name, out_chunks, meta=_meta(a, first.ndim)))
+    for k, result in enumerate(results):
+        setattr(result, _PLAN_ATTRIBUTE, (planned, k, result.name))
+    return results[0] if len(results) == 1 else tuple(results)
+
+
+def compute(*arrays: da.Array, out: Any = None, scheduler: Any = None, **kwargs: Any) -> tuple[np.ndarray, ...]:
+    """Computes dask arrays into NumPy arrays, each allocated once; returns them in a tuple, one per
+    array, as ``dask.compute`` does.
+
+    An array ``map_pipeline`` returned is computed with the pipeline writing each chunk straight
+    into its place in the result (its output buffer is a view of the result): no chunk array, no
+    copy, no concatenation. Outputs of one ``map_pipeline`` call given together run each chunk
+    once. Any other dask array is stored chunk by chunk into its result (``dask.array.store``).
+
+    ``out``: the arrays to write, which are then the results: a NumPy array for one array, or a
+    tuple of one per array (``None`` for one to allocate); each writable, of its array's shape
+    and dtype. Chunks are written while other chunks may still be read, so an ``out`` must share
+    no memory with what the arrays are computed from. ``scheduler`` and ``kwargs`` go to dask as
+    for ``dask.compute``. A scheduler running tasks in other processes (``dask.distributed``,
+    ``"processes"``) cannot write into this process's memory: there the arrays are computed as
+    ``dask.compute`` computes them, and copied into the ``out`` given.
+    """
+    for i, a in enumerate(arrays):
+        if not isinstance(a, da.Array):
+            raise TypeError(f"{_COMPUTE}: argument {i} is {type(a).__name__}, not a dask array; pass dask arrays "
+                            "(the outputs of hb.dask.map_pipeline, or any other)")
+        if type(a._meta) is not np.ndarray:
+            raise TypeError(f"{_COMPUTE}: the chunks of argument {i} are {type(a._meta).__module__}."
+                            f"{type(a._meta).__name__}, not NumPy arrays; call its compute()")
+        if any(math.isnan(c) for axis in a.chunks for c in axis):
+            raise ValueError(f"{_COMPUTE}: argument {i} has unknown chunk sizes, so its result cannot be allocated "
+                             "first; call x.compute_chunk_sizes() first")
+    given = _outs(arrays, out)
+    if not _in_this_process(get_scheduler(scheduler=scheduler, collections=list(arrays))):
+        computed = dask.compute(*arrays, scheduler=scheduler, **kwargs)
+        for target, result in zip(given, computed):
+            if target is not None:
+                np.copyto(target, result)
+        return tuple(result if target is None else target for target, result in zip(given, computed))
+
+    results = tuple(np.empty(a.shape, a.dtype) if target is None else target for a, target in zip(arrays, given))
+    groups, others = {}, []
+    for a, result in zip(arrays, results):
+        mark = vars(a).get(_PLAN_ATTRIBUTE)
+        if mark is not None and mark[2] == a.name:  # still the array map_pipeline returned
+            planned, k, _ = mark
+            groups.setdefault(id(planned), (planned, tuple([] for _ in planned.outputs)))[1][k].append(result)
+        else:
+            others.append((a, result))
+    work = [_stored(planned, targets) for planned, targets in groups.values()]
+    if others:  # disjoint regions of NumPy arrays: no lock needed
+        work.append(da.store([a for a, _ in others], [r for _, r in others], lock=False, compute=False))
+    if work:
+        dask.compute(*work, scheduler=scheduler, **kwargs)
+    return results
+
+
+def _outs(arrays: tuple, out: Any) -> list:
+    """compute()'s out as one NumPy array or None per array, checked."""
+    if out is None:
+        return [None] * len(arrays)
+    if isinstance(out, np.ndarray):
+        if len(arrays) != 1:
+            raise TypeError(f"{_COMPUTE}: out is one array for {len(arrays)} arrays; pass a tuple of one per array "
+                            "(None: allocate that one)")
+        out = (out,)
+    elif not isinstance(out, (tuple, list)):
+        raise TypeError(f"{_COMPUTE}: out must be a NumPy array, or a tuple of one per array (None: allocate that "
+                        f"one), not {type(out).__name__}")
+    if len(out) != len(arrays):
+        raise ValueError(f"{_COMPUTE}: out gives {len(out)} arrays for {len(arrays)}; give one per array (None: "
+                         "allocate that one)")
+    for i, (a, target) in enumerate(zip(arrays, out)):
+        what = "out" if len(arrays) == 1 else f"out[{i}]"
+        if target is None:
+            continue
+        if not isinstance(target, np.ndarray):
+            raise TypeError(f"{_COMPUTE}: {what} is {type(target).__name__}, not a NumPy array; pass "
+                            "np.empty(x.shape, x.dtype), or None to allocate it")
+        if target.shape != a.shape:
+            raise ValueError(f"{_COMPUTE}: {what} has shape {target.shape}, its array {a.shape}; pass "
+                             "np.empty(x.shape, x.dtype), or None to allocate it")
+        if target.dtype != a.dtype:
+            raise TypeError(f"{_COMPUTE}: {what} is {target.dtype}, its array {a.dtype}; pass "
+                            "np.empty(x.shape, x.dtype), or None to allocate it")
+        if not target.flags.writeable:
+            raise ValueError(f"{_COMPUTE}: {what} is read-only; pass a writable array, or None to allocate it")
+    for (i, first), (j, second) in itertools.combinations(enumerate(out), 2):
+        if first is not None and second is not None and np.shares_memory(first, second):
+            raise ValueError(f"{_COMPUTE}: out[{i}] and out[{j}] share memory; give each array memory of its own")
+    return list(out)
+
+
+def _in_this_process(get: Any) -> bool:
+    """Whether dask's get function runs tasks in this process, where they can write into its arrays:
+    the threaded and synchronous schedulers, and a thread pool given as the scheduler."""
+    if get in (dask.threaded.get, dask.local.get_sync):
+        return True
+    if isinstance(get, functools.partial) and get.func is dask.local.get_async and get.args:
+        return isinstance(getattr(get.args[0], "__self__", None), concurrent.futures.ThreadPoolExecutor)
+    return False
+
+
+def _stored(planned: _Planned, targets: tuple) -> Delayed:
+    """The tasks of one map_pipeline call writing each output chunk into the arrays of ``targets``
+    (for each output, the arrays it goes to), and one task after them all."""
+    name = f"halide-store-{planned.pipeline.name}-{uuid.uuid4().hex}"
+    targets = tuple(tuple(arrays) for arrays in targets)
+    layer = {}
+    for index, (plans, keys, written) in planned.tasks.items():
+        mins, shape = planned.blocks[index]
+        run = functools.partial(_store_block, planned.pipeline, plans, planned.scalars, planned.outputs, written,
+                                mins, shape, index, targets)
+        layer[(name,) + index] = (run,) + keys
+    layer[name] = (_all_stored, list(layer))
+    return Delayed(name, HighLevelGraph.from_collections(name, layer, dependencies=planned.inputs))
+
+
+def _all_stored(_: list) -> None:
+    return None
+
+
+class _Planned:
+    """One map_pipeline call's tasks, kept with the arrays it returns for compute(): the pipeline,
+    its scalars and outputs ((name, dtype) each), every output chunk ({index: (mins, shape)}), and
+    for each chunk with elements the input regions' plans, the input chunks' keys and the region of
+    each output the pipeline writes ({index: (plans, keys, written)})."""
+
+    def __init__(self, pipeline: Pipeline, scalars: dict, outputs: tuple, blocks: dict, tasks: dict,
+                 inputs: list):
+        self.pipeline, self.scalars, self.outputs = pipeline, scalars, outputs
+        self.blocks, self.tasks, self.inputs = blocks, tasks, inputs
 
 
 def _kind(pipeline: Pipeline, name: str) -> str:
@@ -297,29 +449,88 @@ def _meta(argument: dict, ndim: int) -> np.ndarray:
     return np.empty((0,) * ndim, dtype=dtype(argument["dtype"]).numpy)
 
 
-def _run_block(pipeline, plans, scalars, outputs, written, mins, shape, index, *chunks):
-    """One output chunk: each input's region cut out of its chunks, the pipeline on those regions
-    (at their global mins) writing the regions its bounds query named (``written``: the chunk,
-    or more), and the chunk's part home as ndarrays."""
+def _input_buffers(plans: tuple, scalars: dict, chunks: tuple) -> dict:
+    """The pipeline's inputs and scalars for one output chunk: each input's region cut out of its
+    chunks, as a Buffer at the region's global mins."""
     args = dict(scalars)
     taken = 0
     for input_name, plan in plans:
         piece = plan.assemble(chunks[taken:taken + len(plan.chunks)])
         taken += len(plan.chunks)
         args[input_name] = Buffer.from_host(piece).translated(plan.lo)
-    results = {}
-    for (output_name, output_dtype), (lo, extent) in zip(outputs, written):
-        results[output_name] = Buffer(extent, output_dtype).translated(lo)
+    return args
+
+
+def _call(pipeline: Pipeline, args: dict, index: tuple, mins: tuple, shape: tuple) -> None:
+    """The pipeline on one output chunk; a PipelineError names the chunk."""
     try:
-        pipeline(**args, **results)
+        pipeline(**args)
     except PipelineError as e:
         error = PipelineError(f"{e} (hb.dask.map_pipeline: the output chunk {index} at mins {mins}, shape {shape})")
         error.code = getattr(e, "code", None)
         raise error from e
+
+
+def _chunk_of(whole: np.ndarray, lo: tuple, mins: tuple, shape: tuple) -> np.ndarray:
+    """The chunk at (mins, shape) of a region at mins lo (a view)."""
+    return whole[tuple(slice(m - w, m - w + n) for m, n, w in zip(mins, shape, lo))]
+
+
+def _run_block(pipeline, plans, scalars, outputs, written, mins, shape, index, *chunks):
+    """One output chunk: each input's region cut out of its chunks, the pipeline on those regions
+    (at their global mins) writing the regions its bounds query named (``written``: the chunk,
+    or more), and the chunk's part home as ndarrays."""
+    args = _input_buffers(plans, scalars, chunks)
+    results = {}
+    for (output_name, output_dtype), (lo, extent) in zip(outputs, written):
+        results[output_name] = Buffer(extent, output_dtype).translated(lo)
+    _call(pipeline, {**args, **results}, index, mins, shape)
     arrays = []
     for (output_name, _), (lo, extent) in zip(outputs, written):
         whole = np.asarray(results[output_name])  # comes home once
         if tuple(extent) != tuple(shape):  # written beyond the chunk: keep only the chunk
-            whole = whole[tuple(slice(m - w, m - w + n) for m, n, w in zip(mins, shape, lo))].copy()
+            whole = _chunk_of(whole, lo, mins, shape).copy()
         arrays.append(whole)
     return arrays[0] if len(arrays) == 1 else tuple(arrays)
+
+
+def _store_block(pipeline, plans, scalars, outputs, written, mins, shape, index, targets, *chunks):
+    """One output chunk written into compute()'s results (``targets``: for each output, the arrays
+    it goes to; none for an output not asked for). A host pipeline writes straight into the first
+    array of an output when it writes exactly the chunk (a pipeline writing more, whole vectors
+    past a narrow chunk, would write over its neighbours) and that array's rows are dense (Halide's
+    default for an output). Otherwise the pipeline writes a buffer of the region it writes, from
+    which the chunk is copied: a device pipeline too, whose output would otherwise be the span of
+    the chunk's rows in the whole array, allocated on the device and brought home. Further arrays
+    of the same output get a copy."""
+    where = tuple(slice(m, m + n) for m, n in zip(mins, shape)) + (Ellipsis,)  # a view, even of 0 axes
+    args = _input_buffers(plans, scalars, chunks)
+    in_place = not _on_a_device(pipeline)
+    buffers, direct = {}, set()
+    for (output_name, output_dtype), (lo, extent), arrays in zip(outputs, written, targets):
+        if (in_place and arrays and tuple(lo) == tuple(mins) and tuple(extent) == tuple(shape)
+                and _dense_rows(arrays[0])):
+            # The task alone writes this region while it runs: no standing lease to upload it for.
+            buffers[output_name] = Buffer.from_host(arrays[0][where], external_writes=False).translated(mins)
+            direct.add(output_name)
+        else:
+            buffers[output_name] = Buffer(extent, output_dtype).translated(lo)
+    _call(pipeline, {**args, **buffers}, index, mins, shape)
+    for (output_name, _), (lo, extent), arrays in zip(outputs, written, targets):
+        if output_name in direct:
+            chunk, rest = arrays[0][where], arrays[1:]
+        else:  # comes home once
+            chunk, rest = (_chunk_of(np.asarray(buffers[output_name]), lo, mins, shape) if arrays else None), arrays
+        for array in rest:
+            array[where] = chunk
+
+
+def _on_a_device(pipeline: Pipeline) -> bool:
+    """Whether the pipeline computes on a device: its target names one of the device APIs hb.aot
+    drives (as hb.aot.load reads the target)."""
+    return any(api in pipeline.target.split("-") for api in ("opencl", "cuda"))
+
+
+def _dense_rows(array: np.ndarray) -> bool:
+    """Whether the array's last axis (Halide's first dimension) is dense, as Halide takes an output."""
+    return array.ndim == 0 or array.strides[-1] == array.itemsize
