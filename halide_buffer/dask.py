@@ -526,9 +526,8 @@ def _store_block(pipeline, plans, scalars, outputs, written, mins, shape, index,
 
 
 def _on_a_device(pipeline: Pipeline) -> bool:
-    """Whether the pipeline computes on a device: its target names one of the device APIs hb.aot
-    drives (as hb.aot.load reads the target)."""
-    return any(api in pipeline.target.split("-") for api in ("opencl", "cuda"))
+    """Whether the pipeline computes on a device (OpenCL or CUDA)."""
+    return pipeline.device_api is not None
 
 
 def _dense_rows(array: np.ndarray) -> bool:

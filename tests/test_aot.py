@@ -192,6 +192,7 @@ def test_a_loaded_pipeline_describes_itself_from_its_metadata(host, brighter):
         (host["pair_out"][1], "output_buffer", "float32"),
     ]
     assert brighter.target == hl.Target(OPENCL_TARGET).to_string() and "opencl" in brighter.target
+    assert (p.device_api, brighter.device_api) == (None, "opencl")
     assert p.arguments is not p.arguments  # a fresh list each time: callers may edit theirs
 
 

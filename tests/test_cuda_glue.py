@@ -115,7 +115,7 @@ def test_the_library_exports_the_glues_strong_hooks_over_the_runtimes_weak_ones(
 
 
 def test_the_pipeline_loads_and_is_a_cuda_pipeline(pipeline):
-    assert "cuda" in pipeline.target.split("-")
+    assert "cuda" in pipeline.target.split("-") and pipeline.device_api == "cuda"
     assert [a["name"] for a in pipeline.arguments][0] == "inp"
 
 

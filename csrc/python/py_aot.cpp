@@ -373,6 +373,12 @@ void bind_aot(py::module_ &m) {
                                "library search found stays as given)")
         .def_property_readonly("target", [](const AotPipeline &p) { return std::string(p.metadata().target); },
                                "the Halide target string it was compiled for")
+        .def_property_readonly("device_api", [](const AotPipeline &p) -> py::object {
+            if (p.uses_opencl()) return py::str("opencl");
+            if (p.uses_cuda()) return py::str("cuda");
+            return py::none();
+        }, "'opencl' or 'cuda': the device API the pipeline computes with, read from its target as a "
+           "call places its buffers; None for a host pipeline")
         .def_property_readonly("arguments", &arguments_of,
                                "name, kind, dtype and dimensions of each argument, in call order")
         .def("__call__", [](py::handle self, py::args args, py::kwargs kwargs) {
