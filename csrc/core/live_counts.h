@@ -8,7 +8,8 @@ namespace hb {
 
 struct LiveCounts {
     std::atomic<int64_t> storages{0};
-    std::atomic<int64_t> exports{0};             ///< buffer-protocol exports not yet released
+    /// Buffer-protocol exports not yet released: counted with the GIL held (see Buffer::note_host_export()).
+    std::atomic<int64_t> exports{0};
     std::atomic<int64_t> device_allocations{0};  ///< device memory we hold a reference to
 };
 LiveCounts &live_counts();

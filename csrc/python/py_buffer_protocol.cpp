@@ -52,6 +52,14 @@ const char *refusal(const Buffer &b, int flags) {
     return nullptr;
 }
 
+/// Counts an export taken (+1) or released (-1), in the process's live counts and the storage's.
+/// Both run with the GIL held: plain reads and writes, no locked adds.
+void note_export(const Buffer &b, int delta) {
+    std::atomic<int64_t> &live = live_counts().exports;
+    live.store(live.load(std::memory_order_relaxed) + delta, std::memory_order_relaxed);
+    b.note_host_export(delta);
+}
+
 int buffer_getbuffer(PyObject *self, Py_buffer *view, int flags) {
     view->obj = nullptr;
     return c_call([&] {
@@ -84,15 +92,13 @@ int buffer_getbuffer(PyObject *self, Py_buffer *view, int flags) {
                             : nullptr;
         view->suboffsets = nullptr;
         view->internal = nullptr;
-        ++live_counts().exports;
-        b.note_host_export(1);
+        note_export(b, 1);
         return 0;
     });
 }
 
 void buffer_releasebuffer(PyObject *self, Py_buffer *) {
-    --live_counts().exports;
-    instance_parts(self).value_ptr<Buffer>()->note_host_export(-1);  // self is the Buffer getbuffer checked
+    note_export(*instance_parts(self).value_ptr<Buffer>(), -1);  // self is the Buffer getbuffer checked
 }
 
 }  // namespace

@@ -358,7 +358,12 @@ public:
     SharedHandle shared_handle(const char *entry) const;
     /// Notes a buffer-protocol export of the host memory (taken or released) and an ndarray
     /// view handed out, for share_memory()'s check.
-    void note_host_export(int delta) const { storage_->host_exports += delta; }
+    /// Called with the GIL held (the buffer protocol's calls), so no two run at once: a plain
+    /// read and write, not a locked add, which would be a sixth of an export's cost.
+    void note_host_export(int delta) const {
+        storage_->host_exports.store(storage_->host_exports.load(std::memory_order_relaxed) + delta,
+                                     std::memory_order_relaxed);
+    }
     void note_ndarray_handed_out() const { storage_->ndarray_handed_out = true; }
 
     // --- residency (residency.cpp): each takes the storage's lock -----------------------------
