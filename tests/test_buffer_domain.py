@@ -653,3 +653,35 @@ def test_halide_agrees_on_translated_set_min_contains_and_embedded_coordinates()
         assert ours == [d[:2] for d in hl_dims(h.embedded(2 - axis, 9))]
     h.add_dimension()
     assert [d[:2] for d in dims_of(b.add_dimension())] == [d[:2] for d in hl_dims(h)]
+
+
+# --- views on both sides of four axes (a view keeps up to four in place, more on the heap) ----
+
+
+@pytest.mark.parametrize("ndim", range(1, 10))
+def test_views_of_one_to_nine_axes_match_numpy(ndim):
+    shape = tuple(2 + (i % 2) for i in range(ndim))
+    a = np.arange(int(np.prod(shape)), dtype=np.int32).reshape(shape)
+    b = hb.Buffer.from_host(a.copy(), copy=True)
+    pairs = [
+        (b.embedded(ndim // 2), np.expand_dims(a, ndim // 2)),      # one axis more
+        (b.add_dimension(), a[np.newaxis]),
+        (b.embedded(0).embedded(0), a[np.newaxis, np.newaxis]),     # two more: 5 and 6 from 4
+        (b.transposed(), a.transpose()),
+        (b[..., ::-1], a[..., ::-1]),
+        (b[0] if ndim > 1 else b[0:1], a[0] if ndim > 1 else a[0:1]),  # one axis fewer
+        (b.cropped(0, 1, 1), a[1:2]),
+    ]
+    def stepping(strides, shape):  # an axis of extent 1 steps nowhere: its stride is free
+        return [s for s, n in zip(strides, shape) if n > 1]
+
+    for view, expected in pairs:
+        assert view.shape == expected.shape
+        assert stepping(view.strides, view.shape) == stepping(expected.strides, expected.shape)
+        np.testing.assert_array_equal(np.asarray(view), expected)
+        again = view.copy()  # a new storage of the view's geometry
+        assert again.shape == expected.shape
+        np.testing.assert_array_equal(np.asarray(again), expected)
+    grown = b.embedded(0)
+    assert grown.mins == (0,) * (ndim + 1) and b.embedded(0, 7).mins == (7,) + (0,) * ndim
+    assert b.translated((1,) * ndim).mins == (1,) * ndim

@@ -84,7 +84,7 @@ Buffer Buffer::from_halide(const char *entry, halide_buffer_t *external, std::sh
         throw ValueError(std::string(entry) + "(): the hl.Buffer's halide_buffer_t has " + std::to_string(n) +
                          " dimensions" + (n > 0 ? " and no shape" : "") + "; pass a defined hl.Buffer");
     // Halide's dimension 0 is the innermost: NumPy's last axis. Strides in elements become bytes.
-    std::vector<int64_t> shape(static_cast<size_t>(n)), strides(shape), mins(shape);
+    Axes shape(static_cast<size_t>(n)), strides(shape), mins(shape);
     bool empty = false;
     for (int i = 0; i < n; ++i) {
         const halide_dimension_t &d = external->dim[n - 1 - i];

@@ -47,7 +47,7 @@ int64_t int_arg(py::handle value, const char *entry, const char *name, const cha
     return to_int64(value, entry, name, fix);
 }
 
-std::vector<int64_t> to_shape(py::handle shape, const char *entry) {
+Axes to_shape(py::handle shape, const char *entry) {
     constexpr const char *fix = "use a smaller shape";
     if (is_integer(shape)) return {to_int64(shape, entry, "extent", fix)};
     if (is_array(shape))
@@ -58,7 +58,7 @@ std::vector<int64_t> to_shape(py::handle shape, const char *entry) {
     if (!py::isinstance<py::sequence>(shape) || py::isinstance<py::str>(shape))
         throw TypeError(std::string(entry) + "(): shape must be an int or a sequence of ints, not " +
                         type_name(shape) + "; pass e.g. (480, 640)");
-    std::vector<int64_t> out;
+    Axes out;
     if (PyTuple_CheckExact(shape.ptr())) {  // the usual spelling: Python ints read in place
         Py_ssize_t n = PyTuple_GET_SIZE(shape.ptr());
         out.reserve(size_t(n));
@@ -360,7 +360,7 @@ constexpr const char *kDefaultDType = "float64";
 
 /// Buffer(shape, dtype, order=, shared=): what both ways into the constructor make.
 Buffer new_buffer(py::handle shape, py::handle dtype, py::handle order, bool shared) {
-    std::vector<int64_t> s = to_shape(shape, "Buffer");
+    Axes s = to_shape(shape, "Buffer");
     const DType &t = to_dtype(dtype, "Buffer");
     if (!order && !shared) return Buffer::allocate("Buffer", std::move(s), t);  // 'C', not given
     std::vector<int> axes(s.size());

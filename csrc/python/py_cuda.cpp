@@ -30,10 +30,10 @@ py::dict cuda_array_interface(py::handle self) {
     }
     uintptr_t data = b.size() ? reinterpret_cast<uintptr_t>(v.native) + uintptr_t(v.offset) : 0;
     py::dict d;
-    d["shape"] = py::tuple(py::cast(b.shape()));
+    d["shape"] = to_tuple(b.shape());
     d["typestr"] = b.dtype().typestr;
     d["data"] = py::make_tuple(data, b.readonly());
-    d["strides"] = b.is_c_contiguous() ? py::object(py::none()) : py::object(py::tuple(py::cast(b.strides())));
+    d["strides"] = b.is_c_contiguous() ? py::object(py::none()) : py::object(to_tuple(b.strides()));
     d["version"] = 3;
     // Our copies are blocking, but kernels a pipeline queued on our stream may still run: the
     // consumer waits for our stream (never 0: the spec reserves it).

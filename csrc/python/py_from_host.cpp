@@ -30,7 +30,7 @@ struct HeldExport final : Kept {
 /// Someone else's host memory as its exporter describes it (byte strides, any values).
 struct Exported {
     uint8_t *data;
-    std::vector<int64_t> shape, strides;
+    Axes shape, strides;
     const DType *dtype;
     std::shared_ptr<void> owner;  ///< releases the export
     bool readonly;
@@ -50,8 +50,8 @@ Exported from_ndarray(py::array a) {
         throw ValueError(std::string(kEntry) + "(): the array is big-endian; convert it with "
                          "a.astype(a.dtype.newbyteorder('='))");
     return Exported{static_cast<uint8_t *>(const_cast<void *>(a.data())),
-                    std::vector<int64_t>(a.shape(), a.shape() + a.ndim()),
-                    std::vector<int64_t>(a.strides(), a.strides() + a.ndim()),
+                    Axes(a.shape(), a.shape() + a.ndim()),
+                    Axes(a.strides(), a.strides() + a.ndim()),
                     &to_dtype(descr, kEntry), keep_object(a), !a.writeable()};
 }
 
@@ -79,13 +79,13 @@ Exported from_buffer_protocol(py::handle obj) {
         throw BufferError(std::string(kEntry) + "(): " + Py_TYPE(obj.ptr())->tp_name + "'s buffer has ndim " +
                           std::to_string(view->ndim) + (view->ndim > 1 ? " and no shape" : "") +
                           "; the exporter is broken (0 to 64 axes, each with an extent)");
-    std::vector<int64_t> shape, strides;
+    Axes shape, strides;
     if (view->ndim == 1 && !view->shape) {
         shape = {int64_t(view->len / view->itemsize)};
     } else {
-        shape.assign(view->shape, view->shape + view->ndim);
+        shape = Axes(view->shape, view->shape + view->ndim);
     }
-    if (view->strides) strides.assign(view->strides, view->strides + view->ndim);
+    if (view->strides) strides = Axes(view->strides, view->strides + view->ndim);
     else strides = c_strides(shape, int(view->itemsize));  // no strides: C-contiguous
     return Exported{static_cast<uint8_t *>(view->buf), std::move(shape), std::move(strides), dtype,
                     std::move(owner), view->readonly != 0};

@@ -25,9 +25,9 @@ void run_lease(const Buffer &b, F &&lease) {
     lease();
 }
 
-/// A tuple of Python ints: a shape, strides, mins.
-template <typename T>
-py::tuple to_tuple(const std::vector<T> &v) {
+/// A tuple of Python ints: a shape, strides, mins (an Axes or a std::vector).
+template <typename Values>
+py::tuple to_tuple(const Values &v) {
     py::tuple t(v.size());
     for (size_t i = 0; i < v.size(); ++i) t[i] = py::int_(v[i]);
     return t;

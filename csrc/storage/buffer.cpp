@@ -49,7 +49,7 @@ std::vector<int> identity(size_t n) {
 
 }  // namespace
 
-int64_t checked_count(const char *entry, const std::vector<int64_t> &shape, int itemsize) {
+int64_t checked_count(const char *entry, const Axes &shape, int itemsize) {
     if (shape.size() > size_t(kMaxDims))
         throw ValueError(std::string(entry) + "(): " + str(int64_t(shape.size())) +
                          " axes is more than the " + str(kMaxDims) + " supported; reshape the data");
@@ -75,7 +75,7 @@ int64_t checked_count(const char *entry, const std::vector<int64_t> &shape, int 
 namespace {
 
 /// MemoryError for an allocation the system refused, with what was asked for.
-MemoryError out_of_memory(const char *entry, const std::vector<int64_t> &shape, const DType &dtype, size_t bytes) {
+MemoryError out_of_memory(const char *entry, const Axes &shape, const DType &dtype, size_t bytes) {
     return MemoryError(std::string(entry) + "(): out of host memory for " + std::to_string(bytes) + " bytes (" +
                        size_text(bytes) + ": shape " + tuple_text(shape) + ", " + dtype.name +
                        "); free host memory or ask for fewer elements");
@@ -84,8 +84,8 @@ MemoryError out_of_memory(const char *entry, const std::vector<int64_t> &shape, 
 /// Memory someone else describes (data, byte strides) must exist and stay inside the address
 /// space: no NULL data for elements, and the lowest and highest byte any index reaches
 /// computed without overflow. What lies there is the describer's word: it cannot be checked.
-void check_memory(const char *entry, const uint8_t *data, const std::vector<int64_t> &shape,
-                  const std::vector<int64_t> &strides, int64_t count, int itemsize) {
+void check_memory(const char *entry, const uint8_t *data, const Axes &shape,
+                  const Axes &strides, int64_t count, int itemsize) {
     if (count == 0) return;
     auto refuse = [&](const std::string &what) {
         return BufferError(std::string(entry) + "(): " + what + "; the memory's description is broken "
@@ -105,8 +105,8 @@ void check_memory(const char *entry, const uint8_t *data, const std::vector<int6
 /// gets C-contiguous strides, whatever it came with (NumPy 2 gives empty arrays zero strides,
 /// which a pipeline's default constraint, innermost stride 1, refuses), so a pipeline over an
 /// empty buffer is the no-op it is for one made empty.
-void normalize_strides(const char *entry, const std::vector<int64_t> &shape,
-                       std::vector<int64_t> &strides, int itemsize, const char *fix) {
+void normalize_strides(const char *entry, const Axes &shape,
+                       Axes &strides, int itemsize, const char *fix) {
     bool empty = std::find(shape.begin(), shape.end(), 0) != shape.end();
     if (empty) strides = c_strides(shape, itemsize);
     for (size_t i = 0; i < strides.size(); ++i) {
@@ -128,7 +128,7 @@ void normalize_strides(const char *entry, const std::vector<int64_t> &shape,
 
 }  // namespace
 
-bool byte_reach(const std::vector<int64_t> &shape, const std::vector<int64_t> &strides, int itemsize,
+bool byte_reach(const Axes &shape, const Axes &strides, int itemsize,
                 int64_t &lo, int64_t &hi) {
     lo = 0;
     hi = itemsize;
@@ -141,7 +141,7 @@ bool byte_reach(const std::vector<int64_t> &shape, const std::vector<int64_t> &s
     return true;
 }
 
-std::string tuple_text(const std::vector<int64_t> &values) {
+std::string tuple_text(const Axes &values) {
     std::string out = "(";
     for (size_t i = 0; i < values.size(); ++i) out += (i ? ", " : "") + str(values[i]);
     return out + (values.size() == 1 ? ",)" : ")");
@@ -151,8 +151,8 @@ namespace {
 
 /// Dense byte strides, the axis `axis_at(k)` k-th outermost in memory.
 template <typename AxisAt>
-std::vector<int64_t> packed_strides(const std::vector<int64_t> &shape, int itemsize, AxisAt axis_at) {
-    std::vector<int64_t> strides(shape.size());
+Axes packed_strides(const Axes &shape, int itemsize, AxisAt axis_at) {
+    Axes strides(shape.size());
     int64_t s = itemsize;
     for (size_t k = shape.size(); k-- > 0;) {
         size_t i = size_t(axis_at(k));
@@ -166,16 +166,16 @@ std::vector<int64_t> packed_strides(const std::vector<int64_t> &shape, int items
 
 }  // namespace
 
-std::vector<int64_t> dense_strides(const std::vector<int64_t> &shape, int itemsize, const std::vector<int> &order) {
+Axes dense_strides(const Axes &shape, int itemsize, const std::vector<int> &order) {
     return packed_strides(shape, itemsize, [&](size_t k) { return order[k]; });
 }
 
-std::vector<int64_t> c_strides(const std::vector<int64_t> &shape, int itemsize) {
+Axes c_strides(const Axes &shape, int itemsize) {
     return packed_strides(shape, itemsize, [](size_t k) { return k; });
 }
 
-std::vector<int64_t> byte_strides(const std::vector<int64_t> &element_strides, int itemsize) {
-    std::vector<int64_t> bytes(element_strides.size());
+Axes byte_strides(const Axes &element_strides, int itemsize) {
+    Axes bytes(element_strides.size());
     for (size_t i = 0; i < bytes.size(); ++i) bytes[i] = element_strides[i] * itemsize;
     return bytes;
 }
@@ -225,16 +225,16 @@ LiveCounts &live_counts() {
 
 Buffer::Buffer(Buffer &&) noexcept = default;
 
-Buffer Buffer::allocate(const char *entry, std::vector<int64_t> shape, const DType &dtype) {
-    std::vector<int64_t> strides = c_strides(shape, dtype.itemsize);
+Buffer Buffer::allocate(const char *entry, Axes shape, const DType &dtype) {
+    Axes strides = c_strides(shape, dtype.itemsize);
     return allocate_packed(entry, std::move(shape), dtype, std::move(strides));
 }
 
-Buffer Buffer::allocate(const char *entry, std::vector<int64_t> shape, const DType &dtype,
+Buffer Buffer::allocate(const char *entry, Axes shape, const DType &dtype,
                         const std::vector<int> &order_arg) {
     std::vector<int> order = permutation(entry, "order", order_arg, int(shape.size()),
                                          "pass 'C', 'F' or each axis once, outermost in memory first");
-    std::vector<int64_t> strides = dense_strides(shape, dtype.itemsize, order);
+    Axes strides = dense_strides(shape, dtype.itemsize, order);
     return allocate_packed(entry, std::move(shape), dtype, std::move(strides));
 }
 
@@ -272,8 +272,8 @@ uint8_t *aligned(void *p) {
 
 }  // namespace
 
-Buffer Buffer::allocate_packed(const char *entry, std::vector<int64_t> shape, const DType &dtype,
-                               std::vector<int64_t> strides) {
+Buffer Buffer::allocate_packed(const char *entry, Axes shape, const DType &dtype,
+                               Axes strides) {
     int64_t count = checked_count(entry, shape, dtype.itemsize);
     size_t bytes = size_t(count) * size_t(dtype.itemsize);
     if (bytes <= kSmallBlock) {  // one block: the storage, then its host memory (no `allocation`)
@@ -321,7 +321,7 @@ Buffer Buffer::allocate_like(const char *entry, const Buffer &other, const DType
     return b;
 }
 
-Buffer Buffer::allocate_interleaved(const char *entry, const std::vector<int64_t> &shape, const DType &dtype) {
+Buffer Buffer::allocate_interleaved(const char *entry, const Axes &shape, const DType &dtype) {
     if (shape.empty())
         throw ValueError(std::string(entry) + "(): a 0-d shape has no channel axis; pass the channels first, "
                          "as in (channels, height, width)");
@@ -330,8 +330,8 @@ Buffer Buffer::allocate_interleaved(const char *entry, const std::vector<int64_t
     return allocate(entry, shape, dtype, order);
 }
 
-Buffer Buffer::copy_of(const char *entry, const uint8_t *data, const std::vector<int64_t> &shape,
-                       const std::vector<int64_t> &strides, const DType &dtype) {
+Buffer Buffer::copy_of(const char *entry, const uint8_t *data, const Axes &shape,
+                       const Axes &strides, const DType &dtype) {
     // Any byte strides will do: the copy reads them as they are and stores C-contiguous.
     check_memory(entry, data, shape, strides, checked_count(entry, shape, dtype.itemsize), dtype.itemsize);
     Buffer out = allocate(entry, shape, dtype);
@@ -340,7 +340,7 @@ Buffer Buffer::copy_of(const char *entry, const uint8_t *data, const std::vector
     return out;
 }
 
-Buffer Buffer::wrap(const char *entry, uint8_t *data, std::vector<int64_t> shape, std::vector<int64_t> strides,
+Buffer Buffer::wrap(const char *entry, uint8_t *data, Axes shape, Axes strides,
                     const DType &dtype, std::shared_ptr<void> owner, bool readonly, bool external_writes) {
     check_memory(entry, data, shape, strides, checked_count(entry, shape, dtype.itemsize), dtype.itemsize);
     normalize_strides(entry, shape, strides, dtype.itemsize, "pass copy=True for a contiguous copy");
@@ -366,7 +366,7 @@ halide_dimension_t *Storage::make_root_dims(int n) {
 }
 
 Buffer Buffer::adopt_storage(std::shared_ptr<Storage> storage, const DType &dtype, uint8_t *data,
-                             std::vector<int64_t> shape, std::vector<int64_t> strides) {
+                             Axes shape, Axes strides) {
     // The storage's root halide_buffer_t: this first view's geometry, in bytes when Halide has
     // no type of this size (complex128): one extra innermost dimension over the item's bytes.
     Storage &s = *storage;
@@ -428,14 +428,14 @@ std::vector<int> Buffer::memory_order() const {
     return order;
 }
 
-bool Buffer::contains(const std::vector<int64_t> &coords) const {
+bool Buffer::contains(const Axes &coords) const {
     check_per_axis("contains", "coordinate", coords.size(), "pass one per axis, as in b.contains(*b.mins)");
     for (size_t i = 0; i < coords.size(); ++i)
         if (coords[i] < mins_[i] || coords[i] >= mins_[i] + shape_[i]) return false;
     return true;
 }
 
-void check_mins(const char *entry, const std::vector<int64_t> &shape, const std::vector<int64_t> &mins) {
+void check_mins(const char *entry, const Axes &shape, const Axes &mins) {
     for (size_t i = 0; i < mins.size(); ++i)
         if (!coordinates_fit(mins[i], shape[i]))
             throw ValueError(std::string(entry) + "(): min " + str(mins[i]) + " of axis " + str(int64_t(i)) +
@@ -443,7 +443,7 @@ void check_mins(const char *entry, const std::vector<int64_t> &shape, const std:
                              "; pass mins with min + extent - 1 inside them");
 }
 
-void Buffer::set_min(const std::vector<int64_t> &mins) {
+void Buffer::set_min(const Axes &mins) {
     check_per_axis("set_min", "min", mins.size(), "pass one per axis, as in b.set_min(*b.mins)");
     check_mins("set_min", shape_, mins);
     // The storage's lock guards the published halide_buffer_t, and whoever holds it may be
@@ -546,7 +546,7 @@ Buffer Buffer::transposed(const std::vector<int> &axes) const {
     return b;
 }
 
-Buffer Buffer::with_mins(const std::vector<int64_t> &mins) const {
+Buffer Buffer::with_mins(const Axes &mins) const {
     Buffer b = view();
     b.mins_ = mins;
     return b;
@@ -554,12 +554,12 @@ Buffer Buffer::with_mins(const std::vector<int64_t> &mins) const {
 
 Buffer Buffer::translated(int64_t axis_arg, int64_t delta) const {
     int axis = check_axis("translated", "translate", axis_arg);
-    std::vector<int64_t> deltas(shape_.size(), 0);
+    Axes deltas(shape_.size(), 0);
     deltas[size_t(axis)] = delta;
     return translated(deltas);
 }
 
-Buffer Buffer::translated(const std::vector<int64_t> &deltas) const {
+Buffer Buffer::translated(const Axes &deltas) const {
     check_per_axis("translated", "delta", deltas.size(),
                    "pass translated(axis, delta), or a sequence of one delta per axis");
     Buffer b = view();

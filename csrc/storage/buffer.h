@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "abi/halide_abi.h"
+#include "core/axes.h"
 #include "core/dtype.h"
 #include "core/live_counts.h"
 #include "device/device.h"
@@ -194,27 +195,27 @@ constexpr int kMaxDims = 64;
 
 /// Byte strides of a dense array of this shape whose axes lie in memory in `order`, outermost
 /// first (a permutation of 0..ndim-1; c_strides() is 0, 1, ..., ndim-1).
-std::vector<int64_t> dense_strides(const std::vector<int64_t> &shape, int itemsize, const std::vector<int> &order);
+Axes dense_strides(const Axes &shape, int itemsize, const std::vector<int> &order);
 /// Byte strides of a C-contiguous array of this shape.
-std::vector<int64_t> c_strides(const std::vector<int64_t> &shape, int itemsize);
+Axes c_strides(const Axes &shape, int itemsize);
 /// Strides in elements as byte strides (each times `itemsize`).
-std::vector<int64_t> byte_strides(const std::vector<int64_t> &element_strides, int itemsize);
+Axes byte_strides(const Axes &element_strides, int itemsize);
 /// `axes` as a permutation of 0..n-1 (negative axes count from the end), or ValueError
 /// "<entry>(): <what> must be a permutation of ...; <fix>".
 std::vector<int> permutation(const char *entry, const char *what, const std::vector<int> &axes, int n,
                              const char *fix);
 /// Element count of a shape, refusing (ValueError naming `entry`) anything Halide or a 64-bit
 /// address cannot describe: more than 64 axes, negative or int32-overflowing extents, 2**63 bytes.
-int64_t checked_count(const char *entry, const std::vector<int64_t> &shape, int itemsize);
+int64_t checked_count(const char *entry, const Axes &shape, int itemsize);
 /// ValueError naming `entry` unless every axis's [min, min + extent) fits Halide's int32
 /// coordinates (one min per axis).
-void check_mins(const char *entry, const std::vector<int64_t> &shape, const std::vector<int64_t> &mins);
+void check_mins(const char *entry, const Axes &shape, const Axes &mins);
 /// The bytes the elements of a non-empty array reach, relative to its element at index 0:
 /// [lo, hi). False when that overflows int64.
-bool byte_reach(const std::vector<int64_t> &shape, const std::vector<int64_t> &strides, int itemsize,
+bool byte_reach(const Axes &shape, const Axes &strides, int itemsize,
                 int64_t &lo, int64_t &hi);
 /// A shape or mins as Python writes a tuple, for messages: "(480, 640)", "(3,)".
-std::string tuple_text(const std::vector<int64_t> &values);
+std::string tuple_text(const Axes &values);
 
 /// One axis of an index expression, already normalised to positions by the caller.
 struct AxisIndex {
@@ -238,29 +239,29 @@ void forget_shared_storage(uint64_t identity);
 class Buffer {
 public:
     /// Owned, zero-filled, 128-byte aligned, C-contiguous storage.
-    static Buffer allocate(const char *entry, std::vector<int64_t> shape, const DType &dtype);
+    static Buffer allocate(const char *entry, Axes shape, const DType &dtype);
     /// The same, laid out densely in `order`: the axes from outermost to innermost in memory (a
     /// permutation; negative axes count from the end).
-    static Buffer allocate(const char *entry, std::vector<int64_t> shape, const DType &dtype,
+    static Buffer allocate(const char *entry, Axes shape, const DType &dtype,
                            const std::vector<int> &order);
     /// allocate() with other's shape, mins and memory order (Halide's make_with_shape_of).
     static Buffer allocate_like(const char *entry, const Buffer &other, const DType &dtype);
     /// allocate() in Halide's interleaved layout: axis 0 (the channels, Halide's last dimension)
     /// innermost in memory, the other axes C-ordered outside it.
-    static Buffer allocate_interleaved(const char *entry, const std::vector<int64_t> &shape, const DType &dtype);
+    static Buffer allocate_interleaved(const char *entry, const Axes &shape, const DType &dtype);
     /// An owned C-contiguous copy of strided memory (any byte strides, even unaligned ones).
-    static Buffer copy_of(const char *entry, const uint8_t *data, const std::vector<int64_t> &shape,
-                          const std::vector<int64_t> &strides, const DType &dtype);
+    static Buffer copy_of(const char *entry, const uint8_t *data, const Axes &shape,
+                          const Axes &strides, const DType &dtype);
     /// allocate() in a new shared-memory segment (is_shared() from the start).
-    static Buffer allocate_shared(const char *entry, const std::vector<int64_t> &shape, const DType &dtype,
+    static Buffer allocate_shared(const char *entry, const Axes &shape, const DType &dtype,
                                   const std::vector<int> &order);
     /// A view of a segment another process handed over (`fd`, taken), whose element at index 0
     /// of every axis lies `offset` bytes in: a view of this process's storage on it when there
     /// is one, else a new shared storage. The geometry must lie inside the segment.
-    static Buffer from_shared(const char *entry, int fd, int64_t offset, const std::vector<int64_t> &shape,
-                              const std::vector<int64_t> &strides, const DType &dtype, bool readonly);
+    static Buffer from_shared(const char *entry, int fd, int64_t offset, const Axes &shape,
+                              const Axes &strides, const DType &dtype, bool readonly);
     /// A view of someone else's memory; `data` is the element at index 0 of every axis.
-    static Buffer wrap(const char *entry, uint8_t *data, std::vector<int64_t> shape, std::vector<int64_t> strides,
+    static Buffer wrap(const char *entry, uint8_t *data, Axes shape, Axes strides,
                        const DType &dtype,
                        std::shared_ptr<void> owner, bool readonly, bool external_writes);
 
@@ -271,9 +272,9 @@ public:
     // --- geometry --------------------------------------------------------------------------
     const DType &dtype() const { return *dtype_; }
     int ndim() const { return static_cast<int>(shape_.size()); }
-    const std::vector<int64_t> &shape() const { return shape_; }
-    const std::vector<int64_t> &strides() const { return strides_; }  ///< bytes
-    const std::vector<int64_t> &mins() const { return mins_; }        ///< Halide coordinates
+    const Axes &shape() const { return shape_; }
+    const Axes &strides() const { return strides_; }  ///< bytes
+    const Axes &mins() const { return mins_; }        ///< Halide coordinates
     int64_t size() const;
     int64_t nbytes() const { return size() * dtype_->itemsize; }
     uint8_t *data() const { return data_; }  ///< element at index 0 of every axis
@@ -282,11 +283,11 @@ public:
     /// The axes from outermost to innermost in memory: by decreasing |stride|, ties in axis order.
     std::vector<int> memory_order() const;
     /// Whether these Halide coordinates (one per axis) lie inside [min, min + extent) on every axis.
-    bool contains(const std::vector<int64_t> &coords) const;
+    bool contains(const Axes &coords) const;
     /// Gives this view other mins (one per axis), in place: the elements stay. Takes the storage's
     /// lock to update the view's published halide_buffer_t, and refuses (BufferError) rather
     /// than wait when another thread holds it.
-    void set_min(const std::vector<int64_t> &mins);
+    void set_min(const Axes &mins);
     bool readonly() const { return storage_->readonly; }
     bool external_writes() const { return storage_->external_writes; }
     /// True when both are views of the same storage (and so share residency).
@@ -317,9 +318,9 @@ public:
     Buffer cropped(int64_t axis, int64_t min, int64_t extent) const;
     Buffer sliced(int64_t axis, int64_t pos) const;
     Buffer transposed(const std::vector<int> &axes) const;
-    Buffer with_mins(const std::vector<int64_t> &mins) const;  ///< same elements, other coordinates
+    Buffer with_mins(const Axes &mins) const;  ///< same elements, other coordinates
     Buffer translated(int64_t axis, int64_t delta) const;           ///< mins[axis] + delta
-    Buffer translated(const std::vector<int64_t> &deltas) const;    ///< every min moved, one delta per axis
+    Buffer translated(const Axes &deltas) const;    ///< every min moved, one delta per axis
     /// A new axis of extent 1 at `axis` (of the result; -ndim-1..ndim) whose min is `pos`, with the
     /// stride numpy.expand_dims gives it.
     Buffer embedded(int64_t axis, int64_t pos) const;
@@ -509,10 +510,10 @@ private:
     /// when none, or no longer (residency.cpp).
     const halide_buffer_t *bound_struct();
     /// allocate() with the strides of a dense layout of `shape` (dense_strides()).
-    static Buffer allocate_packed(const char *entry, std::vector<int64_t> shape, const DType &dtype,
-                                  std::vector<int64_t> strides);
+    static Buffer allocate_packed(const char *entry, Axes shape, const DType &dtype,
+                                  Axes strides);
     static Buffer adopt_storage(std::shared_ptr<Storage> storage, const DType &dtype, uint8_t *data,
-                                std::vector<int64_t> shape, std::vector<int64_t> strides);
+                                Axes shape, Axes strides);
     /// `axis` as 0..ndim-1 (negative counts from the end), or IndexError naming `entry`; `verb`
     /// says what the call does to an axis ("crop").
     int check_axis(const char *entry, const char *verb, int64_t axis) const;
@@ -523,7 +524,7 @@ private:
     std::shared_ptr<Storage> storage_;
     const DType *dtype_ = nullptr;
     uint8_t *data_ = nullptr;
-    std::vector<int64_t> shape_, strides_, mins_;
+    Axes shape_, strides_, mins_;
     std::unique_ptr<RawView> raw_;
 };
 

@@ -43,9 +43,9 @@ void mark_device_written(Storage &s) {
 struct Side {
     Storage &storage;
     uint8_t *data;
-    const std::vector<int64_t> &strides;
+    const Axes &strides;
 
-    DeviceRegion region(const std::vector<int64_t> &shape, int64_t itemsize) const {
+    DeviceRegion region(const Axes &shape, int64_t itemsize) const {
         return DeviceRegion{&storage.root, data - storage.root.host, shape, strides, itemsize};
     }
     HostRegion host() const { return HostRegion{data, strides}; }
@@ -53,12 +53,12 @@ struct Side {
 
 /// The elements the two sides share, copied on the host (through a staging copy when their
 /// bytes overlap: two views of the same memory).
-void copy_on_host(const Side &dst, const Side &src, const std::vector<int64_t> &shape, int64_t item) {
+void copy_on_host(const Side &dst, const Side &src, const Axes &shape, int64_t item) {
     if (!ranges_overlap(dst.data, dst.strides, src.data, src.strides, shape, item)) {
         copy_strided(dst.data, dst.strides, src.data, src.strides, shape, item);
         return;
     }
-    std::vector<int64_t> dense = c_strides(shape, int(item));
+    Axes dense = c_strides(shape, int(item));
     std::vector<uint8_t> staging(size_t(std::max<int64_t>(item, dense.empty() ? item : dense[0] * shape[0])));
     copy_strided(staging.data(), dense, src.data, src.strides, shape, item);
     copy_strided(dst.data, dst.strides, staging.data(), dense, shape, item);
@@ -66,7 +66,7 @@ void copy_on_host(const Side &dst, const Side &src, const std::vector<int64_t> &
 
 /// The copy into a destination whose host copy takes the write: the source's newer device
 /// copy read straight into it (ours), or brought home first (a pipeline runtime's).
-void copy_to_host_side(const char *entry, const Side &dst, const Side &src, const std::vector<int64_t> &shape,
+void copy_to_host_side(const char *entry, const Side &dst, const Side &src, const Axes &shape,
                        int64_t item) {
     dst.storage.download(entry);
     bool done = false;
@@ -86,7 +86,7 @@ void copy_to_host_side(const char *entry, const Side &dst, const Side &src, cons
 /// device copy is current too and the devices reach each other's memory, else the source's
 /// current elements written up (read from its own device first when that is newer). False when
 /// the device could not do it: the host takes the write then.
-bool copy_to_device_side(const char *entry, const Side &dst, const Side &src, const std::vector<int64_t> &shape,
+bool copy_to_device_side(const char *entry, const Side &dst, const Side &src, const Axes &shape,
                          int64_t item) {
     Storage &d = dst.storage, &s = src.storage;
     const Device &device = *d.device;
@@ -103,7 +103,7 @@ bool copy_to_device_side(const char *entry, const Side &dst, const Side &src, co
         return write(src.host());
     }
     // The source's newer copy is on another device: through a staging copy of just these elements.
-    std::vector<int64_t> dense = c_strides(shape, int(item));
+    Axes dense = c_strides(shape, int(item));
     std::vector<uint8_t> staging(size_t(dense.empty() ? item : dense[0] * shape[0]));
     HostRegion middle{staging.data(), dense};
     if (call("reading the source's device copy",
@@ -159,7 +159,7 @@ void Buffer::copy_from(const char *entry, const Buffer &src) {
     if (readonly())
         throw read_only_memory(entry);
     // The coordinates both domains share, and where that box starts in each.
-    std::vector<int64_t> shape(shape_.size());
+    Axes shape(shape_.size());
     uint8_t *to = data_, *from = src.data_;
     for (size_t i = 0; i < shape.size(); ++i) {
         int64_t lo = std::max(mins_[i], src.mins_[i]);

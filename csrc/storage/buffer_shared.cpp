@@ -66,7 +66,7 @@ void forget_shared_storage(uint64_t identity) {
     if (it != t.storages.end() && it->second.expired()) t.storages.erase(it);
 }
 
-Buffer Buffer::allocate_shared(const char *entry, const std::vector<int64_t> &shape, const DType &dtype,
+Buffer Buffer::allocate_shared(const char *entry, const Axes &shape, const DType &dtype,
                                const std::vector<int> &order_arg) {
     int64_t count = checked_count(entry, shape, dtype.itemsize);
     std::vector<int> order = permutation(entry, "order", order_arg, int(shape.size()),
@@ -79,8 +79,8 @@ Buffer Buffer::allocate_shared(const char *entry, const std::vector<int64_t> &sh
     return b;
 }
 
-Buffer Buffer::from_shared(const char *entry, int fd, int64_t offset, const std::vector<int64_t> &shape,
-                           const std::vector<int64_t> &strides, const DType &dtype, bool readonly) {
+Buffer Buffer::from_shared(const char *entry, int fd, int64_t offset, const Axes &shape,
+                           const Axes &strides, const DType &dtype, bool readonly) {
     std::shared_ptr<Storage> known = find_shared(SharedSegment::identity_of(fd));
     std::unique_ptr<SharedSegment> opened;
     if (known) close(fd);
