@@ -71,7 +71,8 @@ def test_constructor_arguments_by_position_and_by_name():
     assert hb.Buffer((2, 3), "uint8", order="F").strides == (1, 2)
     assert hb.Buffer((2, 3), order=(1, 0)).strides == (8, 16)
     assert hb.Buffer((2, 3), "uint8", shared=np.bool_(True)).is_shared
-    assert not hb.Buffer((2, 3), "uint8", shared=None).is_shared
+    for no in (None, False, np.bool_(False)):
+        assert not hb.Buffer((2, 3), "uint8", shared=no).is_shared
     assert hb.Buffer((2, 3), "uint8", order="C", shared=True).strides == (3, 1)
     with pytest.raises(TypeError, match=r"Buffer\(\): shared must be a bool, not str; pass shared=True"):
         hb.Buffer((2,), shared="yes")
@@ -91,6 +92,10 @@ def test_dtype_names_resolve_to_their_own_rows_however_they_alternate():
     assert hb.Buffer((1,), built).dtype.name == "float16"
     with pytest.raises(TypeError, match="unknown dtype 'float33'"):
         hb.Buffer((1,), "float33")
+    for unencodable in ("\ud800", "float32\udcff"):  # no UTF-8 form: no dtype's name
+        with pytest.raises(TypeError, match=r"Buffer\(\): unknown dtype"):
+            hb.Buffer((1,), unencodable)
+    assert hb.Buffer((1,), "f4").dtype.name == "float32"  # NumPy's spellings after ours
 
 
 def test_subclasses_construct_and_index_as_buffers():
@@ -118,6 +123,23 @@ def test_from_host_wraps_every_dtype_without_copying(name):
     np.testing.assert_array_equal(bits_of(out), bits_of(src))
     if name != "complex128":  # no 16-byte unsigned integer
         np.testing.assert_array_equal(bits_of(np.asarray(b.bits())), bits_of(src))
+
+
+def test_from_host_copy_reads_values_as_numpy_does():
+    b = hb.Buffer.from_host([[1, 2], [3, 4]], copy=True)
+    assert (b.dtype.name, b.shape) == ("int64", (2, 2))
+    np.testing.assert_array_equal(np.asarray(b), [[1, 2], [3, 4]])
+    assert hb.Buffer.from_host(2.5, copy=True).numpy()[()] == 2.5
+    assert hb.Buffer.from_host([True, False], copy=True).dtype.name == "bool"
+    for text in (["a", "b"], [b"a"]):
+        with pytest.raises(TypeError, match="which no buffer holds"):
+            hb.Buffer.from_host(text, copy=True)
+
+
+def test_from_host_takes_an_export_of_64_axes_and_no_more():
+    m = memoryview(bytearray(1)).cast("B", [1] * 64)  # the buffer protocol's own limit
+    b = hb.Buffer.from_host(m)
+    assert b.ndim == 64 and b.numpy()[(0,) * 64] == 0
 
 
 @pytest.mark.parametrize("name", ALL_DTYPES)

@@ -18,8 +18,13 @@ py::object halide_tuple(const DType &t) {
 std::string name_of(py::handle obj, const char *entry) {
     if (obj.is_none()) return "";  // numpy.dtype(None) would say float64
     if (py::isinstance<py::str>(obj)) {
-        std::string s = obj.cast<std::string>();
-        if (dtype_by_name(s)) return s;
+        Py_ssize_t length;
+        const char *s = PyUnicode_AsUTF8AndSize(obj.ptr(), &length);
+        if (!s) {  // not UTF-8 (a lone surrogate): no dtype's name, nor NumPy's
+            PyErr_Clear();
+            return "";
+        }
+        if (dtype_by_name(std::string_view(s, size_t(length)))) return std::string(s, size_t(length));
     }
     // torch.dtype prints as "torch.bfloat16"; its names match ours where the type exists.
     py::handle type = reinterpret_cast<PyObject *>(Py_TYPE(obj.ptr()));

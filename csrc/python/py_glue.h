@@ -45,6 +45,8 @@ int c_call(F &&f) noexcept {
         return f();
     } catch (py::error_already_set &e) {
         e.restore();
+    } catch (const py::builtin_exception &e) {
+        e.set_error();  // pybind11's own (a failed cast): the Python exception it stands for
     } catch (...) {
         if (!set_python_error(std::current_exception()))
             PyErr_SetString(PyExc_RuntimeError, "halide_buffer: unexpected internal error");
