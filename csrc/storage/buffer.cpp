@@ -241,8 +241,9 @@ Buffer Buffer::allocate(const char *entry, Axes shape, const DType &dtype,
 namespace {
 
 /// allocate_shared's allocator for a storage that carries `tail` more bytes after itself, in
-/// the same zero-filled block (the one it allocates): a small buffer's host memory, so that
-/// making a small buffer allocates once, not twice. `*tail_at` is set to where they start.
+/// the same block (the one it allocates), zero-filled: a small buffer's host memory, so that
+/// making a small buffer allocates once, not twice. `*tail_at` is set to where they start. The
+/// storage's part is left to its constructor: zeroing it too would write it twice.
 template <typename T>
 struct TailAllocator {
     using value_type = T;
@@ -253,9 +254,10 @@ struct TailAllocator {
     TailAllocator(const TailAllocator<U> &other) : tail(other.tail), tail_at(other.tail_at) {}
     T *allocate(size_t n) {
         size_t head = n * sizeof(T);
-        void *block = std::calloc(head + tail, 1);
+        void *block = std::malloc(head + tail);
         if (!block) throw std::bad_alloc();
         *tail_at = static_cast<uint8_t *>(block) + head;
+        std::memset(*tail_at, 0, tail);
         return static_cast<T *>(block);
     }
     void deallocate(T *block, size_t) { std::free(block); }
