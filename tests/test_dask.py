@@ -457,13 +457,17 @@ def test_a_region_of_one_row_leaving_the_input_is_refused(pipes):
     same_bits(got, whole_call(pipes["across"], {"inp": a}, boundary="nearest"))
 
 
-def test_a_halide_error_in_one_chunk_names_the_chunk(pipes):
+@pytest.mark.parametrize("compute", [
+    lambda out: out.compute(),
+    lambda out: hb.dask.compute(out, scheduler="sync"),  # no task of it left running after the test
+], ids=["compute", "hb.dask.compute"])
+def test_a_halide_error_in_one_chunk_names_the_chunk(pipes, compute):
     a = np.zeros((30, 40), np.uint8)
     a[25, 33] = 255
     out = hb.dask.map_pipeline(pipes["strict"], da.from_array(a, chunks=(10, 20)))
     with pytest.raises(hb.PipelineError, match=r"(?s)255.* \(hb.dask.map_pipeline: the output chunk \(2, 1\) "
                                                r"at mins \(20, 20\), shape \(10, 20\)\)") as e:
-        out.compute()
+        compute(out)
     assert e.value.code == -27  # halide_error_code_requirement_failed
 
 
@@ -842,16 +846,6 @@ def test_compute_of_an_empty_array_runs_nothing_and_returns_it_empty(pipes, shap
     assert hb.dask.compute(y, da.zeros(shape, np.uint8, chunks=chunks), out=(target, None))[0] is target
     assert chunk_calls.of(pipes["uint8"]) == []
     assert hb.dask.compute() == ()
-
-
-def test_a_halide_error_in_one_chunk_of_compute_names_the_chunk(pipes):
-    a = np.zeros((30, 40), np.uint8)
-    a[25, 33] = 255
-    out = hb.dask.map_pipeline(pipes["strict"], da.from_array(a, chunks=(10, 20)))
-    with pytest.raises(hb.PipelineError, match=r"(?s)255.* \(hb.dask.map_pipeline: the output chunk \(2, 1\) "
-                                               r"at mins \(20, 20\), shape \(10, 20\)\)") as e:
-        hb.dask.compute(out, scheduler="sync")  # no task of it left running after the test
-    assert e.value.code == -27
 
 
 def test_compute_refuses_what_it_cannot_write_before_any_task_runs(pipes, chunk_calls):
