@@ -14,18 +14,10 @@ py::object halide_tuple(const DType &t) {
     return py::make_tuple(t.halide.code, t.halide.bits, t.halide.lanes);
 }
 
-/// The canonical name of whatever the user passed, or "" when it is no dtype at all.
+/// The canonical name of whatever the user passed other than one of our names (to_dtype() reads
+/// those), or "" when it is no dtype at all.
 std::string name_of(py::handle obj, const char *entry) {
     if (obj.is_none()) return "";  // numpy.dtype(None) would say float64
-    if (py::isinstance<py::str>(obj)) {
-        Py_ssize_t length;
-        const char *s = PyUnicode_AsUTF8AndSize(obj.ptr(), &length);
-        if (!s) {  // not UTF-8 (a lone surrogate): no dtype's name, nor NumPy's
-            PyErr_Clear();
-            return "";
-        }
-        if (dtype_by_name(std::string_view(s, size_t(length)))) return std::string(s, size_t(length));
-    }
     // torch.dtype prints as "torch.bfloat16"; its names match ours where the type exists.
     py::handle type = reinterpret_cast<PyObject *>(Py_TYPE(obj.ptr()));
     if (py::str(type.attr("__module__")).cast<std::string>() == "torch") {
@@ -45,6 +37,11 @@ std::string name_of(py::handle obj, const char *entry) {
     return np_dtype.attr("name").cast<std::string>();
 }
 
+TypeError unknown_dtype(py::handle obj, const char *entry) {
+    return TypeError(std::string(entry) + "(): unknown dtype " + py::repr(obj).cast<std::string>() +
+                     "; use one of: " + dtype_names());
+}
+
 }  // namespace
 
 const DType &to_dtype(py::handle obj, const char *entry) {
@@ -55,14 +52,15 @@ const DType &to_dtype(py::handle obj, const char *entry) {
     if (obj.ptr() == last_name) return *last_dtype;
     if (PyUnicode_Check(obj.ptr())) {  // the usual spelling, a canonical name: no string made
         Py_ssize_t length;
-        if (const char *s = PyUnicode_AsUTF8AndSize(obj.ptr(), &length)) {
-            if (const DType *t = dtype_by_name(std::string_view(s, size_t(length)))) {
-                Py_XSETREF(last_name, py::reinterpret_borrow<py::object>(obj).release().ptr());
-                last_dtype = t;
-                return *t;
-            }
-        } else {
-            PyErr_Clear();  // not UTF-8: no name of ours; NumPy's reading below says what it is
+        const char *s = PyUnicode_AsUTF8AndSize(obj.ptr(), &length);
+        if (!s) {  // not UTF-8 (a lone surrogate): no dtype's name, ours or NumPy's
+            PyErr_Clear();
+            throw unknown_dtype(obj, entry);
+        }
+        if (const DType *t = dtype_by_name(std::string_view(s, size_t(length)))) {
+            Py_XSETREF(last_name, py::reinterpret_borrow<py::object>(obj).release().ptr());
+            last_dtype = t;
+            return *t;
         }
     }
     // numpy.dtype objects (every ndarray has one) resolve once: the cache keeps each alive, so
@@ -79,8 +77,7 @@ const DType &to_dtype(py::handle obj, const char *entry) {
         if (is_numpy_dtype) resolved.emplace(py::reinterpret_borrow<py::object>(obj).release().ptr(), t);
         return *t;
     }
-    throw TypeError(std::string(entry) + "(): unknown dtype " + py::repr(obj).cast<std::string>() +
-                    "; use one of: " + dtype_names());
+    throw unknown_dtype(obj, entry);
 }
 
 py::dtype numpy_dtype(const DType &t) {
