@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import os
 
+from . import opencl
 from ._core import Pipeline, PipelineError, _aot_load
 
 __all__ = ["Pipeline", "PipelineError", "load"]
@@ -35,7 +36,11 @@ def load(library_path: str | os.PathLike[str], function_name: str) -> Pipeline:
     is pickled as that path and ``function_name``: unpickling loads it again, so the library
     must exist at the same path wherever it is unpickled.
     """
-    return _aot_load(os.fspath(library_path), function_name)
+    pipeline = _aot_load(os.fspath(library_path), function_name)
+    if pipeline.device_api == "opencl":
+        # Its first call opens the OpenCL loader our devices use: the candidates are found here.
+        opencl._choose_loader()
+    return pipeline
 
 
 def _unpickle(library_path: str, function_name: str) -> Pipeline:

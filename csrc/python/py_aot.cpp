@@ -404,12 +404,9 @@ void bind_aot(py::module_ &m) {
         .def("__deepcopy__", [](py::object self, py::handle) { return self; }, py::arg("memo"));
     // Calls skip pybind11's dispatch: the slot is ours (__call__ above stays for introspection).
     reinterpret_cast<PyTypeObject *>(m.attr("Pipeline").ptr())->tp_call = pipeline_call;
-    m.def("_aot_load", [](const std::string &path, const std::string &name) {
-        std::shared_ptr<AotPipeline> p = AotPipeline::load(path, name);
-        // Its first call opens the OpenCL loader our devices use: the candidates come from Python.
-        if (p->uses_opencl()) py::module_::import("halide_buffer.opencl").attr("_choose_loader")();
-        return p;
-    }, py::arg("library_path"), py::arg("function_name"));
+    // hb.aot.load() gives an OpenCL pipeline's first call the loader candidates (they come from
+    // the package: halide_buffer.opencl), so this binding calls nothing above it.
+    m.def("_aot_load", &AotPipeline::load, py::arg("library_path"), py::arg("function_name"));
 }
 
 }  // namespace hb
