@@ -1,6 +1,6 @@
 """The documentation site builds with no warning (`mkdocs build --strict`, the README's command):
-every page of docs/ is in the nav, every link between pages resolves, and the API reference is
-generated from the package's docstrings and stubs."""
+every page of docs/ is in the nav, every link between pages and every image resolves, and the API
+reference is generated from the package's docstrings and stubs."""
 
 import html
 import importlib.util
@@ -73,3 +73,13 @@ def test_the_reference_documents_the_package(site):
     assert hb.Buffer.copy_to_host.__doc__.strip().splitlines()[-1] in reference
     assert "copy_to_host(self" not in reference
     assert ":class:" not in reference
+
+
+def test_the_pages_show_the_figures(site):
+    # A missing figure fails the strict build itself; here, the shown ones reach the site as
+    # images and their sources stay out of it.
+    assert 'src="../figures/residency.svg"' in (site / "devices" / "index.html").read_text()
+    assert 'src="../figures/layers.svg"' in (site / "architecture" / "index.html").read_text()
+    assert 'src="../figures/bench_calls.svg"' in (site / "performance" / "index.html").read_text()
+    shown = sorted(p.name for p in (site / "figures").iterdir())
+    assert shown == sorted(p.name for p in (ROOT / "docs" / "figures").glob("*.svg"))
