@@ -92,7 +92,8 @@ def switched_off(environ: Mapping[str, str]) -> bool:
 # ---------------------------------------------------------------------------- the ELF file
 
 _ELF64_HEADER = struct.Struct("<16sHHIQQQIHHHHHH")
-_ELF64_SECTION = struct.Struct("<IIQQQQIIQQ")  # name type flags addr offset size link info align entsize
+# name type flags addr offset size link info addralign entsize
+_ELF64_SECTION = struct.Struct("<IIQQQQIIQQ")
 _ELF64_SYMBOL = struct.Struct("<IBBHQQ")  # name info other shndx value size
 _SHT_DYNSYM = 11
 
@@ -194,8 +195,8 @@ def _write_code(libc: ctypes.CDLL, address: int, code: bytes) -> str | None:
     if libc.mprotect(ctypes.c_void_p(first), len(pages) * page_size, 7) != 0:  # read, write, exec
         return f"its code cannot be made writable ({os.strerror(ctypes.get_errno())})"
     ctypes.memmove(address, code, len(code))
-    for page, protection in zip(pages, protections):  # back to what each had: cannot fail, as
-        libc.mprotect(ctypes.c_void_p(page), page_size, protection)  # it only takes rights away
+    for page, protection in zip(pages, protections):  # back to what each had (taking rights
+        libc.mprotect(ctypes.c_void_p(page), page_size, protection)  # away does not fail)
     return None
 
 
@@ -214,15 +215,17 @@ def _replace_function(ask, name: str) -> str | None:
     if symbol is None or symbol[0] != address - base:
         return f"{path}'s symbol table does not list {FUNCTION} where it is loaded"
     if symbol[1] < len(code):
-        return f"{FUNCTION} is {symbol[1]} bytes long in {path}, less than the {len(code)} bytes of the change"
+        return (f"{FUNCTION} is {symbol[1]} bytes long in {path}, less than the {len(code)} bytes "
+                f"of the change")
     original = ctypes.string_at(address, len(code))
     why = _write_code(libc, address, code)
     if why is not None:
         return why
     answer = _answer(ask)
     if answer != name:
-        _write_code(libc, address, original)
-        return f"{FUNCTION} answered {answer!r} after the change, not {name!r}; its code was put back"
+        undone = _write_code(libc, address, original)
+        return (f"{FUNCTION} answered {answer!r} after the change, not {name!r}; its code was "
+                + ("put back" if undone is None else f"not put back: {undone}"))
     return None
 
 
@@ -235,7 +238,9 @@ def apply(pocl_paths: list[str]) -> str | None:
         if _done:
             return _applied
         _done = True
-        if switched_off(os.environ) or not pocl_paths or platform.machine() != "x86_64":  # the code is x86-64's
+        if switched_off(os.environ) or not pocl_paths:
+            return None
+        if platform.machine() != "x86_64":  # the replacement code is x86-64's
             return None
         try:  # RTLD_LOCAL: PoCL's symbols (LLVM 14's among them) stay out of the global scope;
             # the ICD loader, opening it by its soname later, gets this same copy
@@ -252,10 +257,10 @@ def apply(pocl_paths: list[str]) -> str | None:
             return None
         why = _replace_function(ask, name)
         if why is not None:
-            warnings.warn(f"halide_buffer: PoCL ({pocl_paths[0]}) still compiles for {llvm_name!r}, not "
-                          f"{name!r}: {why}; where its LLVM refuses that name no OpenCL kernel builds "
-                          f"(see 'PoCL on CPUs newer than its compiler' in docs/devices.md)",
-                          RuntimeWarning, stacklevel=2)
+            warnings.warn(f"halide_buffer: PoCL ({pocl_paths[0]}) still compiles for "
+                          f"{llvm_name!r}, not {name!r}: {why}; where its LLVM refuses that name "
+                          f"no OpenCL kernel builds (see 'PoCL on CPUs newer than its compiler' in "
+                          f"docs/devices.md)", RuntimeWarning, stacklevel=2)
             return None
         _applied = name
         return name

@@ -101,8 +101,9 @@ def _elf_with_symbols(symbols):
     dynsym_at = strings_at + len(strings) + (-len(strings)) % 8
     sections_at = dynsym_at + len(dynsym)
     sections = bytes(64)  # section 0 is the null section
-    sections += struct.pack("<IIQQQQIIQQ", 0, 3, 2, 0, strings_at, len(strings), 0, 0, 1, 0)  # STRTAB
-    sections += struct.pack("<IIQQQQIIQQ", 0, 11, 2, 0, dynsym_at, len(dynsym), 1, 1, 8, 24)  # DYNSYM
+    section = struct.Struct("<IIQQQQIIQQ")
+    sections += section.pack(0, 3, 2, 0, strings_at, len(strings), 0, 0, 1, 0)  # STRTAB
+    sections += section.pack(0, 11, 2, 0, dynsym_at, len(dynsym), 1, 1, 8, 24)  # DYNSYM, link 1
     header = struct.pack("<16sHHIQQQIHHHHHH", b"\x7fELF\x02\x01\x01" + bytes(9), 3, 62, 1, 0, 0,
                          sections_at, 0, 64, 56, 0, 64, 3, 0)
     return (header + strings + bytes(dynsym_at - strings_at - len(strings)) + dynsym + sections)
