@@ -1,8 +1,10 @@
 """pip's PoCL is given a CPU name its compiler knows (halide_buffer._pocl_cpu)."""
 
+import json
 import os
 import platform
 import re
+import struct
 import subprocess
 import sys
 
@@ -41,12 +43,17 @@ def test_the_variable_wins_and_a_generic_host_gets_its_feature_level(llvm_name, 
     assert _pocl_cpu.chosen_name(llvm_name, env_name, V3) == chosen
 
 
-def _target_cpu_of_a_build(env_name):
-    """The -target-cpu PoCL compiles a kernel for, in a fresh process that opened OpenCL through
-    halide_buffer (PoCL's build log, POCL_DEBUG=llvm, names it); and what _pocl_cpu applied."""
+def _needs_pips_pocl():
+    """Skips the test where there is nothing for _pocl_cpu to change."""
     if not hb.opencl._bundled("libpocl*.so*") or platform.machine() != "x86_64":
         pytest.skip("pip's PoCL (pocl-binary-distribution beside pyopencl) on x86-64 is what "
                     "_pocl_cpu adjusts; this machine has neither")
+
+
+def _target_cpu_of_a_build(env_name):
+    """The -target-cpu PoCL compiles a kernel for, in a fresh process that opened OpenCL through
+    halide_buffer (PoCL's build log, POCL_DEBUG=llvm, names it); and what _pocl_cpu applied."""
+    _needs_pips_pocl()
     env = dict(os.environ, POCL_DEBUG="llvm")
     env.pop(_pocl_cpu.ENV_NAME, None)
     if env_name is not None:
@@ -77,3 +84,131 @@ def test_pocl_never_compiles_for_generic():
 def test_the_variable_names_the_cpu_pocl_compiles_for():
     target, applied = _target_cpu_of_a_build("x86-64-v2")
     assert target == applied == "x86-64-v2"
+
+
+# ---------------------------------------------------------------------------- a safe change
+
+def _elf_with_symbols(symbols):
+    """A 64-bit little-endian ELF file's bytes: a header, a .dynstr and a .dynsym listing
+    ``symbols`` (name, value, size), and their section table, as a linker lays them out."""
+    strings = b"\0"
+    entries = [bytes(24)]  # symbol 0 is the null symbol
+    for name, value, size in symbols:
+        entries.append(struct.pack("<IBBHQQ", len(strings), 0x12, 0, 8, value, size))  # FUNC GLOBAL
+        strings += name.encode() + b"\0"
+    dynsym = b"".join(entries)
+    strings_at = 64
+    dynsym_at = strings_at + len(strings) + (-len(strings)) % 8
+    sections_at = dynsym_at + len(dynsym)
+    sections = bytes(64)  # section 0 is the null section
+    section = struct.Struct("<IIQQQQIIQQ")
+    sections += section.pack(0, 3, 2, 0, strings_at, len(strings), 0, 0, 1, 0)  # STRTAB
+    sections += section.pack(0, 11, 2, 0, dynsym_at, len(dynsym), 1, 1, 8, 24)  # DYNSYM, link 1
+    header = struct.pack("<16sHHIQQQIHHHHHH", b"\x7fELF\x02\x01\x01" + bytes(9), 3, 62, 1, 0, 0,
+                         sections_at, 0, 64, 56, 0, 64, 3, 0)
+    return (header + strings + bytes(dynsym_at - strings_at - len(strings)) + dynsym + sections)
+
+
+def test_the_symbol_table_gives_a_function_s_offset_and_size(tmp_path):
+    lib = tmp_path / "libfake.so"
+    lib.write_bytes(_elf_with_symbols([("other_pocl_get_llvm_cpu_name", 0x100, 90),
+                                       ("pocl_get_llvm_cpu_name", 0x7de1b0, 12)]))
+    assert _pocl_cpu.dynamic_symbol(str(lib), "pocl_get_llvm_cpu_name") == (0x7de1b0, 12)
+    assert _pocl_cpu.dynamic_symbol(str(lib), "other_pocl_get_llvm_cpu_name") == (0x100, 90)
+    assert _pocl_cpu.dynamic_symbol(str(lib), "pocl_get_llvm") is None  # a prefix is no name
+    (tmp_path / "text").write_bytes(b"not an ELF file at all")
+    assert _pocl_cpu.dynamic_symbol(str(tmp_path / "text"), "pocl_get_llvm_cpu_name") is None
+    assert _pocl_cpu.dynamic_symbol(str(tmp_path / "absent.so"), "pocl_get_llvm_cpu_name") is None
+
+
+@pytest.mark.parametrize("value, off", [(None, False), ("", False), ("0", False), ("1", True),
+                                        ("yes", True)])
+def test_the_switch_is_off_unless_set_to_something_but_0(value, off):
+    environ = {} if value is None else {_pocl_cpu.ENV_OFF: value}
+    assert _pocl_cpu.switched_off(environ) is off
+
+
+# Run in a fresh process: PoCL is loaded; its function's first bytes, the protection
+# /proc/self/maps gives the pages they lie on and the function's answer are read; apply() runs
+# (after what replaces `# inject`); the same are read again, with the warnings apply() gave.
+_APPLY = """
+import ctypes, json, os, warnings
+import halide_buffer as hb
+from halide_buffer import _pocl_cpu
+
+path = hb.opencl._bundled("libpocl*.so*")[0]
+ask = ctypes.CDLL(path, mode=os.RTLD_NOW | os.RTLD_LOCAL).pocl_get_llvm_cpu_name
+ask.restype = ctypes.c_void_p
+address = ctypes.cast(ask, ctypes.c_void_p).value
+page_size = os.sysconf("SC_PAGE_SIZE")
+pages = {address & ~(page_size - 1), (address + 31) & ~(page_size - 1)}
+
+def state():
+    perms = []
+    for line in open("/proc/self/maps"):
+        start, end = (int(x, 16) for x in line.split()[0].split("-"))
+        perms += [line.split()[1] for p in sorted(pages) if start <= p < end]
+    answer = ask()
+    name = ctypes.string_at(answer).decode()
+    ctypes.CDLL(None).free(ctypes.c_void_p(answer))
+    return {"code": ctypes.string_at(address, 32).hex(), "perms": perms, "answer": name}
+
+before = state()
+# inject
+with warnings.catch_warnings(record=True) as caught:
+    warnings.simplefilter("always")
+    applied = _pocl_cpu.apply([path])
+print(json.dumps({"before": before, "after": state(), "applied": applied,
+                  "warnings": [str(w.message) for w in caught]}))
+"""
+
+
+def _apply_in_a_fresh_process(inject="", **env):
+    """What _APPLY prints, run with POCL_LLVM_CPU_NAME=x86-64-v2 (so that apply() changes pip's
+    PoCL on any x86-64 CPU) and ``env``."""
+    _needs_pips_pocl()
+    environ = {k: v for k, v in os.environ.items() if k != _pocl_cpu.ENV_OFF}
+    environ.update({_pocl_cpu.ENV_NAME: "x86-64-v2"}, **env)
+    run = subprocess.run([sys.executable, "-c", _APPLY.replace("# inject", inject)], env=environ,
+                         capture_output=True, text=True, timeout=300)
+    assert run.returncode == 0, run.stderr[-3000:]
+    return json.loads(run.stdout.splitlines()[-1])
+
+
+def test_the_change_keeps_each_page_s_protection_and_answers_the_name():
+    r = _apply_in_a_fresh_process()
+    assert r["applied"] == r["after"]["answer"] == "x86-64-v2", r
+    assert r["after"]["code"] != r["before"]["code"]
+    assert r["after"]["perms"] == r["before"]["perms"], r  # as /proc/self/maps listed them
+    assert all("w" not in p for p in r["after"]["perms"]), r
+    assert r["warnings"] == []
+
+
+def test_the_switch_leaves_pocl_as_it_is():
+    r = _apply_in_a_fresh_process(**{_pocl_cpu.ENV_OFF: "1"})
+    assert r["applied"] is None
+    assert r["after"] == r["before"]
+    assert r["after"]["answer"] != "x86-64-v2"  # PoCL 3.0 does not read the variable itself
+    assert r["warnings"] == []  # a choice, not a failure
+
+
+def test_a_function_too_small_for_the_change_is_left_as_it_is():
+    # The symbol table, as read, says the function is 8 bytes long: the new code is 22.
+    inject = ("real = _pocl_cpu.dynamic_symbol\n"
+              "_pocl_cpu.dynamic_symbol = lambda p, n: (real(p, n)[0], 8)\n")
+    r = _apply_in_a_fresh_process(inject)
+    assert r["applied"] is None
+    assert r["after"] == r["before"]
+    assert len(r["warnings"]) == 1, r
+    assert "is 8 bytes long" in r["warnings"][0] and "less than the 22 bytes" in r["warnings"][0]
+
+
+def test_a_wrong_answer_after_the_change_puts_the_code_back():
+    # The new code returns another name than the one chosen.
+    inject = ("real = _pocl_cpu._replacement\n"
+              "_pocl_cpu._replacement = lambda name, strdup: real(b'bogus', strdup)\n")
+    r = _apply_in_a_fresh_process(inject)
+    assert r["applied"] is None
+    assert r["after"] == r["before"], r  # the bytes, the protection and the answer
+    assert len(r["warnings"]) == 1, r
+    assert "answered 'bogus' after the change, not 'x86-64-v2'" in r["warnings"][0]
