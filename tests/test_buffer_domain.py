@@ -15,7 +15,7 @@ import pytest
 
 import halide_buffer as hb
 
-from conftest import NONE, Moves
+from common import NONE, Moves
 
 INT32_MIN, INT32_MAX = -2**31, 2**31 - 1
 

@@ -25,7 +25,7 @@ import pytest
 import halide_buffer as hb
 
 import cuda_standin as standin
-from conftest import ALL_DTYPES, NONE, Moves, bits_of, down, filled, ramp, random_bits, up
+from common import ALL_DTYPES, NONE, Moves, bits_of, down, filled, ramp, random_bits, up
 from pipelines import HalideBufferT, HalideDimension
 
 
@@ -93,7 +93,7 @@ class Producer:
 
 @pytest.mark.parametrize("name", ALL_DTYPES)
 def test_every_dtype_goes_up_and_comes_home_bit_for_bit_once(gpu, name):
-    b, src = filled(name, (6, 9), seed=21)
+    b, src = filled((6, 9), name, seed=21)
     moves = Moves(b)
     b.copy_to_device(gpu)
     assert moves() == up(src.nbytes) and b.device is gpu and not b.host_dirty() and not b.device_dirty()
@@ -301,7 +301,7 @@ def test_a_device_copy_between_reversed_rows_puts_each_row_in_its_place(gpu, rev
 
 @pytest.mark.parametrize("name", ALL_DTYPES)
 def test_the_interface_dict_of_every_dtype(gpu, name):
-    b, src = filled(name, (4, 6), seed=23)
+    b, src = filled((4, 6), name, seed=23)
     b.copy_to_device(gpu)
     d = interface_of(b)
     assert d["shape"] == (4, 6) and d["typestr"] == hb.dtype(name).typestr and d["version"] == 3
@@ -339,7 +339,7 @@ def test_a_wrapped_producer_lives_as_long_as_the_buffer(gpu):
 
 @pytest.mark.parametrize("name", ALL_DTYPES)
 def test_dlpack_on_the_device_both_ways(gpu, name):
-    b, src = filled(name, (4, 10), seed=26)
+    b, src = filled((4, 10), name, seed=26)
     b.copy_to_device(gpu)
     assert b.__dlpack_device__() == (2, 0)
     moves = Moves(b)

@@ -24,7 +24,7 @@ import pytest
 import halide_buffer as hb
 
 import opencl_interposer
-from conftest import NONE, Moves, bits_of, counts, down, random_bits, up
+from common import NONE, Moves, bits_of, counts, down, random_bits, up
 from pipelines import TARGET, HalideBufferT, HalideDimension, brighter_func, build, c_compiler
 
 pytestmark = pytest.mark.needs_halide

@@ -14,7 +14,7 @@ import pytest
 import halide_buffer as hb
 
 from buffer_protocol import PyBUF_FORMAT, PyBUF_STRIDES, PyBUF_WRITABLE, release, request
-from conftest import NONE, Moves, down, ramp, up
+from common import NONE, Moves, down, on_device, ramp, up
 
 HOST_DIRTY, DEVICE_DIRTY = 1, 2
 
@@ -24,12 +24,6 @@ def device_fill(b, value, *, writable=True):
     a = hb.opencl.as_array(b, writable=writable)
     a.fill(value)
     a.queue.finish()
-
-
-def on_device(b):
-    """b's elements as the device holds them (read with pyopencl, not through b)."""
-    a = hb.opencl.as_array(b, writable=False)
-    return a.get()
 
 
 # --- construct from host data / write through a host view: host_dirty -------------------------
