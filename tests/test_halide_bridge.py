@@ -18,8 +18,8 @@ import pytest
 
 import halide_buffer as hb
 import opencl_interposer
-from common import NONE, Moves, bits_of, down, random_bits, up
-from pipelines import OPENCL_TARGET, HalideBufferT, c_compiler, compile_and_load, output_bounds_follow
+from common import HALIDE_ENUMS, NONE, HalideBufferT, HalideType, Moves, bits_of, down, random_bits, up
+from pipelines import OPENCL_TARGET, c_compiler, compile_and_load, output_bounds_follow
 
 pytestmark = pytest.mark.needs_halide
 
@@ -779,7 +779,7 @@ class StructOnly(hl.Buffer):
 
     def __init__(self, dimensions):
         super().__init__(hl.Float(32), [1])
-        self.raw = HalideBufferT(type_code=2, type_bits=32, type_lanes=1, dimensions=dimensions)
+        self.raw = HalideBufferT(type=HalideType(HALIDE_ENUMS["halide_type_float"], 32, 1), dimensions=dimensions)
 
     def _get_raw_halide_buffer_t(self):
         return ctypes.addressof(self.raw)
