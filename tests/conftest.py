@@ -1,10 +1,9 @@
-"""Shared fixtures: the dtype rows and a NumPy reference for each."""
+"""Fixtures and hooks of the whole suite; the helpers the test files share are in common.py."""
 
 import gc
 import os
 import sys
 
-import numpy as np
 import pytest
 from hypothesis import settings
 
@@ -25,45 +24,6 @@ cuda_standin.install()
 settings.register_profile("reproducible", derandomize=True, database=None)
 settings.register_profile("explore")
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "reproducible"))
-
-ALL_DTYPES = [t.name for t in hb.dtypes()]
-
-
-def random_bits(shape, dtype, seed=0):
-    """An ndarray of `dtype` whose bytes are random: NaN payloads and every bit pattern included.
-
-    Sub-byte ml_dtypes types are stored one per byte; their unused high bits are kept zero, as
-    ml_dtypes itself produces them.
-    """
-    t = hb.dtype(dtype)
-    rng = np.random.default_rng(seed)
-    raw = rng.integers(0, 256, size=tuple(shape) + (t.itemsize,), dtype=np.uint8)
-    if t.dlpack_padded:
-        raw &= np.uint8((1 << t.dlpack_type[1]) - 1)
-    if t.name == "bool":
-        raw &= np.uint8(1)
-    return raw.view(t.numpy).reshape(shape)
-
-
-def filled(name, shape=(3, 5), seed=1):
-    """A buffer holding random bits of dtype `name` (on the host), and those values."""
-    src = random_bits(shape, name, seed)
-    b = hb.Buffer(shape, name)
-    b.numpy(writable=True)[...] = src
-    return b, src
-
-
-def ramp(shape, dtype="float32"):
-    """A buffer holding 0, 1, 2, ... in C order (on the host)."""
-    b = hb.Buffer(shape, dtype)
-    b.numpy(writable=True)[...] = np.arange(b.size).reshape(shape)
-    return b
-
-
-def bits_of(a):
-    """The raw bytes of an ndarray, shaped like it, for exact comparison (NaN payloads too)."""
-    a = np.ascontiguousarray(a)
-    return a.view(np.uint8).reshape(a.shape + (a.dtype.itemsize,))
 
 
 @pytest.fixture(scope="session")
@@ -86,38 +46,6 @@ def queue(dev):
     import pyopencl as cl
 
     return cl.CommandQueue.from_int_ptr(dev.queue)
-
-
-def counts(t):
-    """A Transfers as (to_device, to_device_bytes, to_host, to_host_bytes)."""
-    return (t.to_device, t.to_device_bytes, t.to_host, t.to_host_bytes)
-
-
-class Moves:
-    """What a buffer's storage moved since this object was made: `moves()` gives
-    (to_device, to_device_bytes, to_host, to_host_bytes) and restarts the count."""
-
-    def __init__(self, b):
-        self.b = b
-        self.last = b.transfers
-
-    def __call__(self):
-        now = self.b.transfers
-        delta, self.last = counts(now - self.last), now
-        return delta
-
-
-NONE = (0, 0, 0, 0)
-
-
-def up(nbytes):
-    """One host->device copy of nbytes."""
-    return (1, nbytes, 0, 0)
-
-
-def down(nbytes):
-    """One device->host copy of nbytes."""
-    return (0, 0, 1, nbytes)
 
 
 @pytest.fixture(autouse=True)

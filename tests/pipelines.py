@@ -20,8 +20,8 @@ What it offers:
   halide_buffer_t *out)``: `.call(inp, out)` gives (return code, Halide's messages), `.run`
   asserts success, `.lib` is the library); `compile_and_load(...)` does the same and returns
   ``hb.aot.load``'s pipeline.
-- The halide_buffer_t as C sees it: `HalideDimension`, `HalideBufferT`, `raw_view(b)`, and
-  `ERROR_HANDLER` (the ctypes type of ``halide_error_handler_t``).
+- `ERROR_HANDLER`, the ctypes type of ``halide_error_handler_t``. (The halide_buffer_t as C
+  sees it is in common.py.)
 - Funcs, each returning (func, [arguments]): `affine_u8_func(any_input_stride)`,
   `affine_bf16_func()`, `affine_offset_func()` (an int16 Param), `brighter_func()` (in + 10 in
   8x8 GPU tiles), `brighter_opencl_func()` (the same, sized like its input); and
@@ -47,44 +47,6 @@ OPENCL_TARGET = TARGET + "-opencl"
 
 # void (*halide_error_handler_t)(void *user_context, const char *message)
 ERROR_HANDLER = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_char_p)
-
-
-# ---------------------------------------------------------------------------------------------
-# The halide_buffer_t as C sees it
-# ---------------------------------------------------------------------------------------------
-
-
-class HalideDimension(ctypes.Structure):
-    _fields_ = [
-        ("min", ctypes.c_int32),
-        ("extent", ctypes.c_int32),
-        ("stride", ctypes.c_int32),
-        ("flags", ctypes.c_uint32),
-    ]
-
-
-class HalideBufferT(ctypes.Structure):
-    """Read-only peek at a published halide_buffer_t, to prove what a test really passes."""
-
-    _fields_ = [
-        ("device", ctypes.c_uint64),
-        ("device_interface", ctypes.c_void_p),
-        ("host", ctypes.c_void_p),
-        ("flags", ctypes.c_uint64),
-        ("type_code", ctypes.c_uint8),
-        ("type_bits", ctypes.c_uint8),
-        ("type_lanes", ctypes.c_uint16),
-        ("dimensions", ctypes.c_int32),
-        ("dim", ctypes.POINTER(HalideDimension)),
-        ("padding", ctypes.c_void_p),
-    ]
-
-
-def raw_view(b):
-    """(host address, [(min, extent, stride) for each Halide dimension]) of b's halide_buffer_t."""
-    raw = HalideBufferT.from_address(b._get_raw_halide_buffer_t())
-    dims = [(raw.dim[i].min, raw.dim[i].extent, raw.dim[i].stride) for i in range(raw.dimensions)]
-    return raw.host, dims
 
 
 # ---------------------------------------------------------------------------------------------

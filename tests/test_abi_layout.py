@@ -3,12 +3,16 @@
 A small program is compiled against the header shipped in the ``halide`` wheel. It prints
 sizeof/offsetof of every field of the structs a pipeline reads, and the enum values we rely
 on, under the same keys that ``halide_buffer._core._abi_layout()`` reports for our own
-declarations. The two dictionaries must be identical.
+declarations. The two dictionaries must be identical. The structs and enums printed are those
+of the tests' own table, common.HALIDE_ABI / HALIDE_ENUMS, which must match the header too; the
+ctypes mirrors the other tests read a halide_buffer_t through are built from that table and
+checked against it here.
 
 halide_device_interface_impl_t has no public declaration; its size is read from the tables a
 generated CUDA / OpenCL pipeline object embeds and compared with csrc/abi/halide_abi.h.
 """
 
+import ctypes
 import os
 import shutil
 import subprocess
@@ -18,51 +22,13 @@ import pytest
 
 from halide_buffer import _core
 
+from common import HALIDE_ABI, HALIDE_ENUMS, MIRRORS, halide_abi_layout
+
 pytestmark = pytest.mark.needs_halide
 
-# (key type name, C spelling of the type, fields). The key spelling is the one _abi_layout()
-# uses; the C spelling works in both C and C++ (struct tags exist in both languages).
-STRUCTS = [
-    ("halide_type_t", "struct halide_type_t", ["code", "bits", "lanes"]),
-    ("halide_dimension_t", "struct halide_dimension_t", ["min", "extent", "stride", "flags"]),
-    (
-        "halide_buffer_t",
-        "struct halide_buffer_t",
-        ["device", "device_interface", "host", "flags", "type", "dimensions", "dim", "padding"],
-    ),
-    (
-        "halide_device_interface_t",
-        "struct halide_device_interface_t",
-        [
-            "device_malloc",
-            "device_free",
-            "device_sync",
-            "device_release",
-            "copy_to_host",
-            "copy_to_device",
-            "device_and_host_malloc",
-            "device_and_host_free",
-            "buffer_copy",
-            "device_crop",
-            "device_slice",
-            "device_release_crop",
-            "wrap_native",
-            "detach_native",
-            "compute_capability",
-            "impl",
-        ],
-    ),
-]
-
-ENUMS = [
-    "halide_type_int",
-    "halide_type_uint",
-    "halide_type_float",
-    "halide_type_handle",
-    "halide_type_bfloat",
-    "halide_buffer_flag_host_dirty",
-    "halide_buffer_flag_device_dirty",
-]
+# The structs and enum values to print: those of the tests' one table (common.py).
+STRUCTS = [(name, [field for field, _, _ in fields]) for name, (_, fields) in HALIDE_ABI.items()]
+ENUMS = list(HALIDE_ENUMS)
 
 
 def halide_include_dir():
@@ -93,7 +59,8 @@ def layout_program():
     def emit(key, expr):
         lines.append(f'    printf("%s=%llu\\n", "{key}", (unsigned long long)({expr}));')
 
-    for key_name, c_type, fields in STRUCTS:
+    for key_name, fields in STRUCTS:
+        c_type = f"struct {key_name}"  # a struct tag: valid C and C++
         emit(f"sizeof({key_name})", f"sizeof({c_type})")
         for field in fields:
             emit(f"offsetof({key_name}, {field})", f"offsetof({c_type}, {field})")
@@ -164,7 +131,7 @@ def test_listed_fields_cover_every_byte_of_the_real_structs(tmp_path):
     # agree; so check that the listed fields tile each real struct exactly, with no hole and
     # nothing after the last one. Halide's structs have no padding on 64-bit targets.
     printed = real_header_output(tmp_path, "c")
-    for key_name, _, fields in STRUCTS:
+    for key_name, fields in STRUCTS:
         spans = sorted(
             (printed[f"offsetof({key_name}, {f})"], printed[f"{FIELD_SIZE_PREFIX}{key_name}.{f}"], f)
             for f in fields
@@ -176,6 +143,32 @@ def test_listed_fields_cover_every_byte_of_the_real_structs(tmp_path):
         assert end == printed[f"sizeof({key_name})"], (
             f"{key_name}: {printed[f'sizeof({key_name})'] - end} unlisted bytes after the last field"
         )
+
+
+def test_the_tests_table_matches_the_real_halide_runtime_header(tmp_path):
+    # common.HALIDE_ABI is what every test that reads a halide_buffer_t goes by (the ctypes
+    # mirrors are built from it): each offset, size and enum value as the header has it.
+    printed = real_header_output(tmp_path, "c")
+    real = {k: v for k, v in printed.items() if not k.startswith(FIELD_SIZE_PREFIX)}
+    table = halide_abi_layout()
+    mismatches = {k: (table.get(k), real.get(k)) for k in set(table) | set(real) if table.get(k) != real.get(k)}
+    assert not mismatches, f"(common.HALIDE_ABI, Halide's) differ: {mismatches}"
+    sizes = {f"{struct}.{field}": getattr(MIRRORS[struct], field).size
+             for struct, (_, fields) in HALIDE_ABI.items() for field, _, _ in fields}
+    wrong = {k: (size, printed[FIELD_SIZE_PREFIX + k]) for k, size in sizes.items()
+             if size != printed[FIELD_SIZE_PREFIX + k]}
+    assert not wrong, f"field sizes (the table's type, Halide's) differ: {wrong}"
+
+
+@pytest.mark.parametrize("struct", list(HALIDE_ABI))
+def test_the_ctypes_mirror_is_laid_out_as_the_table_says(struct):
+    # The mirror takes its fields' types from the table; their offsets must come out as the
+    # table writes them, or the tests reading through it would read the wrong bytes.
+    size, fields = HALIDE_ABI[struct]
+    mirror = MIRRORS[struct]
+    assert [(f, getattr(mirror, f).offset) for f, _, _ in fields] == [(f, offset) for f, _, offset in fields]
+    assert [name for name, _ in mirror._fields_] == [f for f, _, _ in fields]
+    assert ctypes.sizeof(mirror) == size
 
 
 # ---------------------------------------------------------------------------------------------

@@ -25,7 +25,7 @@ import pytest
 import halide_buffer as hb
 
 import opencl_interposer
-from conftest import NONE, Moves, down
+from common import NONE, Moves, down
 from pipelines import (OPENCL_TARGET, TARGET, affine_bf16_func, affine_offset_func, affine_u8_func,
                        brighter_opencl_func, build, c_compiler, compile_and_load, crop2, cxx_compiler,
                        expected_affine, expected_affine_bf16, expected_affine_u8, output_bounds_follow, random_bf16,

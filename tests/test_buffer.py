@@ -14,7 +14,7 @@ from numpy.lib.stride_tricks import as_strided
 import halide_buffer as hb
 
 from buffer_protocol import PyBUF_C_CONTIGUOUS, PyBUF_F_CONTIGUOUS, release, request
-from conftest import ALL_DTYPES, Moves, bits_of, random_bits, up
+from common import ALL_DTYPES, Moves, bits_of, random_bits, up
 
 PyBUF_ANY_CONTIGUOUS = 0x98
 

@@ -13,20 +13,13 @@ import halide_buffer as hb
 
 import cuda_standin
 import opencl_interposer
-from conftest import ALL_DTYPES, NONE, Moves, bits_of, down, random_bits, up
-
-HOST_DIRTY, DEVICE_DIRTY = 1, 2
+from common import ALL_DTYPES, NONE, Moves, bits_of, down, on_device, random_bits, up
 
 
 def host(values, dtype=None):
     """A Buffer owning a copy of values."""
     a = np.asarray(values) if dtype is None else np.asarray(values).astype(hb.dtype(dtype).numpy)
     return hb.Buffer.from_host(a, copy=True)
-
-
-def on_device(b):
-    """b's elements as the device holds them (read with pyopencl, not through b)."""
-    return hb.opencl.as_array(b, writable=False).get()
 
 
 def device_resident(values, dev, dtype=None):

@@ -15,46 +15,15 @@ import pytest
 
 import halide_buffer as hb
 
-from conftest import NONE, Moves
+from common import DEVICE_DIRTY, NONE, HalideBufferT, HalideDeviceInterface, Moves, halide_dims, raw_buffer
 
 INT32_MIN, INT32_MAX = -2**31, 2**31 - 1
 
 
-class HalideDimension(ctypes.Structure):
-    _fields_ = [("min", ctypes.c_int32), ("extent", ctypes.c_int32), ("stride", ctypes.c_int32),
-                ("flags", ctypes.c_uint32)]
-
-
-class HalideBufferT(ctypes.Structure):
-    _fields_ = [("device", ctypes.c_uint64), ("device_interface", ctypes.c_void_p), ("host", ctypes.c_void_p),
-                ("flags", ctypes.c_uint64), ("code", ctypes.c_uint8), ("bits", ctypes.c_uint8),
-                ("lanes", ctypes.c_uint16), ("dimensions", ctypes.c_int32),
-                ("dim", ctypes.POINTER(HalideDimension)), ("padding", ctypes.c_void_p)]
-
-
-def test_the_ctypes_mirror_has_the_extensions_layout():
-    layout = hb._core._abi_layout()
-    assert ctypes.sizeof(HalideBufferT) == layout["sizeof(halide_buffer_t)"]
-    assert ctypes.sizeof(HalideDimension) == layout["sizeof(halide_dimension_t)"]
-    for name in ("device", "device_interface", "host", "flags", "dimensions", "dim", "padding"):
-        assert getattr(HalideBufferT, name).offset == layout[f"offsetof(halide_buffer_t, {name})"]
-    for name in ("min", "extent", "stride", "flags"):
-        assert getattr(HalideDimension, name).offset == layout[f"offsetof(halide_dimension_t, {name})"]
-
-
-def raw(b):
-    return HalideBufferT.from_address(b._get_raw_halide_buffer_t())
-
-
-def halide_dims(r):
-    """[(min, extent, stride in elements)] of a halide_buffer_t, Halide's dimension 0 first."""
-    return [(r.dim[i].min, r.dim[i].extent, r.dim[i].stride) for i in range(r.dimensions)]
-
-
 def dims_of(b):
     """halide_dims() of b's published halide_buffer_t. It is the view's own: b must stay alive
-    while it is read, as it does here (not so in halide_dims(raw(b.translated(0, 1))))."""
-    return halide_dims(raw(b))
+    while it is read, as it does here (not so in halide_dims(raw_buffer(b.translated(0, 1))))."""
+    return halide_dims(raw_buffer(b))
 
 
 def address(b):
@@ -76,7 +45,7 @@ def test_translated_moves_one_axis_coordinates_and_nothing_else():
     assert t.mins == (0, 5) and b.mins == (0, 0)
     assert (t.shape, t.strides, t.dtype) == (b.shape, b.strides, b.dtype)
     assert t.shares_storage_with(b) and address(t) == address(b) == a.ctypes.data
-    r = raw(t)
+    r = raw_buffer(t)
     assert r.host == a.ctypes.data
     assert halide_dims(r) == [(5, 4, 1), (0, 3, 4)]  # Halide's x is our last axis
     assert t.translated(-1, -7).translated(0, 2).mins == (2, -2)  # negative axes; deltas add up
@@ -199,7 +168,7 @@ def test_set_min_accepts_halides_whole_int32_range():
 ])
 def test_set_min_refuses_bad_mins_and_changes_nothing(mins, error, message):
     b = hb.Buffer((3, 4), "uint8").translated((1, 1))
-    published = raw(b)
+    published = raw_buffer(b)
     with pytest.raises(error, match=message):
         b.set_min(*mins)
     assert b.mins == (1, 1)
@@ -211,9 +180,6 @@ def test_set_min_refuses_bad_mins_and_changes_nothing(mins, error, message):
 # the storage, which the next residency operation brings home through those two calls, holding
 # the storage's lock while they run.
 DEVICE_CALL = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p, ctypes.POINTER(HalideBufferT))
-INTERFACE_SLOTS = hb._core._abi_layout()["sizeof(halide_device_interface_t)"] // ctypes.sizeof(ctypes.c_void_p)
-COPY_TO_HOST = hb._core._abi_layout()["offsetof(halide_device_interface_t, copy_to_host)"] // 8
-DEVICE_FREE = hb._core._abi_layout()["offsetof(halide_device_interface_t, device_free)"] // 8
 
 
 class FakeRuntime:
@@ -230,13 +196,12 @@ class FakeRuntime:
             return 0
 
         self.calls = [DEVICE_CALL(copy_to_host), DEVICE_CALL(device_free)]  # alive as long as the table
-        self.table = (ctypes.c_void_p * INTERFACE_SLOTS)()
-        self.table[COPY_TO_HOST] = ctypes.cast(self.calls[0], ctypes.c_void_p).value
-        self.table[DEVICE_FREE] = ctypes.cast(self.calls[1], ctypes.c_void_p).value
+        self.table = HalideDeviceInterface(copy_to_host=ctypes.cast(self.calls[0], ctypes.c_void_p).value,
+                                           device_free=ctypes.cast(self.calls[1], ctypes.c_void_p).value)
 
     def allocate_for(self, view):
         """What a pipeline's runtime does to a view's halide_buffer_t when it allocates for it."""
-        r = raw(view)
+        r = raw_buffer(view)
         r.device = 0xD0
         r.device_interface = ctypes.addressof(self.table)
 
@@ -252,7 +217,7 @@ def test_set_min_refuses_while_another_thread_holds_the_storage():
 
     runtime = FakeRuntime(during_copy=hold_the_lock)
     b = hb.Buffer((4, 4), "uint8")
-    published = raw(b)  # before the runtime's allocation: this operation would bring it home
+    published = raw_buffer(b)  # before the runtime's allocation: this operation would bring it home
     part = b[1:3]
     runtime.allocate_for(part)
 
@@ -328,7 +293,7 @@ def test_embedded_inserts_an_axis_as_numpy_expand_dims_does(axis):
     assert e.is_c_contiguous and e.numpy().flags.c_contiguous
     assert e.shares_storage_with(b) and address(e) == a.ctypes.data
     np.testing.assert_array_equal(e.numpy(), expected)
-    r = raw(e)
+    r = raw_buffer(e)
     assert r.host == a.ctypes.data and r.dimensions == 3
     assert halide_dims(r) == [(m, n, s // 4) for m, n, s in zip(e.mins, e.shape, e.strides)][::-1]
     assert b.mins == (5, 6) and b.ndim == 2  # the original is untouched
@@ -488,7 +453,7 @@ def test_make_interleaved_and_make_scalar_refuse_bad_input(call, error, message)
 def test_make_scalar_is_one_owned_zero():
     s = hb.Buffer.make_scalar("int32")
     assert (s.shape, s.ndim, s.size, s.mins, s.dtype.name) == ((), 0, 1, (), "int32")
-    assert s.numpy()[()] == 0 and raw(s).dimensions == 0
+    assert s.numpy()[()] == 0 and raw_buffer(s).dimensions == 0
     assert hb.Buffer.make_scalar().dtype.name == "float64"
     assert repr(s) == "Buffer(shape=(), dtype=int32, data=host, memory=owned)"
 
@@ -548,8 +513,8 @@ def test_coordinate_operations_move_nothing_on_a_device_resident_buffer(dev):
     w = hb.Buffer.make_with_shape_of(b)
     text = repr(b)
     for v in views:
-        r = raw(v)  # published: our OpenCL memory shows through at the view's offset
-        assert r.device != 0 and r.flags == 2 and v.shares_storage_with(b)
+        r = raw_buffer(v)  # published: our OpenCL memory shows through at the view's offset
+        assert r.device != 0 and r.flags == DEVICE_DIRTY and v.shares_storage_with(b)
     assert dims_of(views[0]) == [(3, 6, 1), (0, 4, 6)]
     assert dims_of(b) == [(-2, 6, 1), (-1, 4, 6)]
     assert moves() == NONE and b.device_dirty()
@@ -598,7 +563,7 @@ def test_repr_of_a_pipeline_runtimes_allocation():
     runtime = FakeRuntime()
     b = hb.Buffer((2, 2), "uint8")
     runtime.allocate_for(b)  # for the whole storage: it becomes the storage's device copy
-    raw(b).flags = 2  # written on the device
+    raw_buffer(b).flags = DEVICE_DIRTY  # written on the device
     assert repr(b) == ("Buffer(shape=(2, 2), dtype=uint8, data=device (host copy stale), memory=owned, "
                        "device_memory=a pipeline runtime's)")
     b.device_free()  # home through the runtime's copy_to_host, then its device_free

@@ -34,7 +34,7 @@ import pytest
 
 import halide_buffer as hb
 
-from conftest import NONE, Moves, bits_of, counts, down, filled, ramp, random_bits, up
+from common import NONE, Moves, bits_of, counts, down, filled, ramp, random_bits, up
 
 # JAX grabs 75% of the GPU's memory at start-up unless told not to; the other peers, and the
 # out-of-memory tests, need it. Read when JAX starts its GPU backend, so set before any import.
@@ -61,7 +61,7 @@ SLEEP_CYCLES = 1 << 30
 
 
 def process_moves():
-    """Like conftest.Moves, for every copy of the process (hb.transfers())."""
+    """Like common.Moves, for every copy of the process (hb.transfers())."""
     last = [hb.transfers()]
 
     def moves():
@@ -193,7 +193,7 @@ def test_every_cpu_feature_works_whatever_the_driver():
         assert available is True and hb.cuda.loaded_library() == os.environ["HALIDE_BUFFER_CUDA_LIBRARY"]
     assert issubclass(hb.CudaDevice, hb.Device) and hb.CudaDevice is hb.cuda.CudaDevice
     assert (Path(hb.get_include()) / "halide_buffer_cuda.c").is_file()
-    b, src = filled("float8_e4m3fn", (4, 6))
+    b, src = filled((4, 6), "float8_e4m3fn")
     np.testing.assert_array_equal(bits_of(np.asarray(b)), bits_of(src))
     np.testing.assert_array_equal(bits_of(np.asarray(b[1:3, ::2])), bits_of(src[1:3, ::2]))
     f = ramp((3, 4))
@@ -443,7 +443,7 @@ def test_read_only_memory_is_exported_read_only_and_stays_host_current(gpu):
 @needs_gpu
 @pytest.mark.parametrize("name", ["bfloat16", "float8_e4m3fn", "float8_e5m2", "int16"])
 def test_an_interface_round_trip_names_the_dtype_or_takes_it(gpu, name):
-    b, src = filled(name, (5, 7), seed=3)
+    b, src = filled((5, 7), name, seed=3)
     b.copy_to_device(gpu)
     d = b.__cuda_array_interface__
     if name in ("bfloat16", "float8_e5m2", "int16"):  # '<V2', '<f1', '<i2' name one dtype each
@@ -467,7 +467,7 @@ def test_an_interface_round_trip_names_the_dtype_or_takes_it(gpu, name):
 @needs_gpu
 @pytest.mark.parametrize("name", CUPY_DTYPES)
 def test_cupy_takes_a_buffer_through_the_interface_without_a_copy(gpu, cupy, name):
-    b, src = filled(name, (6, 9), seed=11)
+    b, src = filled((6, 9), name, seed=11)
     b.copy_to_device(gpu)
     moves = Moves(b)
     c = cupy.asarray(b)
@@ -494,7 +494,7 @@ def test_a_cupy_array_is_wrapped_through_its_interface_and_read_back_once(gpu, c
 @needs_gpu
 @pytest.mark.parametrize("name", CUPY_DTYPES)
 def test_cupy_dlpack_both_ways(gpu, cupy, name):
-    b, src = filled(name, (4, 10), seed=13)
+    b, src = filled((4, 10), name, seed=13)
     b.copy_to_device(gpu)
     moves = Moves(b)
     c = cupy.from_dlpack(b)
@@ -766,7 +766,7 @@ def test_out_of_device_memory_keeps_the_host_copy_and_a_later_upload_works(gpu, 
 @pytest.mark.parametrize("name", TORCH_DTYPES)
 def test_torch_dlpack_both_ways_exactly(gpu, torch, name):
     dtype = torch_dtype(torch, name)
-    b, src = filled(name, (5, 6), seed=21)
+    b, src = filled((5, 6), name, seed=21)
     b.copy_to_device(gpu)
     moves = Moves(b)
     t = torch.from_dlpack(b)
@@ -873,7 +873,7 @@ def test_jax_dlpack_both_ways_exactly(gpu, jax, name):
 
     if name.startswith("float8_") and getattr(jnp, name, None) is None:  # the newer formats came later
         pytest.skip(f"JAX {jax.__version__} has no jnp.{name}")
-    b, src = filled(name, (6, 4), seed=31)
+    b, src = filled((6, 4), name, seed=31)
     b.copy_to_device(gpu)
     moves = Moves(b)
     j = jnp.from_dlpack(b)

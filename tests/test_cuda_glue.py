@@ -20,8 +20,8 @@ import pytest
 
 import halide_buffer as hb
 
-from pipelines import (ERROR_HANDLER, TARGET, HalideBufferT, brighter_func, c_compiler, find_compiler,
-                       output_bounds_follow)
+from common import raw_buffer
+from pipelines import ERROR_HANDLER, TARGET, brighter_func, c_compiler, find_compiler, output_bounds_follow
 
 pytestmark = pytest.mark.needs_halide
 
@@ -228,7 +228,7 @@ def test_on_a_gpu_the_pipeline_runs_in_the_primary_context(pipeline, built):
         out = pipeline(hb.Buffer.from_host(src), hb.Buffer((16, 24), "uint8"))
         assert out.device_dirty()
         # The output's device memory belongs to the primary context: zero-copy for the frameworks.
-        dev_ptr = HalideBufferT.from_address(out._get_raw_halide_buffer_t()).device
+        dev_ptr = raw_buffer(out).device
         owner = ctypes.c_void_p()
         CU_POINTER_ATTRIBUTE_CONTEXT = 1
         assert cuda.cuPointerGetAttribute(ctypes.byref(owner), CU_POINTER_ATTRIBUTE_CONTEXT,

@@ -25,8 +25,8 @@ import pytest
 import halide_buffer as hb
 
 import cuda_standin as standin
-from conftest import ALL_DTYPES, NONE, Moves, bits_of, down, filled, ramp, random_bits, up
-from pipelines import HalideBufferT, HalideDimension
+from common import (ALL_DTYPES, DEVICE_DIRTY, NONE, HalideBufferT, HalideDeviceInterface, HalideDimension, Moves,
+                    bits_of, down, filled, ramp, random_bits, raw_buffer, up)
 
 
 @pytest.fixture(scope="module", autouse=True, params=["cuda-driver-standin"])
@@ -93,7 +93,7 @@ class Producer:
 
 @pytest.mark.parametrize("name", ALL_DTYPES)
 def test_every_dtype_goes_up_and_comes_home_bit_for_bit_once(gpu, name):
-    b, src = filled(name, (6, 9), seed=21)
+    b, src = filled((6, 9), name, seed=21)
     moves = Moves(b)
     b.copy_to_device(gpu)
     assert moves() == up(src.nbytes) and b.device is gpu and not b.host_dirty() and not b.device_dirty()
@@ -301,7 +301,7 @@ def test_a_device_copy_between_reversed_rows_puts_each_row_in_its_place(gpu, rev
 
 @pytest.mark.parametrize("name", ALL_DTYPES)
 def test_the_interface_dict_of_every_dtype(gpu, name):
-    b, src = filled(name, (4, 6), seed=23)
+    b, src = filled((4, 6), name, seed=23)
     b.copy_to_device(gpu)
     d = interface_of(b)
     assert d["shape"] == (4, 6) and d["typestr"] == hb.dtype(name).typestr and d["version"] == 3
@@ -339,7 +339,7 @@ def test_a_wrapped_producer_lives_as_long_as_the_buffer(gpu):
 
 @pytest.mark.parametrize("name", ALL_DTYPES)
 def test_dlpack_on_the_device_both_ways(gpu, name):
-    b, src = filled(name, (4, 10), seed=26)
+    b, src = filled((4, 10), name, seed=26)
     b.copy_to_device(gpu)
     assert b.__dlpack_device__() == (2, 0)
     moves = Moves(b)
@@ -490,15 +490,13 @@ def test_devices_retain_and_release_the_primary_context():
 # Halide's crops of our buffers, through the interface we publish
 # ---------------------------------------------------------------------------------------------
 
-DEVICE_DIRTY = 2  # halide_buffer_flag_device_dirty
 INCOMPATIBLE_DEVICE_INTERFACE = -42  # halide_error_code_incompatible_device_interface
 
 
 def interface_entry(raw, name, *argtypes):
     """The entry `name` of the halide_device_interface_t a published halide_buffer_t carries, as
     a Halide runtime calls it (user_context first)."""
-    offset = hb._core._abi_layout()[f"offsetof(halide_device_interface_t, {name})"]
-    address = ctypes.c_void_p.from_address(raw.device_interface + offset).value
+    address = getattr(HalideDeviceInterface.from_address(raw.device_interface), name)
     return ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p, *argtypes)(address)
 
 
@@ -506,8 +504,7 @@ def crop_of(raw, first, extent):
     """A 1-D halide_buffer_t over `extent` elements of raw's host memory from element `first`, as
     halide_device_crop's destination (no device memory yet)."""
     dim = (HalideDimension * 1)(HalideDimension(raw.dim[0].min + first, extent, 1, 0))
-    crop = HalideBufferT(host=raw.host + first * raw.type_bits // 8, type_code=raw.type_code,
-                         type_bits=raw.type_bits, type_lanes=raw.type_lanes, dimensions=1, dim=dim)
+    crop = HalideBufferT(host=raw.host + first * raw.type.bits // 8, type=raw.type, dimensions=1, dim=dim)
     crop._dim = dim  # kept alive with it
     return crop
 
@@ -528,8 +525,8 @@ def test_buffer_copy_from_a_storage_laid_out_backwards_reads_its_own_elements(gp
     for view, expected in ((src, values[::-1, ::-1]), (src[1:4], crop_expected)):
         dst = hb.Buffer((5, 8), "int16")
         dst.copy_to_device(gpu)
-        raw_src = HalideBufferT.from_address(view._get_raw_halide_buffer_t())
-        raw_dst = HalideBufferT.from_address(dst._get_raw_halide_buffer_t())
+        raw_src = raw_buffer(view)
+        raw_dst = raw_buffer(dst)
         copy = interface_entry(raw_src, "buffer_copy", ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p)
         assert copy(None, ctypes.addressof(raw_src), raw_dst.device_interface, ctypes.addressof(raw_dst)) == 0
         dst.set_device_dirty()  # the interface's copy leaves the flags to its caller
@@ -542,7 +539,7 @@ def test_a_released_crop_has_no_device_memory_and_takes_another_crop(gpu):
     the destination of the next crop. For a release that only drops the interface."""
     b = ramp((64,))
     b.copy_to_device(gpu)
-    raw = HalideBufferT.from_address(b._get_raw_halide_buffer_t())
+    raw = raw_buffer(b)
     assert raw.device != 0
     crop = interface_entry(raw, "device_crop", ctypes.c_void_p, ctypes.c_void_p)
     release = interface_entry(raw, "device_release_crop", ctypes.c_void_p)
@@ -571,7 +568,7 @@ def test_a_crop_of_lent_memory_copies_from_that_memory_after_device_free(gpu):
     b = ramp((64,))
     b.copy_to_device(gpu)
     old = interface_of(b)["data"][0]  # lent: a consumer holds this pointer
-    raw = HalideBufferT.from_address(b._get_raw_halide_buffer_t())
+    raw = raw_buffer(b)
     crop = interface_entry(raw, "device_crop", ctypes.c_void_p, ctypes.c_void_p)
     copy_to_host = interface_entry(raw, "copy_to_host", ctypes.c_void_p)
     release = interface_entry(raw, "device_release_crop", ctypes.c_void_p)
@@ -582,7 +579,7 @@ def test_a_crop_of_lent_memory_copies_from_that_memory_after_device_free(gpu):
     assert standin.live_allocations() == live  # lent: kept until the storage dies
     standin.write(old + 32, np.full(16, -1, np.float32).tobytes())  # the consumer writes it meanwhile
     b.copy_to_device(gpu)  # a new allocation for the storage, in sync with the host
-    assert HalideBufferT.from_address(b._get_raw_halide_buffer_t()).device not in (0, old)
+    assert raw_buffer(b).device not in (0, old)
     moves = Moves(b)
     c.flags = DEVICE_DIRTY
     assert copy_to_host(None, ctypes.addressof(c)) == 0  # what halide_copy_to_host does

@@ -18,7 +18,7 @@ import numpy as np
 import pytest
 
 import halide_buffer as hb
-from conftest import bits_of, random_bits
+from common import bits_of, random_bits
 from pipelines import OPENCL_TARGET, TARGET, c_compiler, compile_and_load
 
 STRICT = TARGET + "-strict_float"

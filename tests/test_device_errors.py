@@ -10,7 +10,7 @@ import pytest
 
 import halide_buffer as hb
 
-from conftest import NONE, Moves
+from common import NONE, Moves
 
 
 def test_an_allocation_over_the_device_limit_is_refused_and_changes_nothing(dev):

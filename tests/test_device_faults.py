@@ -32,7 +32,7 @@ import halide_buffer as hb
 
 import cuda_standin
 import opencl_interposer
-from conftest import counts
+from common import counts
 from residency_rules import DTYPES, N, STARTS, assert_holds, ranges, start_buffer, values
 
 # Per backend: the entry points failures are injected into, and the codes they fail with.

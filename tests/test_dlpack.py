@@ -14,7 +14,7 @@ import torch
 import halide_buffer as hb
 
 import cuda_standin
-from conftest import ALL_DTYPES, NONE, Moves, bits_of, down, filled, random_bits
+from common import ALL_DTYPES, NONE, Moves, bits_of, down, filled, random_bits
 
 READ_ONLY, IS_COPIED, PADDED = 1, 2, 4
 
@@ -70,7 +70,7 @@ def torch_bits(t):
 
 @pytest.mark.parametrize("name", NUMPY_DTYPES)
 def test_numpy_both_ways_exactly(name):
-    b, src = filled(name)
+    b, src = filled((3, 5), name)
     a = np.from_dlpack(b)
     assert a.dtype == src.dtype and a.__array_interface__["data"][0] == data_address(b)
     np.testing.assert_array_equal(bits_of(a), bits_of(src))
@@ -113,7 +113,7 @@ def test_zero_size_and_zero_dim_tensors():
 @pytest.mark.needs_torch
 @pytest.mark.parametrize("name", list(TORCH_DTYPES))
 def test_torch_both_ways_exactly(name):
-    b, src = filled(name)
+    b, src = filled((3, 5), name)
     t = torch.from_dlpack(b)
     assert t.dtype == TORCH_DTYPES[name] and t.data_ptr() == data_address(b)
     np.testing.assert_array_equal(torch_bits(t), bits_of(src))
@@ -125,7 +125,7 @@ def test_torch_both_ways_exactly(name):
 @pytest.mark.needs_torch
 @pytest.mark.parametrize("name", ["float8_e3m4", "float8_e4m3", "float8_e4m3b11fnuz"])
 def test_float8_codes_pytorch_lacks_are_refused_by_pytorch(name):
-    b, _ = filled(name)
+    b, _ = filled((3, 5), name)
     with pytest.raises(BufferError, match="Unsupported"):
         torch.from_dlpack(b)
 
@@ -206,7 +206,7 @@ def test_float8_variants_arrive_as_themselves(name):
 
 @pytest.mark.needs_torch
 def test_a_float8_buffer_to_torch_and_back_is_the_same_memory_labelled_1_1():
-    b, src = filled("float8_e4m3fn")
+    b, src = filled((3, 5), "float8_e4m3fn")
     assert versioned_header(b.__dlpack__(max_version=(1, 0)))[:2] == (1, 1)
     back = hb.from_dlpack(torch.from_dlpack(b))
     assert data_address(back) == data_address(b)
@@ -250,7 +250,7 @@ def test_copy_requests_are_passed_to_the_producer():
 def test_jax_both_ways_exactly(name):
     import jax.numpy as jnp
 
-    b, src = filled(name)
+    b, src = filled((3, 5), name)
     j = jnp.from_dlpack(b)
     assert j.dtype == src.dtype
     np.testing.assert_array_equal(bits_of(np.asarray(j)), bits_of(src))
@@ -274,7 +274,7 @@ def test_jax_packed_float4_unpacks_on_request():
 
 @pytest.mark.parametrize("name", ALL_DTYPES)
 def test_every_dtype_exports_versioned_with_the_lowest_label(name):
-    b, _ = filled(name)
+    b, _ = filled((3, 5), name)
     t = hb.dtype(name)
     capsule = b.__dlpack__(max_version=(1, 3))
     assert capsule_name(capsule) == "dltensor_versioned"
@@ -288,7 +288,7 @@ def test_every_dtype_exports_versioned_with_the_lowest_label(name):
 
 @pytest.mark.parametrize("name", [t.name for t in hb.dtypes() if t.dlpack_padded])
 def test_sub_byte_dtypes_need_a_versioned_capsule(name):
-    b, _ = filled(name)
+    b, _ = filled((3, 5), name)
     with pytest.raises(BufferError, match=rf"__dlpack__\(\): {name} is stored one element per byte, which only "
                                           r"a versioned capsule can say .* call __dlpack__\(max_version=\(1, 1\)\)"):
         b.__dlpack__()
@@ -297,7 +297,7 @@ def test_sub_byte_dtypes_need_a_versioned_capsule(name):
 
 
 def test_legacy_and_versioned_requests():
-    b, _ = filled("float32")
+    b, _ = filled((3, 5), "float32")
     assert capsule_name(b.__dlpack__()) == "dltensor"
     assert capsule_name(b.__dlpack__(max_version=(0, 9))) == "dltensor"
     assert capsule_name(b.__dlpack__(max_version=(1, 0))) == "dltensor_versioned"
@@ -313,7 +313,7 @@ def test_dlpack_device_names_the_cuda_device_of_a_buffer_on_one(ordinal):
     Against the CUDA driver stand-in."""
     if not cuda_standin.active():
         pytest.skip(cuda_standin.why_inactive())
-    b, src = filled("float32", (3, 4))
+    b, src = filled((3, 4), "float32")
     assert b.__dlpack_device__() == (1, 0)
     b.copy_to_device(hb.cuda.device(ordinal))
     b.set_device_dirty()  # a kernel wrote the device copy: the host copy is stale
@@ -331,7 +331,7 @@ def test_dlpack_device_names_the_cuda_device_of_a_buffer_on_one(ordinal):
 
 
 def test_copy_true_copies_and_says_so_copy_false_never_copies():
-    b, src = filled("int32")
+    b, src = filled((3, 5), "int32")
     major, minor, flags, data = versioned_header(b.__dlpack__(max_version=(1, 0), copy=True))
     assert flags == IS_COPIED and data != data_address(b)
     assert versioned_header(b.__dlpack__(max_version=(1, 0), copy=False))[3] == data_address(b)
@@ -349,7 +349,7 @@ def test_copy_true_copies_and_says_so_copy_false_never_copies():
     ({"copy": "yes"}, TypeError, r"__dlpack__\(\): copy must be True, False or None, not 'yes'"),
 ])
 def test_dlpack_arguments_are_checked(kwargs, error, message):
-    b, _ = filled("float32")
+    b, _ = filled((3, 5), "float32")
     with pytest.raises(error, match=message):
         b.__dlpack__(**kwargs)
     assert b.host_dirty() and hb._core._live_counts()["storages"] >= 1
@@ -392,7 +392,7 @@ def test_our_exchange_api_table():
     assert (api.major, api.minor, api.prev_api) == (1, 3, None)
     assert all([api.managed_tensor_allocator, api.managed_tensor_from_py_object_no_sync,
                 api.managed_tensor_to_py_object_no_sync, api.current_work_stream])
-    b, src = filled("bfloat16")
+    b, src = filled((3, 5), "bfloat16")
     managed = ctypes.c_void_p()
     assert FROM_PY(api.managed_tensor_from_py_object_no_sync)(b, ctypes.byref(managed)) == 0
     assert ctypes.c_void_p.from_address(managed.value + 32).value == data_address(b)
@@ -436,7 +436,7 @@ def test_round_trips_leak_nothing():
         with open("/proc/self/statm") as f:
             return int(f.read().split()[1]) * 4096
 
-    b, _ = filled("float32", (8, 8))
+    b, _ = filled((8, 8), "float32")
     src = np.arange(16.0)
     for _ in range(2000):  # warm up caches and allocators
         hb.from_dlpack(torch.from_dlpack(b))

@@ -6,7 +6,7 @@ import pytest
 
 import halide_buffer as hb
 
-from conftest import ALL_DTYPES
+from common import ALL_DTYPES
 
 CLASSIC = ["bool", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64",
            "float16", "float32", "float64", "complex64", "complex128"]

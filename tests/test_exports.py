@@ -10,7 +10,7 @@ import halide_buffer as hb
 
 from buffer_protocol import (PyBUF_C_CONTIGUOUS, PyBUF_F_CONTIGUOUS, PyBUF_FORMAT, PyBUF_ND, PyBUF_SIMPLE,
                              PyBUF_STRIDES, PyBUF_WRITABLE, release, request)
-from conftest import ALL_DTYPES, bits_of, random_bits
+from common import ALL_DTYPES, bits_of, random_bits
 
 WITH_FORMAT = [t.name for t in hb.dtypes() if t.format]
 WITHOUT_FORMAT = [t.name for t in hb.dtypes() if not t.format]

@@ -11,7 +11,7 @@ import pytest
 
 import halide_buffer as hb
 
-from conftest import NONE, Moves, down, up
+from common import NONE, Moves, down, up
 from pipelines import OPENCL_TARGET, brighter_func, build, c_compiler
 
 pytestmark = pytest.mark.needs_halide

@@ -18,8 +18,8 @@ import pytest
 
 import halide_buffer as hb
 import opencl_interposer
-from conftest import NONE, Moves, bits_of, down, random_bits, up
-from pipelines import OPENCL_TARGET, HalideBufferT, c_compiler, compile_and_load, output_bounds_follow
+from common import HALIDE_ENUMS, NONE, HalideBufferT, HalideType, Moves, bits_of, down, random_bits, up
+from pipelines import OPENCL_TARGET, c_compiler, compile_and_load, output_bounds_follow
 
 pytestmark = pytest.mark.needs_halide
 
@@ -45,7 +45,7 @@ def opencl():
     return hb.opencl.load_library()
 
 
-def ramp(name, on_gpu, scale=1.0):
+def ramp_func(name, on_gpu, scale=1.0):
     """f(x, y) = scale * (x + 100 y) as float32, tiled for the GPU or plain for the CPU."""
     f = hl.Func(name)
     f[x, y] = hl.f32(x + 100 * y) * scale
@@ -56,9 +56,9 @@ def ramp(name, on_gpu, scale=1.0):
 
 
 def expected(scale=1.0):
-    """The values of ramp(), computed by the same algorithm on the CPU."""
+    """The values of ramp_func(), computed by the same algorithm on the CPU."""
     out = hl.Buffer(hl.Float(32), [W, H])
-    ramp("reference", False, scale).realize(out, CPU)
+    ramp_func("reference", False, scale).realize(out, CPU)
     return np.asarray(out).copy()
 
 
@@ -75,7 +75,7 @@ def doubled(on_gpu):
 
 @pytest.fixture(scope="module")
 def gpu_ramp(opencl):
-    return ramp("gpu_ramp", True)
+    return ramp_func("gpu_ramp", True)
 
 
 def device_dirty_hl(f):
@@ -109,7 +109,7 @@ def test_a_later_realize_into_the_hl_buffer_is_seen_by_the_next_operation(gpu_ra
     b = hb.Buffer.from_halide(out)
     np.asarray(b)
     moves = Moves(b)
-    ramp("gpu_ramp_3", True, 3.0).realize(out, OPENCL)
+    ramp_func("gpu_ramp_3", True, 3.0).realize(out, OPENCL)
     assert b.device_dirty()
     np.testing.assert_array_equal(np.asarray(b), expected(3.0))
     assert moves() == down(W * H * 4)
@@ -779,7 +779,7 @@ class StructOnly(hl.Buffer):
 
     def __init__(self, dimensions):
         super().__init__(hl.Float(32), [1])
-        self.raw = HalideBufferT(type_code=2, type_bits=32, type_lanes=1, dimensions=dimensions)
+        self.raw = HalideBufferT(type=HalideType(HALIDE_ENUMS["halide_type_float"], 32, 1), dimensions=dimensions)
 
     def _get_raw_halide_buffer_t(self):
         return ctypes.addressof(self.raw)

@@ -16,7 +16,6 @@ the current one.
 """
 
 import ctypes
-import struct
 
 import numpy as np
 import pytest
@@ -24,12 +23,12 @@ import pytest
 import halide_buffer as hb
 
 import opencl_interposer
-from conftest import NONE, Moves, bits_of, counts, down, random_bits, up
-from pipelines import TARGET, HalideBufferT, HalideDimension, brighter_func, build, c_compiler
+from common import (DEVICE_DIRTY, HOST_DIRTY, NONE, HalideBufferT, HalideDimension, Moves, bits_of, counts, down,
+                    opencl_handle, random_bits, raw_buffer, up)
+from pipelines import TARGET, brighter_func, build, c_compiler
 
 pytestmark = pytest.mark.needs_halide
 
-HOST_DIRTY, DEVICE_DIRTY = 1, 2
 DTYPES = ["float32", "uint8", "bfloat16", "int4"]
 
 
@@ -46,7 +45,7 @@ class Runtime:
         """halide_buffer_copy(NULL, src, dst's interface (to_device) or NULL, dst): the return
         code, dst's flags as Halide left them in its halide_buffer_t, and Halide's errors."""
         del self.pipeline.errors[:]
-        raw_dst = HalideBufferT.from_address(dst._get_raw_halide_buffer_t())
+        raw_dst = raw_buffer(dst)
         interface = raw_dst.device_interface if to_device else None
         assert interface or not to_device, "the destination must be on the device already"
         rc = self.fn(None, src._get_raw_halide_buffer_t(), interface, ctypes.addressof(raw_dst))
@@ -377,11 +376,6 @@ def test_mismatched_buffers_are_halide_errors(runtime, dst_shape, dst_dtype, cod
         np.testing.assert_array_equal(np.asarray(dst), np.ones((4, 4), np.float32).view(np.int32))
 
 
-def device_handle(raw):
-    """(offset, cl_mem) of an OpenCL halide_buffer_t::device: Halide's layout, and ours."""
-    return struct.unpack("QQ", ctypes.string_at(raw.device, 16))
-
-
 def halide_entry(pipeline, name, *argtypes):
     fn = pipeline.lib[name]
     fn.argtypes, fn.restype = [ctypes.c_void_p, *argtypes], ctypes.c_int
@@ -392,8 +386,7 @@ def halide_buffer_like(src, host_offset, dims):
     """A halide_buffer_t of src's type over src's host memory `host_offset` bytes on, with `dims`
     ((min, extent, stride) per Halide dimension); the caller keeps the result alive."""
     dim = (HalideDimension * len(dims))(*(HalideDimension(*d, 0) for d in dims))
-    dst = HalideBufferT(host=src.host + host_offset, type_code=src.type_code, type_bits=src.type_bits,
-                        type_lanes=src.type_lanes, dimensions=len(dims), dim=dim)
+    dst = HalideBufferT(host=src.host + host_offset, type=src.type, dimensions=len(dims), dim=dim)
     return dst, dim
 
 
@@ -406,15 +399,15 @@ def test_halide_device_crop_and_slice_point_at_their_first_element(pipeline):
     release = halide_entry(pipeline, "halide_device_release_crop", ctypes.c_void_p)
     b = hb.Buffer((6, 8), dtype="float32").translated(0, 10)  # y from 10: crops count from the mins
     b.copy_to_device()
-    src = HalideBufferT.from_address(b._get_raw_halide_buffer_t())
-    offset, memory = device_handle(src)
+    src = raw_buffer(b)
+    offset, memory = opencl_handle(src)
     # x from 2, 5 wide; y from 11, 4 tall: the first element is row 1, column 2.
     dst, dims = halide_buffer_like(src, (1 * 8 + 2) * 4, [(2, 5, 1), (11, 4, 8)])
     assert crop(None, ctypes.addressof(src), ctypes.addressof(dst)) == 0
-    assert device_handle(dst) == (offset + (1 * 8 + 2) * 4, memory)
+    assert opencl_handle(dst) == (offset + (1 * 8 + 2) * 4, memory)
     assert release(None, ctypes.addressof(dst)) == 0 and dst.device == 0
     # Row y = 13 (the fourth) as a 1-D buffer.
     row, dims = halide_buffer_like(src, 3 * 8 * 4, [(0, 8, 1)])
     assert slice_(None, ctypes.addressof(src), 1, 13, ctypes.addressof(row)) == 0
-    assert device_handle(row) == (offset + 3 * 8 * 4, memory)
+    assert opencl_handle(row) == (offset + 3 * 8 * 4, memory)
     assert release(None, ctypes.addressof(row)) == 0 and row.device == 0

@@ -11,7 +11,7 @@ import pytest
 import halide_buffer as hb
 import opencl_interposer as oi
 
-from conftest import NONE, Moves, counts, down, up
+from common import NONE, Moves, counts, down, up
 
 ALLOCATION_FAILURE = -4   # CL_MEM_OBJECT_ALLOCATION_FAILURE
 OUT_OF_RESOURCES = -5     # CL_OUT_OF_RESOURCES

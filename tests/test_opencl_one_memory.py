@@ -19,7 +19,7 @@ import pytest
 
 import halide_buffer as hb
 import opencl_interposer
-from conftest import NONE, Moves, counts, down, up
+from common import NONE, Moves, counts, down, up
 from pipelines import OPENCL_TARGET, TARGET, build, c_compiler, compile_and_load, output_bounds_follow
 
 SHAPE = (64, 80)

@@ -12,19 +12,11 @@ import pyopencl as cl
 import pytest
 
 import halide_buffer as hb
-from conftest import ALL_DTYPES, NONE, Moves, bits_of, random_bits
+from common import ALL_DTYPES, NONE, Moves, bits_of, filled
 from halide_buffer import _core
 from native_library import compiler
 
 PROTOCOLS = range(0, pickle.HIGHEST_PROTOCOL + 1)
-
-
-def filled(shape, dtype, seed=0):
-    """A Buffer of random bytes (NaN payloads, every bit pattern) and the ndarray it holds."""
-    a = random_bits(shape, dtype, seed)
-    b = hb.Buffer(shape, dtype)
-    b.numpy(writable=True)[...] = a
-    return b, a
 
 
 def out_of_band(b):

@@ -13,8 +13,9 @@ import pytest
 
 import halide_buffer as hb
 
-from pipelines import (HalideBufferT, affine_bf16_func, affine_u8_func, build, c_compiler, expected_affine_bf16,
-                       expected_affine_u8, random_bf16, random_u8, raw_view)
+from common import HALIDE_ENUMS, raw_buffer, raw_view
+from pipelines import (affine_bf16_func, affine_u8_func, build, c_compiler, expected_affine_bf16, expected_affine_u8,
+                       random_bf16, random_u8)
 
 pytestmark = pytest.mark.needs_halide
 
@@ -74,8 +75,8 @@ def test_bfloat16_pipeline_matches_ml_dtypes_bit_for_bit(pipelines):
     a = random_bf16(rng, (19, 64))
     inp = hb_filled(a, "bfloat16")
     out = hb.Buffer((19, 64), dtype="bfloat16")
-    raw = HalideBufferT.from_address(inp._get_raw_halide_buffer_t())
-    assert (raw.type_code, raw.type_bits, raw.type_lanes) == (4, 16, 1)  # halide_type_bfloat
+    raw = raw_buffer(inp)
+    assert (raw.type.code, raw.type.bits, raw.type.lanes) == (HALIDE_ENUMS["halide_type_bfloat"], 16, 1)
     pipelines["bf16"].run(inp, out)
     got = out.numpy()
     assert got.dtype == ml_dtypes.bfloat16

@@ -14,9 +14,8 @@ import pytest
 import halide_buffer as hb
 
 from buffer_protocol import PyBUF_FORMAT, PyBUF_STRIDES, PyBUF_WRITABLE, release, request
-from conftest import NONE, Moves, down, ramp, up
-
-HOST_DIRTY, DEVICE_DIRTY = 1, 2
+from common import (DEVICE_DIRTY, HOST_DIRTY, NONE, HalideBufferT, HalideDeviceInterface, Moves, down, on_device,
+                    opencl_handle, ramp, raw_buffer, up)
 
 
 def device_fill(b, value, *, writable=True):
@@ -24,12 +23,6 @@ def device_fill(b, value, *, writable=True):
     a = hb.opencl.as_array(b, writable=writable)
     a.fill(value)
     a.queue.finish()
-
-
-def on_device(b):
-    """b's elements as the device holds them (read with pyopencl, not through b)."""
-    a = hb.opencl.as_array(b, writable=False)
-    return a.get()
 
 
 # --- construct from host data / write through a host view: host_dirty -------------------------
@@ -507,11 +500,6 @@ def test_transfers_are_counted_per_storage_and_for_the_process(dev):
 
 # --- the halide_buffer_t we publish carries the device copy and our interface ------------------
 
-class HalideBufferT(ctypes.Structure):
-    _fields_ = [("device", ctypes.c_uint64), ("device_interface", ctypes.c_void_p),
-                ("host", ctypes.c_void_p), ("flags", ctypes.c_uint64)]
-
-
 HALIDE_COPY_TO_HOST = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p)
 
 
@@ -523,11 +511,10 @@ def test_a_halide_runtime_can_copy_our_buffer_through_the_interface_we_publish(d
     raw = HalideBufferT.from_address(address)
     assert raw.device != 0 and raw.device_interface and raw.flags == DEVICE_DIRTY
     # Halide's {uint64 offset; cl_mem} layout at the device handle: the crop starts 4 bytes in.
-    offset, mem = (ctypes.c_uint64 * 2).from_address(raw.device)
+    offset, mem = opencl_handle(raw)
     assert offset == 4 and mem == hb.opencl.as_array(b, writable=False).base_data.int_ptr
-    # What halide_copy_to_host() does: the table's copy_to_host (entry 4) on the buffer.
-    table = (ctypes.c_void_p * 16).from_address(raw.device_interface)
-    copy_to_host = HALIDE_COPY_TO_HOST(table[4])
+    # What halide_copy_to_host() does: the interface's copy_to_host on the buffer.
+    copy_to_host = HALIDE_COPY_TO_HOST(HalideDeviceInterface.from_address(raw.device_interface).copy_to_host)
     moves = Moves(b)
     assert copy_to_host(None, address) == 0
     assert raw.flags == 0
@@ -541,12 +528,12 @@ def test_device_free_withdraws_the_handles_of_published_views(dev):
     b = ramp((4,))
     b.copy_to_device()
     v = b[1:]
-    raw = HalideBufferT.from_address(v._get_raw_halide_buffer_t())
+    raw = raw_buffer(v)
     assert raw.device != 0
     b.device_free()
     assert raw.device == 0 and not raw.device_interface
     b.copy_to_device()  # published again with the new allocation on the next request
-    assert HalideBufferT.from_address(v._get_raw_halide_buffer_t()).device not in (0, None)
+    assert raw_buffer(v).device not in (0, None)
 
 
 def test_copy_reads_the_current_data(dev):
@@ -569,9 +556,9 @@ def test_a_runtime_uploading_a_crop_uploads_the_whole_storage(dev):
     crop = b[1:3, 2:4]
     address = crop._get_raw_halide_buffer_t()
     raw = HalideBufferT.from_address(address)
-    table = (ctypes.c_void_p * 16).from_address(raw.device_interface)
+    interface = HalideDeviceInterface.from_address(raw.device_interface)
     moves = Moves(b)
-    assert HALIDE_COPY_TO_DEVICE(table[5])(None, address, None) == 0  # halide_copy_to_device
+    assert HALIDE_COPY_TO_DEVICE(interface.copy_to_device)(None, address, None) == 0  # halide_copy_to_device
     assert moves() == up(4 * 8 * 4)
     assert not b.host_dirty() and not b.device_dirty()
     np.testing.assert_array_equal(on_device(b), np.full((4, 8), 7))
@@ -580,7 +567,7 @@ def test_a_runtime_uploading_a_crop_uploads_the_whole_storage(dev):
 def test_published_views_never_show_a_stale_state(dev):
     b = ramp((8,))
     v = b[2:6]
-    raw = HalideBufferT.from_address(v._get_raw_halide_buffer_t())
+    raw = raw_buffer(v)
     assert raw.flags == HOST_DIRTY and raw.device == 0
     device_fill(b, 3)  # every operation republishes the views it changed
     assert raw.flags == DEVICE_DIRTY and raw.device != 0

@@ -1,23 +1,11 @@
 """The host side of the residency rules (docs/architecture.md): flags, leases, raw halide_buffer_t."""
 
-import ctypes
-
 import numpy as np
 import pytest
 
 import halide_buffer as hb
 
-HOST_DIRTY, DEVICE_DIRTY = 1, 2
-
-
-class HalideBufferT(ctypes.Structure):
-    """Just the fields these tests read or write, at Halide's offsets."""
-    _fields_ = [("device", ctypes.c_uint64), ("device_interface", ctypes.c_void_p),
-                ("host", ctypes.c_void_p), ("flags", ctypes.c_uint64)]
-
-
-def raw(b):
-    return HalideBufferT.from_address(b._get_raw_halide_buffer_t())
+from common import HOST_DIRTY, HalideBufferT, raw_buffer
 
 
 def test_construction_from_host_data_is_host_dirty():
@@ -61,7 +49,7 @@ def test_writable_borrowed_memory_is_a_standing_lease():
     assert b.external_writes
     b.set_host_dirty(False)
     assert b.host_dirty()  # its owner may have written it since
-    assert raw(b).flags & HOST_DIRTY
+    assert raw_buffer(b).flags & HOST_DIRTY
 
 
 def test_external_writes_false_is_the_promise_that_lifts_the_lease():
@@ -83,10 +71,10 @@ def test_read_only_memory_is_no_lease():
 def test_raw_buffer_publishes_the_shared_flags_and_takes_foreign_changes_back():
     b = hb.Buffer((2, 3), "uint8")
     view = b[1:, 1:]
-    r = raw(view)
+    r = raw_buffer(view)
     assert r.flags == HOST_DIRTY
     b.set_host_dirty(False)
-    assert raw(view).flags == 0  # re-published on every call
+    assert raw_buffer(view).flags == 0  # re-published on every call
     r.flags = HOST_DIRTY  # as a pipeline writing this view on the host would
     assert view.host_dirty() and b.host_dirty()
 
@@ -97,15 +85,10 @@ def test_raw_buffer_matches_the_view():
     addr = v._get_raw_halide_buffer_t()
     r = HalideBufferT.from_address(addr)
     assert r.host == np.asarray(v).ctypes.data
-    dims_ptr = ctypes.c_void_p.from_address(addr + 40).value
-    assert ctypes.c_int32.from_address(addr + 36).value == 2
-    dims = (ctypes.c_int32 * 8).from_address(dims_ptr)
+    assert r.dimensions == 2
     # Halide dim 0 is NumPy's last axis: (min, extent, stride in elements, flags).
-    assert list(dims) == [2, 3, 1, 0, 0, 4, -6, 0]
-    code, bits, lanes = (ctypes.c_uint8.from_address(addr + 32).value,
-                         ctypes.c_uint8.from_address(addr + 33).value,
-                         ctypes.c_uint16.from_address(addr + 34).value)
-    assert (code, bits, lanes) == hb.dtype("uint16").halide_type
+    assert [(d.min, d.extent, d.stride, d.flags) for d in r.dim[:2]] == [(2, 3, 1, 0), (0, 4, -6, 0)]
+    assert (r.type.code, r.type.bits, r.type.lanes) == hb.dtype("uint16").halide_type
     assert v._get_raw_halide_buffer_t() == addr  # one struct per view, stable
 
 
@@ -116,18 +99,18 @@ def test_raw_buffer_of_a_dtype_halide_cannot_describe_is_refused():
 
 def test_zero_size_buffer_still_has_a_host_pointer():
     # host == NULL means "bounds query" to a Halide pipeline.
-    assert raw(hb.Buffer((0, 3), "float32")).host
+    assert raw_buffer(hb.Buffer((0, 3), "float32")).host
 
 
 def test_flags_written_through_any_view_reach_every_view_even_after_it_dies():
     b = hb.Buffer((4, 4), "float32")
     b.set_host_dirty(False)
     crop = b.cropped(0, 1, 2)
-    raw(crop).flags = HOST_DIRTY  # a pipeline wrote the crop on the host
+    raw_buffer(crop).flags = HOST_DIRTY  # a pipeline wrote the crop on the host
     sibling = b.sliced(1, 0)
     assert sibling.host_dirty()
     b.set_host_dirty(False)
     other = b[2:]
-    raw(other).flags = HOST_DIRTY
+    raw_buffer(other).flags = HOST_DIRTY
     del other
     assert b.host_dirty()

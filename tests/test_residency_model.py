@@ -19,7 +19,7 @@ from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, pr
 
 import halide_buffer as hb
 
-from conftest import counts
+from common import counts
 from residency_rules import DTYPES, N, STARTS, assert_holds, ranges, start_buffer, values
 
 class Residency(RuleBasedStateMachine):

@@ -21,7 +21,7 @@ import pytest
 
 import halide_buffer as hb
 import shared_children as children
-from conftest import ALL_DTYPES, Moves, bits_of, random_bits
+from common import ALL_DTYPES, Moves, bits_of, random_bits
 from halide_buffer import _core
 
 METHODS = ["fork", "spawn", "forkserver"]

@@ -45,6 +45,10 @@ atheris = fc.setup_atheris()
 with atheris.instrument_imports():
     import halide_buffer as hb
 
+# The tests' helpers (tests/common.py), imported after halide_buffer so that it is instrumented.
+sys.path.insert(1, os.path.join(os.path.dirname(os.path.abspath(__file__)), os.pardir))
+from common import raw_buffer  # noqa: E402
+
 # --- the DLPack ABI (csrc/abi/dlpack_abi.h) -------------------------------------------------------
 
 
@@ -342,23 +346,11 @@ def describe(case):
             f"copy={case.copy} route={case.route}")
 
 
-class Dim(ctypes.Structure):
-    _fields_ = [("min", ctypes.c_int32), ("extent", ctypes.c_int32), ("stride", ctypes.c_int32),
-                ("flags", ctypes.c_uint32)]
-
-
-class HalideBuffer(ctypes.Structure):
-    _fields_ = [("device", ctypes.c_uint64), ("device_interface", ctypes.c_void_p), ("host", ctypes.c_void_p),
-                ("flags", ctypes.c_uint64), ("code", ctypes.c_uint8), ("bits", ctypes.c_uint8),
-                ("lanes", ctypes.c_uint16), ("dimensions", ctypes.c_int32), ("dim", ctypes.POINTER(Dim)),
-                ("padding", ctypes.c_void_p)]
-
-
 def check_halide_buffer(b, a):
     """The halide_buffer_t of `b` describes the elements of `a` (np.asarray(b))."""
     if b.dtype.halide_type is None:
         return  # complex128: refused, Halide has no such type
-    raw = HalideBuffer.from_address(b._get_raw_halide_buffer_t())
+    raw = raw_buffer(b)
     unit, extra = b.itemsize, 0
     fc.check("halide-buffer", raw.dimensions == a.ndim, f"{raw.dimensions} dimensions for {a.ndim} axes")
     host = raw.host or 0
