@@ -16,13 +16,15 @@
 namespace hb {
 namespace py = pybind11;
 
-/// Runs a residency lease (b.begin_host_read() and the like). One that may move data runs
-/// without the GIL, so other Python threads go on during the copy.
+/// Runs a residency lease of `b` (b.lease_host(), b.current_host_copy() and the like) and
+/// returns what it returns. One that may move data runs without the GIL, so other Python
+/// threads go on during the copy; one that cannot (never on a device) keeps it: exports of
+/// small buffers are hot paths.
 template <typename F>
-void run_lease(const Buffer &b, F &&lease) {
+auto run_lease(const Buffer &b, F &&lease) -> decltype(lease()) {
     if (!b.may_hold_device_copy()) return lease();
     py::gil_scoped_release nogil;
-    lease();
+    return lease();
 }
 
 /// A tuple of Python ints: a shape, strides, mins (an Axes or a std::vector).
