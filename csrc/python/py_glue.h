@@ -161,12 +161,9 @@ int tri_state(py::handle value, const char *entry);
 /// once, with the GIL, when the last buffer over it dies.
 std::shared_ptr<void> import_owner(DLManagedTensorVersioned *versioned, DLManagedTensor *legacy,
                                    py::object producer);
-/// DLPack's rule for a versioned tensor of another major version: another layout, of which only
-/// the deleter may be touched. Deletes the tensor, then throws BufferError naming `entry`.
-[[noreturn]] void refuse_major(const char *entry, DLManagedTensorVersioned *m);
-/// A buffer over a checked tensor: wrapped; or copied when `copy` is 1 (unless the producer
-/// copied it for us already) or the values are packed, releasing `owner`.
-Buffer adopt_import(const DLImport &in, std::shared_ptr<void> owner, int copy, bool producer_copied = false);
+/// What adopt_import() asks of the binding: the package's CUDA devices (cuda_device()), the
+/// GIL released for a step that may copy.
+ImportCaller &python_imports();
 /// halide_buffer.cuda.device(ordinal): the default device of that ordinal (DeviceError without
 /// CUDA). An ordinal this machine does not have is a BufferError naming `entry`, whose data
 /// (a tensor, a stream) named it.
