@@ -1,4 +1,5 @@
-// cuda_interop.cpp: buffers over other people's CUDA memory, and the CUDA device of a buffer.
+// cuda_interop.cpp: buffers over other people's CUDA memory, the CUDA device of a buffer and the
+// lease of a consumer of it.
 #include "interop/cuda_interop.h"
 
 #include <atomic>

@@ -1,5 +1,6 @@
-// cuda_interop.h: buffers and other people's CUDA memory: where a buffer's CUDA copy is, and
-// buffers over memory a framework allocated (the CUDA array interface and DLPack imports).
+// cuda_interop.h: buffers and other people's CUDA memory: where a buffer's CUDA copy is, the
+// lease of a consumer of it, and buffers over memory a framework allocated (the CUDA array
+// interface and DLPack imports).
 #pragma once
 
 #include <functional>

@@ -351,12 +351,12 @@ public:
     Buffer bits() const;  ///< same bytes as the unsigned integer of the same size
 
     /// A C-contiguous owned copy of the host elements (a new storage, host dirty). The caller
-    /// makes the host copy current first (begin_host_read()).
+    /// makes the host copy current first (current_host_copy() does both).
     Buffer copy(const char *entry) const;
 
     /// An owned copy laid out densely in this view's memory order (NumPy's order 'K'), with
     /// its mins: what copy.deepcopy() and pickling of a view with gaps make. The caller makes
-    /// the host copy current first.
+    /// the host copy current first (current_host_copy(), CopyLayout::same_order).
     Buffer copy_keeping_layout(const char *entry) const;
     /// Whether the elements fill [lowest address, lowest + nbytes) exactly, strides positive
     /// (any axis order): the bytes can travel as one run.
