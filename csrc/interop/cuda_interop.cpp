@@ -1,4 +1,5 @@
-// cuda_interop.cpp: buffers over other people's CUDA memory, and the CUDA device of a buffer.
+// cuda_interop.cpp: buffers over other people's CUDA memory, the CUDA device of a buffer and the
+// lease of a consumer of it.
 #include "interop/cuda_interop.h"
 
 #include <atomic>
@@ -34,12 +35,13 @@ std::shared_ptr<CudaDevice> cuda_device_of(Buffer &b) {
     return device;
 }
 
-std::shared_ptr<CudaDevice> cuda_device_of(const Buffer::DeviceView &lease, const char *entry) {
-    auto device = std::dynamic_pointer_cast<CudaDevice>(lease.device);
-    if (!device)
+CudaLease lease_cuda(Buffer &b, const char *entry, const std::shared_ptr<CudaDevice> &device) {
+    Buffer::DeviceView v = b.lease_device(entry, DeviceChoice{device, false, true}, Access::may_write);
+    auto on = std::dynamic_pointer_cast<CudaDevice>(v.device);  // where the lease ended
+    if (!on)
         throw BufferError(std::string(entry) + "(): the buffer left its CUDA device meanwhile (another "
                           "thread moved it); export it again");
-    return device;
+    return CudaLease{static_cast<uint8_t *>(v.native) + v.offset, std::move(on)};
 }
 
 Buffer wrap_cuda(const char *entry, const std::shared_ptr<CudaDevice> &device, uint64_t data,

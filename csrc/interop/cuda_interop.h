@@ -1,5 +1,6 @@
-// cuda_interop.h: buffers and other people's CUDA memory: where a buffer's CUDA copy is, and
-// buffers over memory a framework allocated (the CUDA array interface and DLPack imports).
+// cuda_interop.h: buffers and other people's CUDA memory: where a buffer's CUDA copy is, the
+// lease of a consumer of it, and buffers over memory a framework allocated (the CUDA array
+// interface and DLPack imports).
 #pragma once
 
 #include <functional>
@@ -20,9 +21,18 @@ std::shared_ptr<CudaDevice> cuda_device_of(Buffer &b);
 /// found a CUDA device, to force the interleaving above; an empty function removes it.
 void set_after_device_lookup(std::function<void()> hook);
 
-/// The CUDA device a device lease ended on (another thread may have moved the storage since
-/// the caller looked); BufferError naming `entry` if it is no longer a CUDA device.
-std::shared_ptr<CudaDevice> cuda_device_of(const Buffer::DeviceView &lease, const char *entry);
+/// What a consumer of a buffer's CUDA device copy is handed (lease_cuda()).
+struct CudaLease {
+    uint8_t *first;                      ///< the view's element at index 0, in device memory
+    std::shared_ptr<CudaDevice> device;  ///< the device the lease ended on
+};
+
+/// The lease of a consumer of the CUDA device copy (the CUDA array interface, DLPack's exports
+/// on CUDA), on `device` (cuda_device_of(b), looked up before): the device copy made current
+/// and, as the consumer may write, device dirty unless the memory is read-only. BufferError
+/// naming `entry` when the buffer left `device` meanwhile (another thread moved it). It may
+/// copy: the bindings run it without the GIL.
+CudaLease lease_cuda(Buffer &b, const char *entry, const std::shared_ptr<CudaDevice> &device);
 
 /// A buffer whose current copy is CUDA memory at `data` (the element at index 0 of every axis,
 /// on `device`; `strides` in bytes), kept alive by `owner`: no copy now; the host copy, laid

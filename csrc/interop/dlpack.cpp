@@ -3,6 +3,7 @@
 
 #include <cstring>
 #include <limits>
+#include <optional>
 #include <new>
 #include <string>
 #include <type_traits>
@@ -99,6 +100,19 @@ DLDevice dlpack_device_of(Buffer &b) {
     if (!b.may_hold_device_copy()) return DLDevice{kDLCPU, 0};  // the common case, without a call
     if (std::shared_ptr<CudaDevice> d = cuda_device_of(b)) return DLDevice{kDLCUDA, d->ordinal()};
     return DLDevice{kDLCPU, 0};
+}
+
+Placement lease_export(Buffer &b, const char *entry, const std::shared_ptr<CudaDevice> &cuda) {
+    Placement at;
+    if (cuda) {
+        CudaLease lease = lease_cuda(b, entry, cuda);
+        at.device = DLDevice{kDLCUDA, lease.device->ordinal()};
+        at.data = lease.first;
+        at.cuda = std::move(lease.device);
+        return at;
+    }
+    at.lease = b.lease_host(entry, Access::may_write).mark;
+    return at;
 }
 
 DLPackVersion dlpack_version_for(const DType &t) {
@@ -258,6 +272,13 @@ DLImport check_import(const char *entry, const DLTensor &t, uint64_t flags, DLPa
     return in;
 }
 
+void refuse_major(const char *entry, DLManagedTensorVersioned *m) {
+    DLPackVersion v = m->version;
+    if (m->deleter) m->deleter(m);
+    throw BufferError(std::string(entry) + "(): the tensor follows DLPack " + str(v.major) + "." + str(v.minor) +
+                      ", whose layout this version (1.x) cannot read; export it as DLPack 1.x");
+}
+
 Buffer wrap_import(const char *entry, const DLImport &in, std::shared_ptr<void> owner, bool external_writes) {
     return Buffer::wrap(entry, in.data, in.shape, byte_strides(in.strides, in.dtype->itemsize), *in.dtype,
                         std::move(owner), in.readonly, external_writes && !in.copied);
@@ -297,6 +318,53 @@ Buffer copy_import(const char *entry, const DLImport &in) {
     uint8_t *cursor = out.data();
     if (out.size() > 0) unpack(cursor, in.data, 0, in, 0);
     return out;
+}
+
+namespace {
+
+constexpr const char *kImport = "from_dlpack";
+
+/// A CUDA tensor: wrapped as the device copy of a new buffer (the host copy follows on the
+/// first host read), or, for copy=1, downloaded into a host copy of our own.
+Buffer adopt_cuda(const DLImport &in, std::shared_ptr<void> owner, int copy, bool producer_copied,
+                  ImportCaller &caller) {
+    if (in.packed_lanes)
+        throw BufferError(std::string(kImport) + "(): packed " + in.dtype->name + " values on a CUDA device "
+                          "cannot be wrapped; unpack them there first, or copy the tensor to the CPU");
+    if (in.readonly && copy != 1)
+        throw BufferError(std::string(kImport) + "(): the CUDA tensor is read-only, and a buffer's device "
+                          "copy is written by uploads; pass copy=True for a copy of its values");
+    std::shared_ptr<CudaDevice> device = caller.cuda_device(in.device.device_id, kImport);
+    std::vector<int64_t> bytes = byte_strides(in.strides, in.dtype->itemsize);
+    bool copy_now = copy == 1 && !in.copied && !producer_copied;
+    std::optional<Buffer> out;
+    caller.unlocked([&] {
+        // The wrapped memory's owner is the tensor's: device_detach_native() hands back its
+        // producer object (none for a raw capsule), and the tensor is deleted when it is let go.
+        Buffer wrapped = wrap_cuda(kImport, device, reinterpret_cast<uint64_t>(in.data), in.shape, bytes,
+                                   *in.dtype, std::move(owner), nullptr);
+        if (!copy_now) out.emplace(std::move(wrapped));
+        else out.emplace(wrapped.current_host_copy(kImport));  // the wrapped tensor is let go with `wrapped`
+    });
+    return std::move(*out);
+}
+
+}  // namespace
+
+Buffer adopt_import(const DLImport &in, std::shared_ptr<void> owner, int copy, bool producer_copied,
+                    ImportCaller &caller) {
+    if (in.device.device_type == kDLCUDA) return adopt_cuda(in, std::move(owner), copy, producer_copied, caller);
+    if (in.packed_lanes && copy != 1)
+        throw BufferError(std::string(kImport) + "(): the " + in.dtype->name + " values are packed (" +
+                          str(in.dtype->dlpack.bits) + " bits each, several to a byte), which no "
+                          "NumPy dtype can view; pass copy=True to unpack them one per byte");
+    if (copy == 1 && !in.copied && !producer_copied) {
+        Buffer out = copy_import(kImport, in);
+        owner.reset();  // the copy needs the producer no longer
+        return out;
+    }
+    if (in.packed_lanes) return copy_import(kImport, in);
+    return wrap_import(kImport, in, std::move(owner), true);
 }
 
 }  // namespace hb

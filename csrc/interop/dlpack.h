@@ -1,15 +1,20 @@
-// dlpack.h: DLPack exchange without Python: managed tensors of our buffers (export), and the
-// checked description of someone else's tensor (import). The Python side (capsules, the
-// __dlpack__ protocol, is py_dlpack.cpp; the C exchange API, py_dlpack_exchange.cpp.
+// dlpack.h: DLPack exchange without Python: managed tensors of our buffers and the lease an
+// export takes (export), the checked description of someone else's tensor and what becomes of
+// it (import). The capsule path (__dlpack__, from_dlpack: py_dlpack.cpp) and the C exchange API
+// (py_dlpack_exchange.cpp) both decide here; the bindings only convert Python objects.
 #pragma once
 
 #include <cstdint>
+#include <functional>
+#include <memory>
 #include <vector>
 
 #include "abi/dlpack_abi.h"
 #include "storage/buffer.h"
 
 namespace hb {
+
+class CudaDevice;
 
 // ---------------------------------------------------------------------------------------------
 // Export
@@ -25,7 +30,15 @@ struct Placement {
     DLDevice device{kDLCPU, 0};
     void *data = nullptr;
     HostWriteLease lease;  ///< the writable lease of a host export, withdrawn if never taken up
+    std::shared_ptr<CudaDevice> cuda;  ///< a CUDA export: the device its lease ended on
 };
+
+/// The lease of an export for a consumer that may write (DLPack's consumers, capsule and
+/// exchange API alike), and where it places the elements: on the CUDA device copy when `cuda`
+/// is given (cuda_device_of(b), looked up before; lease_cuda()), else on the host copy, a
+/// writable lease unless the memory is read-only (Buffer::lease_host(), its mark kept in the
+/// placement). It may copy: the bindings run it by run_lease()'s rule.
+Placement lease_export(Buffer &b, const char *entry, const std::shared_ptr<CudaDevice> &cuda);
 
 /// The lowest version that describes tensors of a dtype: 1.0, or 1.1 for the codes DLPack 1.1
 /// added (float8/6/4) and for sub-byte types (the padded flag).
@@ -62,9 +75,37 @@ struct DLImport {
 /// buffer cannot describe safely.
 DLImport check_import(const char *entry, const DLTensor &t, uint64_t flags, DLPackVersion version);
 
+/// DLPack's rule for a versioned tensor of another major version: another layout, of which only
+/// the deleter may be touched. Deletes the tensor, then throws BufferError naming `entry`.
+[[noreturn]] void refuse_major(const char *entry, DLManagedTensorVersioned *m);
+
 /// A buffer over the tensor's memory (not packed), kept alive by `owner`.
 Buffer wrap_import(const char *entry, const DLImport &in, std::shared_ptr<void> owner, bool external_writes);
 /// An owned copy; packed sub-byte values are unpacked one per byte (lanes become a last axis).
 Buffer copy_import(const char *entry, const DLImport &in);
+
+/// What an import asks of the code that called it (the binding: Python and its GIL).
+class ImportCaller {
+public:
+    /// The CUDA device of `ordinal` (the package's default device of it); BufferError naming
+    /// `entry` when this machine has none.
+    virtual std::shared_ptr<CudaDevice> cuda_device(int ordinal, const char *entry) = 0;
+    /// Runs `step`, which may copy, so that other threads go on meanwhile (the binding: without
+    /// the GIL).
+    virtual void unlocked(const std::function<void()> &step) = 0;
+
+protected:
+    ~ImportCaller() = default;
+};
+
+/// What an import makes of a checked tensor, kept alive by `owner` (which the tensor's deleter
+/// runs with): host memory is wrapped, or copied when `copy` (from_dlpack's copy=: -1 None,
+/// 0 False, 1 True) is 1 unless the producer copied it for us already (its flag, or
+/// `producer_copied`: it was asked to copy), and when the values are packed (unpacked one per
+/// byte; refused unless copy is 1), releasing `owner`. CUDA memory becomes the device copy of a
+/// new buffer on caller.cuda_device() (the host copy follows on the first host read), downloaded
+/// at once into a host copy of our own for copy=1. Errors name from_dlpack.
+Buffer adopt_import(const DLImport &in, std::shared_ptr<void> owner, int copy, bool producer_copied,
+                    ImportCaller &caller);
 
 }  // namespace hb

@@ -69,10 +69,7 @@ int buffer_getbuffer(PyObject *self, Py_buffer *view, int flags) {
             return -1;
         }
         bool writable = (flags & PyBUF_WRITABLE) == PyBUF_WRITABLE;
-        run_lease(b, [&] {
-            if (writable) b.begin_host_write("__buffer__");
-            else b.begin_host_read();
-        });
+        run_lease(b, [&] { return b.lease_host("__buffer__", writable ? Access::write : Access::read); });
 
         view->buf = b.data();
         view->obj = self;

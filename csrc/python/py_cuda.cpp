@@ -23,12 +23,11 @@ py::dict cuda_array_interface(py::handle self) {
         throw py::attribute_error(std::string(kInterface) + ": the buffer is not on a CUDA device; call "
                                   "copy_to_device(halide_buffer.cuda.device()) first, or hand it over with "
                                   "__dlpack__ or numpy()");
-    Buffer::DeviceView v;
-    {
+    CudaLease lease = [&] {
         py::gil_scoped_release nogil;
-        v = b.begin_device_use(kInterface, DeviceChoice{device, false, true}, !b.readonly());
-    }
-    uintptr_t data = b.size() ? reinterpret_cast<uintptr_t>(v.native) + uintptr_t(v.offset) : 0;
+        return lease_cuda(b, kInterface, device);
+    }();
+    uintptr_t data = b.size() ? reinterpret_cast<uintptr_t>(lease.first) : 0;
     py::dict d;
     d["shape"] = to_tuple(b.shape());
     d["typestr"] = b.dtype().typestr;
@@ -37,7 +36,7 @@ py::dict cuda_array_interface(py::handle self) {
     d["version"] = 3;
     // Our copies are blocking, but kernels a pipeline queued on our stream may still run: the
     // consumer waits for our stream (never 0: the spec reserves it).
-    d["stream"] = cuda_device_of(v, kInterface)->stream_number();  // where the lease ended
+    d["stream"] = lease.device->stream_number();  // where the lease ended
     return d;
 }
 

@@ -133,25 +133,21 @@ std::optional<uintptr_t> consumer_stream(py::handle stream) {
     return uintptr_t(value);
 }
 
-/// A writable lease for a consumer on the device (read-only memory gets a read lease): the
-/// device copy made current; the consumer's stream waits for ours.
+/// The export of a buffer on a CUDA device (lease_export()); the consumer's stream waits for ours.
 py::capsule cuda_export(Buffer &b, const std::shared_ptr<CudaDevice> &device, const DLPackArgs &a,
                         bool versioned, int copy) {
     std::optional<uintptr_t> stream = consumer_stream(a.stream);
     if (copy == 1)
         throw BufferError(std::string(kExport) + "(): copy=True of data on a CUDA device is not supported; "
                           "ask for a host copy with dl_device=(1, 0), copy=True");
-    Buffer::DeviceView v;
-    {
+    Placement at = [&] {
         py::gil_scoped_release nogil;
-        v = b.begin_device_use(kExport, DeviceChoice{device, false, true}, !b.readonly());
-    }
-    std::shared_ptr<CudaDevice> on = cuda_device_of(v, kExport);  // where the lease ended
+        return lease_export(b, kExport, device);
+    }();
     if (stream) {
         py::gil_scoped_release nogil;
-        on->order_before(stream_of_number(*stream));
+        at.cuda->order_before(stream_of_number(*stream));
     }
-    Placement at{DLDevice{kDLCUDA, on->ordinal()}, static_cast<uint8_t *>(v.native) + v.offset};
     return capsule_for(b, versioned, false, at);
 }
 
@@ -189,16 +185,9 @@ py::capsule dlpack_export(py::handle self, const DLPackArgs &a) {
     if (!stream.is_none())
         throw BufferError(std::string(kExport) + "(): stream must be None for data on the CPU, not " +
                           py::repr(stream).cast<std::string>() + "; pass stream=None (host data has no stream to order)");
-    if (copy == 1) {
-        run_lease(b, [&] { b.begin_host_read(); });
-        return capsule_for(b.copy(kExport), versioned, true, Placement{});
-    }
-    // A CPU consumer may write: a writable lease, unless the memory is read-only.
-    Placement at;
-    run_lease(b, [&] {
-        if (b.readonly()) b.begin_host_read();
-        else at.lease = b.begin_host_write(kExport);
-    });
+    if (copy == 1)
+        return capsule_for(run_lease(b, [&] { return b.current_host_copy(kExport); }), versioned, true, Placement{});
+    Placement at = run_lease(b, [&] { return lease_export(b, kExport, nullptr); });
     return capsule_for(b, versioned, false, at);
 }
 
@@ -271,51 +260,24 @@ std::shared_ptr<CudaDevice> cuda_device(int ordinal, const char *entry) {
 
 namespace {
 
-/// A CUDA tensor: wrapped as the device copy of a new buffer (the host copy follows on the
-/// first host read), or, for copy=True, downloaded into a host copy of our own.
-Buffer adopt_cuda(const DLImport &in, std::shared_ptr<void> owner, int copy, bool producer_copied) {
-    if (in.packed_lanes)
-        throw BufferError(std::string(kImport) + "(): packed " + in.dtype->name + " values on a CUDA device "
-                          "cannot be wrapped; unpack them there first, or copy the tensor to the CPU");
-    if (in.readonly && copy != 1)
-        throw BufferError(std::string(kImport) + "(): the CUDA tensor is read-only, and a buffer's device "
-                          "copy is written by uploads; pass copy=True for a copy of its values");
-    std::shared_ptr<CudaDevice> device = cuda_device(in.device.device_id, kImport);
-    std::vector<int64_t> bytes = byte_strides(in.strides, in.dtype->itemsize);
-    bool copy_now = copy == 1 && !in.copied && !producer_copied;
-    // The wrapped memory's owner is the tensor's: device_detach_native() hands back its producer
-    // object (None for a raw capsule), and the tensor is deleted when it is let go.
-    py::gil_scoped_release nogil;
-    Buffer out = wrap_cuda(kImport, device, reinterpret_cast<uint64_t>(in.data), in.shape, bytes, *in.dtype,
-                           std::move(owner), nullptr);
-    if (!copy_now) return out;
-    out.begin_host_read();
-    return out.copy(kImport);  // the wrapped tensor is let go with `out`
-}
+/// What an import asks of the binding: the package's CUDA devices, and the GIL released for a
+/// step that may copy.
+class PythonImports final : public ImportCaller {
+public:
+    std::shared_ptr<CudaDevice> cuda_device(int ordinal, const char *entry) override {
+        return hb::cuda_device(ordinal, entry);
+    }
+    void unlocked(const std::function<void()> &step) override {
+        py::gil_scoped_release nogil;
+        step();
+    }
+};
 
 }  // namespace
 
-Buffer adopt_import(const DLImport &in, std::shared_ptr<void> owner, int copy, bool producer_copied) {
-    if (in.device.device_type == kDLCUDA) return adopt_cuda(in, std::move(owner), copy, producer_copied);
-    if (in.packed_lanes && copy != 1)
-        throw BufferError(std::string(kImport) + "(): the " + in.dtype->name + " values are packed (" +
-                          std::to_string(in.dtype->dlpack.bits) + " bits each, several to a byte), which no "
-                          "NumPy dtype can view; pass copy=True to unpack them one per byte");
-    if (copy == 1 && !in.copied && !producer_copied) {
-        Buffer out = copy_import(kImport, in);
-        owner.reset();  // the copy needs the producer no longer
-        return out;
-    }
-    if (in.packed_lanes) return copy_import(kImport, in);
-    return wrap_import(kImport, in, std::move(owner), true);
-}
-
-void refuse_major(const char *entry, DLManagedTensorVersioned *m) {
-    DLPackVersion v = m->version;
-    if (m->deleter) m->deleter(m);
-    throw BufferError(std::string(entry) + "(): the tensor follows DLPack " + std::to_string(v.major) + "." +
-                      std::to_string(v.minor) + ", whose layout this version (1.x) cannot read; export it "
-                      "as DLPack 1.x");
+ImportCaller &python_imports() {
+    static PythonImports caller;
+    return caller;
 }
 
 namespace {
@@ -335,14 +297,16 @@ Buffer from_capsule(py::handle capsule, py::object producer, int copy, bool prod
         }
         DLImport in = check_import(kImport, m->dl_tensor, m->flags, m->version);
         PyCapsule_SetName(capsule.ptr(), kUsedDLTensorVersionedCapsule);
-        return adopt_import(in, import_owner(m, nullptr, std::move(producer)), copy, producer_copied);
+        return adopt_import(in, import_owner(m, nullptr, std::move(producer)), copy, producer_copied,
+                            python_imports());
     }
     if (n == kDLTensorCapsule) {
         auto *m = static_cast<DLManagedTensor *>(PyCapsule_GetPointer(capsule.ptr(), name));
         if (!m) throw py::error_already_set();
         DLImport in = check_import(kImport, m->dl_tensor, 0, DLPackVersion{0, 0});
         PyCapsule_SetName(capsule.ptr(), kUsedDLTensorCapsule);
-        return adopt_import(in, import_owner(nullptr, m, std::move(producer)), copy, producer_copied);
+        return adopt_import(in, import_owner(nullptr, m, std::move(producer)), copy, producer_copied,
+                            python_imports());
     }
     if (n == kUsedDLTensorCapsule || n == kUsedDLTensorVersionedCapsule)
         throw BufferError(std::string(kImport) + "(): the capsule was already consumed (named '" + n +
@@ -415,8 +379,7 @@ Buffer from_dlpack(py::handle obj, py::handle device, py::handle copy_arg) {
         if (is_buffer(obj)) {  // ours: the same storage (one residency state), or a copy
             Buffer &b = buffer_of(obj.ptr());
             if (copy != 1) return b.view();
-            run_lease(b, [&] { b.begin_host_read(); });
-            return b.copy(kImport);
+            return run_lease(b, [&] { return b.current_host_copy(kImport); });
         }
         if (PyCapsule_CheckExact(obj.ptr())) return from_capsule(obj, py::none(), copy);
         if (!py::hasattr(obj, "__dlpack__"))

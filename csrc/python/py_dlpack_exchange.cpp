@@ -18,7 +18,8 @@ constexpr const char *kAttribute = "__dlpack_c_exchange_api__";
 Buffer adopt_owned(const char *entry, DLManagedTensorVersioned *m, py::object producer, int copy) {
     if (m->version.major != kDLPackMajor) refuse_major(entry, m);
     std::shared_ptr<void> owner = import_owner(m, nullptr, std::move(producer));  // deletes it, however this ends
-    return adopt_import(check_import(entry, m->dl_tensor, m->flags, m->version), std::move(owner), copy);
+    return adopt_import(check_import(entry, m->dl_tensor, m->flags, m->version), std::move(owner), copy, false,
+                        python_imports());
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -54,23 +55,17 @@ int allocator(DLTensor *prototype, DLManagedTensorVersioned **out, void *error_c
 int from_py_object(void *py_object, DLManagedTensorVersioned **out) {
     return c_call([&] {
         Buffer &b = buffer_of(static_cast<PyObject *>(py_object));
-        // What __dlpack__() does: a writable lease unless the memory is read-only.
-        if (std::shared_ptr<CudaDevice> device = cuda_device_of(b)) {
-            py::gil_scoped_release nogil;
-            Buffer::DeviceView v = b.begin_device_use("__dlpack__", DeviceChoice{device, false, true}, !b.readonly());
+        std::shared_ptr<CudaDevice> cuda = cuda_device_of(b);
+        // What __dlpack__() does (the same lease), without a capsule: a host lease's mark stays.
+        Placement at = run_lease(b, [&] {
+            Placement p = lease_export(b, "__dlpack__", cuda);
             // "No sync" leaves ordering to the consumer, who knows its stream only as the
             // current one: our stream's work is finished before the tensor is handed over.
-            std::shared_ptr<CudaDevice> on = cuda_device_of(v, "__dlpack__");  // where the lease ended
-            on->synchronize();
-            *out = export_versioned(b, false, Placement{DLDevice{kDLCUDA, on->ordinal()},
-                                                        static_cast<uint8_t *>(v.native) + v.offset});
-            return 0;
-        }
-        run_lease(b, [&] {
-            if (b.readonly()) b.begin_host_read();
-            else b.begin_host_write("__dlpack__");
+            if (p.cuda) p.cuda->synchronize();
+            return p;
         });
-        *out = export_versioned(b, false);
+        at.lease = HostWriteLease();
+        *out = export_versioned(b, false, at);
         return 0;
     });
 }

@@ -16,13 +16,15 @@
 namespace hb {
 namespace py = pybind11;
 
-/// Runs a residency lease (b.begin_host_read() and the like). One that may move data runs
-/// without the GIL, so other Python threads go on during the copy.
+/// Runs a residency lease of `b` (b.lease_host(), b.current_host_copy() and the like) and
+/// returns what it returns. One that may move data runs without the GIL, so other Python
+/// threads go on during the copy; one that cannot (never on a device) keeps it: exports of
+/// small buffers are hot paths.
 template <typename F>
-void run_lease(const Buffer &b, F &&lease) {
+auto run_lease(const Buffer &b, F &&lease) -> decltype(lease()) {
     if (!b.may_hold_device_copy()) return lease();
     py::gil_scoped_release nogil;
-    lease();
+    return lease();
 }
 
 /// A tuple of Python ints: a shape, strides, mins (an Axes or a std::vector).
@@ -159,12 +161,9 @@ int tri_state(py::handle value, const char *entry);
 /// once, with the GIL, when the last buffer over it dies.
 std::shared_ptr<void> import_owner(DLManagedTensorVersioned *versioned, DLManagedTensor *legacy,
                                    py::object producer);
-/// DLPack's rule for a versioned tensor of another major version: another layout, of which only
-/// the deleter may be touched. Deletes the tensor, then throws BufferError naming `entry`.
-[[noreturn]] void refuse_major(const char *entry, DLManagedTensorVersioned *m);
-/// A buffer over a checked tensor: wrapped; or copied when `copy` is 1 (unless the producer
-/// copied it for us already) or the values are packed, releasing `owner`.
-Buffer adopt_import(const DLImport &in, std::shared_ptr<void> owner, int copy, bool producer_copied = false);
+/// What adopt_import() asks of the binding: the package's CUDA devices (cuda_device()), the
+/// GIL released for a step that may copy.
+ImportCaller &python_imports();
 /// halide_buffer.cuda.device(ordinal): the default device of that ordinal (DeviceError without
 /// CUDA). An ordinal this machine does not have is a BufferError naming `entry`, whose data
 /// (a tensor, a stream) named it.

@@ -191,7 +191,7 @@ py::object to_halide_object(py::handle self) {
     py::handle halide_buffer = halide_buffer_class(kToHalide);
     // Every refusal came first: the lease is the first change (a new hl.Buffer may be written on
     // the host before Halide marks anything).
-    run_lease(b, [&] { b.begin_host_write(kToHalide); });
+    run_lease(b, [&] { return b.lease_host(kToHalide, Access::write); });
     auto owned = std::make_unique<HalideLease>(b.view());
     HalideLease *lease = owned.get();
     py::capsule base(owned.release(), &end_lease);  // from here the capsule owns the lease

@@ -77,12 +77,10 @@ py::handle rebuild_function() {
 
 /// The elements as one dense run: the view itself, or a copy in its memory order.
 Buffer dense_source(Buffer &b, bool out_of_band) {
-    bool writer = out_of_band && !b.readonly() && b.is_dense();  // the consumer gets our writable memory
-    run_lease(b, [&] {
-        if (writer) b.begin_host_write("__reduce_ex__");
-        else b.begin_host_read();
-    });
-    return b.is_dense() ? b.view() : b.copy_keeping_layout("__reduce_ex__");
+    if (!b.is_dense()) return run_lease(b, [&] { return b.current_host_copy("__reduce_ex__", CopyLayout::same_order); });
+    // Out of band, the consumer gets our memory, writable unless it is read-only.
+    run_lease(b, [&] { return b.lease_host("__reduce_ex__", out_of_band ? Access::may_write : Access::read); });
+    return b.view();
 }
 
 py::tuple reduce_ex(py::handle self, int protocol) {
@@ -143,8 +141,7 @@ Buffer rebuild_shared(int fd, int64_t offset, py::handle dtype, py::handle shape
 
 Buffer copy_of_buffer(py::handle self) {
     Buffer &b = buffer_of(self.ptr());
-    run_lease(b, [&] { b.begin_host_read(); });
-    return b.copy_keeping_layout("__deepcopy__");
+    return run_lease(b, [&] { return b.current_host_copy("__deepcopy__", CopyLayout::same_order); });
 }
 
 /// A class whose objects belong to this process (a device's context and queue, a process's

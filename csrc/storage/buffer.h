@@ -53,6 +53,28 @@ private:
     uint64_t generation_ = 0;           ///< the storage's generation right after the lease
 };
 
+/// What a consumer handed a buffer's memory does with it, which picks its lease
+/// (Buffer::lease_host(), Buffer::lease_device()).
+enum class Access : uint8_t {
+    read,       ///< reads only: a read lease
+    write,      ///< writes: a write lease; ReadOnlyError over read-only memory
+    /// may write where the memory allows (DLPack, the CUDA array interface, an out-of-band
+    /// pickle): a write lease, or a read lease over read-only memory
+    may_write,
+};
+
+/// A host lease as handed out (Buffer::lease_host()).
+struct HostLease {
+    bool writable = false;  ///< a write lease: the consumer may write
+    HostWriteLease mark;    ///< a write lease's mark, for a consumer that may never come
+};
+
+/// How Buffer::current_host_copy() lays out its copy.
+enum class CopyLayout : uint8_t {
+    c_order,     ///< C-contiguous, mins 0 (copy())
+    same_order,  ///< dense in the view's memory order, with its mins (copy_keeping_layout())
+};
+
 /// The device an operation names: `device` is used when the buffer has no device copy yet;
 /// when it has one elsewhere, the call is refused if `required`, else it uses that one.
 struct DeviceChoice {
@@ -329,12 +351,12 @@ public:
     Buffer bits() const;  ///< same bytes as the unsigned integer of the same size
 
     /// A C-contiguous owned copy of the host elements (a new storage, host dirty). The caller
-    /// makes the host copy current first (begin_host_read()).
+    /// makes the host copy current first (current_host_copy() does both).
     Buffer copy(const char *entry) const;
 
     /// An owned copy laid out densely in this view's memory order (NumPy's order 'K'), with
     /// its mins: what copy.deepcopy() and pickling of a view with gaps make. The caller makes
-    /// the host copy current first.
+    /// the host copy current first (current_host_copy(), CopyLayout::same_order).
     Buffer copy_keeping_layout(const char *entry) const;
     /// Whether the elements fill [lowest address, lowest + nbytes) exactly, strides positive
     /// (any axis order): the bytes can travel as one run.
@@ -406,6 +428,28 @@ public:
     /// Lease for a device consumer: the device copy becomes current (as copy_to_device(on))
     /// and, for a writer of writable memory, device dirty.
     DeviceView begin_device_use(const char *entry, const DeviceChoice &on, bool write);
+    // The leases of consumers (leases.cpp): every export, pickle, copy and hand-over takes one
+    // of these, so each rule is written once. The bindings run them by run_lease()'s rule.
+    /// Whether a consumer doing `access` gets a write lease: for Access::write, and for
+    /// Access::may_write over writable memory.
+    bool lease_writes(Access access) const {
+        return access == Access::write || (access == Access::may_write && !readonly());
+    }
+    /// The lease of a host consumer: begin_host_write(entry) when lease_writes(access), else
+    /// begin_host_read() (whose download is copy_to_host()'s). Inline: on the small-object path
+    /// (np.asarray(b), memoryview(b)) it must cost what the lease alone costs.
+    HostLease lease_host(const char *entry, Access access) {
+        if (!lease_writes(access)) {
+            begin_host_read();
+            return HostLease{};
+        }
+        return HostLease{true, begin_host_write(entry)};
+    }
+    /// A copy of the current host data in a new storage: a host read lease, then copy() or
+    /// copy_keeping_layout() (`layout`). The one "lease, then copy".
+    Buffer current_host_copy(const char *entry, CopyLayout layout = CopyLayout::c_order);
+    /// The lease of a device consumer on `on`: begin_device_use(), writing as `access` says.
+    DeviceView lease_device(const char *entry, const DeviceChoice &on, Access access);
     /// False while the storage has never had a device copy: leases cannot move data (a hint
     /// read without the lock, so bindings keep the GIL for leases that cannot copy).
     bool may_hold_device_copy() const { return storage_->ever_on_device.load(std::memory_order_relaxed); }
