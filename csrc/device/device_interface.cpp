@@ -11,6 +11,7 @@
 #include <utility>
 #include <vector>
 
+#include "core/constants.h"
 #include "core/strided.h"
 #include "device/device.h"
 #include "device/device_copy.h"
@@ -145,9 +146,6 @@ Device *TargetDevice::current() { return t_target; }
 // ---------------------------------------------------------------------------------------------
 
 namespace {
-
-constexpr uint64_t kHostDirty = halide_buffer_flag_host_dirty;
-constexpr uint64_t kDeviceDirty = halide_buffer_flag_device_dirty;
 
 /// The elements both buffers cover (the overlap of their domains, at the same coordinates), in
 /// NumPy axis order, with where they start in each buffer (bytes from its element at host).
