@@ -8,6 +8,8 @@
 #include <cstring>
 #include <numeric>
 
+#include "core/layout.h"
+
 namespace hb {
 namespace {
 
@@ -91,17 +93,6 @@ void fill_axes(uint8_t *dst, const Folded &f, size_t axis, const uint8_t *patter
     for (int64_t i = 0; i < f.shape[axis]; ++i) fill_axes(dst + i * f.a[axis], f, axis + 1, pattern, item);
 }
 
-/// [lo, hi) of the bytes an array's elements occupy, relative to its element at index 0.
-std::pair<int64_t, int64_t> extent_of(const std::vector<int64_t> &strides, const std::vector<int64_t> &shape,
-                                      int64_t item) {
-    int64_t lo = 0, hi = item;
-    for (size_t i = 0; i < shape.size(); ++i) {
-        int64_t reach = (shape[i] - 1) * strides[i];
-        (reach < 0 ? lo : hi) += reach;
-    }
-    return {lo, hi};
-}
-
 }  // namespace
 
 void copy_strided(uint8_t *dst, const std::vector<int64_t> &dst_strides, const uint8_t *src,
@@ -121,8 +112,9 @@ bool ranges_overlap(const uint8_t *a, const std::vector<int64_t> &a_strides, con
                     const std::vector<int64_t> &b_strides, const std::vector<int64_t> &shape, int64_t itemsize) {
     for (int64_t n : shape)
         if (n == 0) return false;
-    auto [alo, ahi] = extent_of(a_strides, shape, itemsize);
-    auto [blo, bhi] = extent_of(b_strides, shape, itemsize);
+    int64_t alo, ahi, blo, bhi;  // arrays in memory: no overflow
+    byte_reach(shape, a_strides, itemsize, alo, ahi);
+    byte_reach(shape, b_strides, itemsize, blo, bhi);
     return a + alo < b + bhi && b + blo < a + ahi;
 }
 

@@ -8,6 +8,7 @@
 #include <memory>
 #include <new>
 
+#include "core/layout.h"
 #include "core/strided.h"
 
 namespace hb {
@@ -172,19 +173,20 @@ CopyPlan plan_region(const std::vector<int64_t> &shape, const std::vector<int64_
 
 DenseLayout dense_layout_like(const std::vector<int64_t> &shape, const std::vector<int64_t> &strides,
                               int64_t itemsize) {
-    std::vector<size_t> order(shape.size());
-    for (size_t i = 0; i < order.size(); ++i) order[i] = i;
+    size_t n = shape.size();
+    std::vector<size_t> order(n);  // innermost first
+    for (size_t i = 0; i < n; ++i) order[i] = i;
     std::stable_sort(order.begin(), order.end(),
                      [&](size_t a, size_t b) { return order_key(strides[a]) < order_key(strides[b]); });
     DenseLayout layout;
-    layout.strides.assign(shape.size(), 0);
-    int64_t step = itemsize;
-    for (size_t i : order) {
-        layout.strides[i] = strides[i] < 0 ? -step : step;
-        if (strides[i] < 0 && shape[i] > 0) layout.origin += (shape[i] - 1) * step;
-        step *= std::max<int64_t>(shape[i], 0);
+    layout.strides.assign(n, 0);
+    dense_strides_into(layout.strides.data(), shape.data(), n, itemsize, [&](size_t k) { return order[n - 1 - k]; });
+    for (size_t i = 0; i < n; ++i) {
+        if (strides[i] >= 0) continue;
+        if (shape[i] > 0) layout.origin += (shape[i] - 1) * layout.strides[i];
+        layout.strides[i] = -layout.strides[i];  // the axis runs backwards, as in `strides`
     }
-    layout.bytes = step;
+    layout.bytes = region_bytes(shape, itemsize);
     return layout;
 }
 
@@ -197,11 +199,7 @@ int64_t region_bytes(const std::vector<int64_t> &shape, int64_t itemsize) {
 ByteSpan region_span(const std::vector<int64_t> &shape, const std::vector<int64_t> &strides, int64_t itemsize) {
     ByteSpan span;
     if (region_bytes(shape, itemsize) == 0) return span;
-    for (size_t i = 0; i < shape.size(); ++i) {
-        int64_t reach = (shape[i] - 1) * strides[i];
-        (reach < 0 ? span.lo : span.hi) += reach;
-    }
-    span.hi += itemsize;
+    byte_reach(shape, strides, itemsize, span.lo, span.hi);  // a region of memory that exists: no overflow
     return span;
 }
 

@@ -11,6 +11,8 @@
 #include <utility>
 #include <vector>
 
+#include "core/constants.h"
+#include "core/layout.h"
 #include "core/strided.h"
 #include "device/device.h"
 #include "device/device_copy.h"
@@ -38,21 +40,15 @@ void record_transfer(Transfers *storage, Direction direction, int64_t bytes) {
 ByteSpan byte_span(const halide_buffer_t *buf) {
     ByteSpan span;
     int64_t item = element_bytes(buf);
-    std::vector<std::pair<int64_t, int64_t>> axes;  // (|stride| in bytes, extent) of axes > 1
+    Axes shape, strides;  // in bytes; the axis order does not matter here
     for (int i = 0; i < buf->dimensions; ++i) {
         const halide_dimension_t &d = buf->dim[i];
         if (d.extent <= 0) return span;  // no elements: an empty span
-        int64_t reach = int64_t(d.extent - 1) * d.stride * item;
-        (reach < 0 ? span.lo : span.hi) += reach;
-        if (d.extent > 1) axes.emplace_back(std::abs(int64_t(d.stride)) * item, d.extent);
+        shape.push_back(d.extent);
+        strides.push_back(int64_t(d.stride) * item);
     }
-    span.hi += item;
-    std::sort(axes.begin(), axes.end());
-    int64_t expected = item;
-    for (const auto &[stride, extent] : axes) {
-        if (stride != expected) span.dense = false;
-        expected = stride * extent;
-    }
+    byte_reach(shape, strides, item, span.lo, span.hi);  // memory that exists: no overflow
+    span.dense = is_dense(shape, strides, item);
     return span;
 }
 
@@ -145,9 +141,6 @@ Device *TargetDevice::current() { return t_target; }
 // ---------------------------------------------------------------------------------------------
 
 namespace {
-
-constexpr uint64_t kHostDirty = halide_buffer_flag_host_dirty;
-constexpr uint64_t kDeviceDirty = halide_buffer_flag_device_dirty;
 
 /// The elements both buffers cover (the overlap of their domains, at the same coordinates), in
 /// NumPy axis order, with where they start in each buffer (bytes from its element at host).

@@ -12,6 +12,7 @@
 #include "backends/device_cuda.h"
 #include "backends/opencl_api.h"
 #include "backends/opencl_context.h"
+#include "core/constants.h"
 #include "core/dtype.h"
 #include "core/errors.h"
 
@@ -49,9 +50,6 @@ void install_cuda_handlers(void *library) {
     if (set_release) set_release(pipeline_release_context);
     if (set_stream) set_stream(pipeline_get_stream);
 }
-
-/// More dimensions than any buffer of ours can have (DLPack imports stop at 64 too).
-constexpr int kMaxDimensions = 64;
 
 /// A C identifier: what Halide names a pipeline's functions with. Anything else (a NUL, which
 /// dlsym would cut the name at, a space, a path) could only find some other symbol.
@@ -124,9 +122,9 @@ void check_metadata(const std::string &path, const std::string &name, const hali
             if (a.dimensions != 0) throw bad("gives the scalar " + which + " " + std::to_string(a.dimensions) + " dimensions");
             continue;
         }
-        if (a.dimensions < 0 || a.dimensions > kMaxDimensions)
+        if (a.dimensions < 0 || a.dimensions > kMaxDims)
             throw bad("gives " + which + " " + std::to_string(a.dimensions) + " dimensions (0 to " +
-                      std::to_string(kMaxDimensions) + " are possible)");
+                      std::to_string(kMaxDims) + " are possible)");
         if (!dtype_by_halide(a.type))
             throw TypeError("aot.load(): " + path + ": " + which + " of " + name + " is a buffer of Halide type (code " +
                             std::to_string(a.type.code) + ", bits " + std::to_string(a.type.bits) + ", lanes " +

@@ -11,6 +11,7 @@
 #include "backends/opencl_context.h"
 #include "core/dtype.h"
 #include "core/errors.h"
+#include "core/text.h"
 #include "interop/cuda_interop.h"
 
 namespace hb {

@@ -6,6 +6,7 @@
 #include <functional>
 
 #include "core/errors.h"
+#include "core/layout.h"
 
 namespace hb {
 
@@ -49,13 +50,11 @@ Buffer wrap_cuda(const char *entry, const std::shared_ptr<CudaDevice> &device, u
                  std::shared_ptr<void> owner, cu::CUstream producer) {
     // The host copy mirrors the device memory's layout (one span, one copy each way): owned
     // bytes for the span, viewed with the producer's strides.
-    int64_t lo = 0, hi = dtype.itemsize, count = 1;
-    for (size_t i = 0; i < shape.size(); ++i) {
-        count *= shape[i];
-        int64_t reach = (shape[i] - 1) * strides[i];
-        (reach < 0 ? lo : hi) += reach;
-    }
+    int64_t lo, hi, count = 1;
+    for (int64_t n : shape) count *= n;
     if (count == 0) return Buffer::allocate(entry, shape, dtype);  // no elements, no memory to share
+    // Strides that overflow: Buffer::wrap() below refuses them (no span is needed for that).
+    if (!byte_reach(shape, strides, dtype.itemsize, lo, hi)) lo = hi = 0;
     Buffer bytes = Buffer::allocate(entry, {hi - lo}, *dtype_by_name("uint8"));
     Buffer out = Buffer::wrap(entry, bytes.data() - lo, shape, strides, dtype,
                               std::const_pointer_cast<void>(bytes.keep_alive()), false, false);

@@ -9,6 +9,7 @@
 #include <type_traits>
 
 #include "core/errors.h"
+#include "core/layout.h"
 #include "core/text.h"
 #include "interop/cuda_interop.h"
 
@@ -203,14 +204,7 @@ int64_t element_count(const std::string &where, const std::vector<int64_t> &shap
 /// The tensor's strides in elements: its own, or C-contiguous ones when it has none.
 std::vector<int64_t> element_strides(const DLTensor &t, const std::vector<int64_t> &shape) {
     if (t.strides) return std::vector<int64_t>(t.strides, t.strides + t.ndim);
-    std::vector<int64_t> strides(size_t(t.ndim));
-    int64_t s = 1;
-    for (int i = t.ndim; i-- > 0;) {
-        strides[size_t(i)] = s;
-        if (__builtin_mul_overflow(s, shape[size_t(i)] > 0 ? shape[size_t(i)] : 1, &s))
-            s = 0;  // past every element: a stride no element reaches with (the count is 0)
-    }
-    return strides;
+    return c_strides(shape, 1);  // 0 past an overflow: only an empty shape overflows
 }
 
 /// The bits every element reaches from the first: [lo, hi), each element `unit` bits wide.
@@ -223,16 +217,13 @@ void bit_reach(const std::string &where, DLImport &in, int64_t count, int64_t un
         bool steps = count > 0 && in.shape[i] > 1;
         if (!steps && __builtin_mul_overflow(in.strides[i], unit, &bits)) in.strides[i] = 0;
     }
-    lo = 0;
-    hi = count > 0 ? unit : 0;
-    for (size_t i = 0; count > 0 && i < in.shape.size(); ++i) {
-        int64_t reach;
-        if (__builtin_mul_overflow(in.shape[i] - 1, in.strides[i], &reach) ||
-            __builtin_mul_overflow(reach, unit, &reach) ||
-            __builtin_add_overflow(reach < 0 ? lo : hi, reach, reach < 0 ? &lo : &hi))
-            throw BufferError(where + "the strides reach beyond the address space; the producer sent a "
-                              "malformed tensor");
-    }
+    lo = hi = 0;
+    if (count == 0) return;
+    // In elements, then in bits: the bits' sums are the elements' times `unit`.
+    if (!byte_reach(in.shape, in.strides, 1, lo, hi) || __builtin_mul_overflow(lo, unit, &lo) ||
+        __builtin_mul_overflow(hi, unit, &hi))
+        throw BufferError(where + "the strides reach beyond the address space; the producer sent a "
+                          "malformed tensor");
 }
 
 /// The address of the tensor's first element (data plus byte_offset), checked so that every

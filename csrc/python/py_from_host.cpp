@@ -73,12 +73,13 @@ Exported from_buffer_protocol(py::handle obj) {
                         (view->format ? view->format : "B") + "' with itemsize " +
                         std::to_string(view->itemsize) + " is not supported; supported dtypes: " +
                         dtype_names());
-    // The exporter's own description, checked before it is read: at most 64 axes, and a shape
-    // for more than one (a 1-d buffer may leave it to len).
-    if (view->ndim < 0 || view->ndim > 64 || (view->ndim > 1 && !view->shape))
+    // The exporter's own description, checked before it is read: at most kMaxDims axes, and a
+    // shape for more than one (a 1-d buffer may leave it to len).
+    if (view->ndim < 0 || view->ndim > kMaxDims || (view->ndim > 1 && !view->shape))
         throw BufferError(std::string(kEntry) + "(): " + Py_TYPE(obj.ptr())->tp_name + "'s buffer has ndim " +
                           std::to_string(view->ndim) + (view->ndim > 1 ? " and no shape" : "") +
-                          "; the exporter is broken (0 to 64 axes, each with an extent)");
+                          "; the exporter is broken (0 to " + std::to_string(kMaxDims) +
+                          " axes, each with an extent)");
     Axes shape, strides;
     if (view->ndim == 1 && !view->shape) {
         shape = {int64_t(view->len / view->itemsize)};

@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include "core/errors.h"
+#include "core/text.h"
 #include "python/py_glue.h"
 
 namespace hb {

@@ -25,20 +25,11 @@ constexpr size_t kAlignment = 128;
 constexpr size_t kLargeBlock = size_t(4) << 20;  // NumPy's huge-page threshold
 /// Host blocks up to this size live in the storage's own allocation (see TailAllocator).
 constexpr size_t kSmallBlock = 256;
-constexpr int64_t kInt32Max = std::numeric_limits<int32_t>::max();
-constexpr int64_t kInt32Min = std::numeric_limits<int32_t>::min();
 
 /// "1 coordinate", "3 coordinates": a count and its noun, for messages.
 std::string counted(size_t n, const char *noun) {
     return std::to_string(n) + " " + noun + (n == 1 ? "" : "s");
 }
-
-/// Halide holds an axis's min and max (min + extent - 1) in int32s: does [min, min + extent) fit?
-bool coordinates_fit(int64_t min, int64_t extent) {
-    return min >= kInt32Min && min <= kInt32Max && (extent == 0 || min <= kInt32Max - (extent - 1));
-}
-
-constexpr const char *kInt32Coordinates = "Halide's int32 coordinates [-2**31, 2**31 - 1]";
 
 /// 0, 1, ..., n - 1: C order.
 std::vector<int> identity(size_t n) {
@@ -46,33 +37,6 @@ std::vector<int> identity(size_t n) {
     std::iota(axes.begin(), axes.end(), 0);
     return axes;
 }
-
-}  // namespace
-
-int64_t checked_count(const char *entry, const Axes &shape, int itemsize) {
-    if (shape.size() > size_t(kMaxDims))
-        throw ValueError(std::string(entry) + "(): " + str(int64_t(shape.size())) +
-                         " axes is more than the " + str(kMaxDims) + " supported; reshape the data");
-    int64_t count = 1;
-    for (int64_t n : shape) {
-        if (n < 0)
-            throw ValueError(std::string(entry) + "(): negative extent " + str(n) +
-                             "; every extent must be >= 0");
-        if (n > kInt32Max)
-            throw ValueError(std::string(entry) + "(): extent " + str(n) +
-                             " exceeds Halide's int32 limit (2**31 - 1); split the axis");
-        if (__builtin_mul_overflow(count, n, &count))
-            throw ValueError(std::string(entry) + "(): the shape has more than 2**63 elements; "
-                             "use a smaller shape");
-    }
-    int64_t bytes;
-    if (__builtin_mul_overflow(count, int64_t(itemsize), &bytes))
-        throw ValueError(std::string(entry) + "(): the shape needs more than 2**63 bytes; "
-                         "use a smaller shape");
-    return count;
-}
-
-namespace {
 
 /// MemoryError for an allocation the system refused, with what was asked for.
 MemoryError out_of_memory(const char *entry, const Axes &shape, const DType &dtype, size_t bytes) {
@@ -125,81 +89,6 @@ void normalize_strides(const char *entry, const Axes &shape,
                              " bytes exceeds Halide's int32 element strides; " + fix);
     }
 }
-
-}  // namespace
-
-bool byte_reach(const Axes &shape, const Axes &strides, int itemsize,
-                int64_t &lo, int64_t &hi) {
-    lo = 0;
-    hi = itemsize;
-    for (size_t i = 0; i < shape.size(); ++i) {
-        int64_t reach;
-        if (shape[i] > 1 && (__builtin_mul_overflow(shape[i] - 1, strides[i], &reach) ||
-                             __builtin_add_overflow(reach < 0 ? lo : hi, reach, reach < 0 ? &lo : &hi)))
-            return false;
-    }
-    return true;
-}
-
-std::string tuple_text(const Axes &values) {
-    std::string out = "(";
-    for (size_t i = 0; i < values.size(); ++i) out += (i ? ", " : "") + str(values[i]);
-    return out + (values.size() == 1 ? ",)" : ")");
-}
-
-namespace {
-
-/// Dense byte strides, the axis `axis_at(k)` k-th outermost in memory.
-template <typename AxisAt>
-Axes packed_strides(const Axes &shape, int itemsize, AxisAt axis_at) {
-    Axes strides(shape.size());
-    int64_t s = itemsize;
-    for (size_t k = shape.size(); k-- > 0;) {
-        size_t i = size_t(axis_at(k));
-        strides[i] = s;
-        // A shape too large for int64 strides is refused by whoever checks its count (an empty
-        // one has no element to step to): past the overflow, strides are 0, never undefined.
-        if (__builtin_mul_overflow(s, shape[i] > 0 ? shape[i] : 1, &s)) s = 0;
-    }
-    return strides;
-}
-
-}  // namespace
-
-Axes dense_strides(const Axes &shape, int itemsize, const std::vector<int> &order) {
-    return packed_strides(shape, itemsize, [&](size_t k) { return order[k]; });
-}
-
-Axes c_strides(const Axes &shape, int itemsize) {
-    return packed_strides(shape, itemsize, [](size_t k) { return k; });
-}
-
-Axes byte_strides(const Axes &element_strides, int itemsize) {
-    Axes bytes(element_strides.size());
-    for (size_t i = 0; i < bytes.size(); ++i) bytes[i] = element_strides[i] * itemsize;
-    return bytes;
-}
-
-std::vector<int> permutation(const char *entry, const char *what, const std::vector<int> &axes, int n,
-                             const char *fix) {
-    std::vector<int> out;
-    std::vector<bool> seen(size_t(n), false);
-    bool ok = axes.size() == size_t(n);
-    for (size_t i = 0; ok && i < axes.size(); ++i) {
-        int64_t a = axes[i] < 0 ? int64_t(axes[i]) + n : axes[i];
-        ok = a >= 0 && a < n && !seen[size_t(a)];
-        if (ok) {
-            seen[size_t(a)] = true;
-            out.push_back(int(a));
-        }
-    }
-    if (!ok)
-        throw ValueError(std::string(entry) + "(): " + what + " must be a permutation of " +
-                         (n ? "0.." + str(n - 1) : std::string("no axes, ()")) + "; " + fix);
-    return out;
-}
-
-namespace {
 
 /// Asks the kernel for transparent huge pages on a large block, as NumPy does: where THP is
 /// "madvise" only, 4 KiB pages make every bulk copy through the block (a device upload, a
@@ -381,7 +270,7 @@ Buffer Buffer::adopt_storage(std::shared_ptr<Storage> storage, const DType &dtyp
         *dims++ = halide_dimension_t{0, int32_t(shape[i]), int32_t(strides[i] / unit), 0};
     s.root.host = data;
     s.root.type = bytes ? halide_type_t{halide_type_uint, 8, 1} : dtype.halide;
-    s.root.flags = halide_buffer_flag_host_dirty;
+    s.root.flags = kHostDirty;
 
     Buffer b;
     b.storage_ = std::move(storage);
@@ -403,46 +292,11 @@ int64_t Buffer::size() const {
     return n;
 }
 
-bool Buffer::is_c_contiguous() const {
-    int64_t expected = dtype_->itemsize;
-    for (size_t i = shape_.size(); i-- > 0;) {
-        if (shape_[i] == 0) return true;
-        if (shape_[i] != 1 && strides_[i] != expected) return false;
-        expected *= shape_[i];
-    }
-    return true;
-}
-
-bool Buffer::is_f_contiguous() const {
-    int64_t expected = dtype_->itemsize;
-    for (size_t i = 0; i < shape_.size(); ++i) {
-        if (shape_[i] == 0) return true;
-        if (shape_[i] != 1 && strides_[i] != expected) return false;
-        expected *= shape_[i];
-    }
-    return true;
-}
-
-std::vector<int> Buffer::memory_order() const {
-    std::vector<int> order = identity(shape_.size());
-    auto magnitude = [&](int axis) { return strides_[size_t(axis)] < 0 ? -strides_[size_t(axis)] : strides_[size_t(axis)]; };
-    std::stable_sort(order.begin(), order.end(), [&](int a, int b) { return magnitude(a) > magnitude(b); });
-    return order;
-}
-
 bool Buffer::contains(const Axes &coords) const {
     check_per_axis("contains", "coordinate", coords.size(), "pass one per axis, as in b.contains(*b.mins)");
     for (size_t i = 0; i < coords.size(); ++i)
         if (coords[i] < mins_[i] || coords[i] >= mins_[i] + shape_[i]) return false;
     return true;
-}
-
-void check_mins(const char *entry, const Axes &shape, const Axes &mins) {
-    for (size_t i = 0; i < mins.size(); ++i)
-        if (!coordinates_fit(mins[i], shape[i]))
-            throw ValueError(std::string(entry) + "(): min " + str(mins[i]) + " of axis " + str(int64_t(i)) +
-                             " (extent " + str(shape[i]) + ") leaves " + kInt32Coordinates +
-                             "; pass mins with min + extent - 1 inside them");
 }
 
 void Buffer::set_min(const Axes &mins) {
@@ -664,16 +518,9 @@ Buffer Buffer::copy_keeping_layout(const char *entry) const {
 
 bool Buffer::is_dense() const {
     if (size() == 0) return true;
-    std::vector<size_t> axes;  // the axes that address memory, innermost first
     for (size_t i = 0; i < shape_.size(); ++i)
-        if (shape_[i] > 1) axes.push_back(i);
-    std::sort(axes.begin(), axes.end(), [&](size_t a, size_t b) { return strides_[a] < strides_[b]; });
-    int64_t expected = dtype_->itemsize;
-    for (size_t axis : axes) {
-        if (strides_[axis] != expected) return false;
-        expected *= shape_[axis];
-    }
-    return true;
+        if (shape_[i] > 1 && strides_[i] < 0) return false;  // one run, but not in element order
+    return hb::is_dense(shape_, strides_, dtype_->itemsize);
 }
 
 Buffer Buffer::dense_bytes(const char *entry) const {

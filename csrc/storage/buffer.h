@@ -15,6 +15,7 @@
 #include "abi/halide_abi.h"
 #include "core/axes.h"
 #include "core/dtype.h"
+#include "core/layout.h"
 #include "core/live_counts.h"
 #include "device/device.h"
 #include "device/device_interface.h"
@@ -212,33 +213,6 @@ struct RawView {
 using LockWaiter = void (*)(std::unique_lock<std::mutex> &);
 void set_lock_waiter(LockWaiter waiter);
 
-/// The most axes a buffer has (NumPy's limit).
-constexpr int kMaxDims = 64;
-
-/// Byte strides of a dense array of this shape whose axes lie in memory in `order`, outermost
-/// first (a permutation of 0..ndim-1; c_strides() is 0, 1, ..., ndim-1).
-Axes dense_strides(const Axes &shape, int itemsize, const std::vector<int> &order);
-/// Byte strides of a C-contiguous array of this shape.
-Axes c_strides(const Axes &shape, int itemsize);
-/// Strides in elements as byte strides (each times `itemsize`).
-Axes byte_strides(const Axes &element_strides, int itemsize);
-/// `axes` as a permutation of 0..n-1 (negative axes count from the end), or ValueError
-/// "<entry>(): <what> must be a permutation of ...; <fix>".
-std::vector<int> permutation(const char *entry, const char *what, const std::vector<int> &axes, int n,
-                             const char *fix);
-/// Element count of a shape, refusing (ValueError naming `entry`) anything Halide or a 64-bit
-/// address cannot describe: more than 64 axes, negative or int32-overflowing extents, 2**63 bytes.
-int64_t checked_count(const char *entry, const Axes &shape, int itemsize);
-/// ValueError naming `entry` unless every axis's [min, min + extent) fits Halide's int32
-/// coordinates (one min per axis).
-void check_mins(const char *entry, const Axes &shape, const Axes &mins);
-/// The bytes the elements of a non-empty array reach, relative to its element at index 0:
-/// [lo, hi). False when that overflows int64.
-bool byte_reach(const Axes &shape, const Axes &strides, int itemsize,
-                int64_t &lo, int64_t &hi);
-/// A shape or mins as Python writes a tuple, for messages: "(480, 640)", "(3,)".
-std::string tuple_text(const Axes &values);
-
 /// One axis of an index expression, already normalised to positions by the caller.
 struct AxisIndex {
     bool keep;       ///< false: an integer index (the axis disappears); true: a slice
@@ -300,10 +274,10 @@ public:
     int64_t size() const;
     int64_t nbytes() const { return size() * dtype_->itemsize; }
     uint8_t *data() const { return data_; }  ///< element at index 0 of every axis
-    bool is_c_contiguous() const;
-    bool is_f_contiguous() const;
-    /// The axes from outermost to innermost in memory: by decreasing |stride|, ties in axis order.
-    std::vector<int> memory_order() const;
+    bool is_c_contiguous() const { return is_contiguous(shape_, strides_, dtype_->itemsize, Order::C); }
+    bool is_f_contiguous() const { return is_contiguous(shape_, strides_, dtype_->itemsize, Order::F); }
+    /// The axes from outermost to innermost in memory (hb::memory_order()).
+    std::vector<int> memory_order() const { return hb::memory_order(strides_); }
     /// Whether these Halide coordinates (one per axis) lie inside [min, min + extent) on every axis.
     bool contains(const Axes &coords) const;
     /// Gives this view other mins (one per axis), in place: the elements stay. Takes the storage's

@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "core/constants.h"
 #include "core/errors.h"
 #include "core/strided.h"
 #include "storage/buffer.h"
@@ -17,9 +18,6 @@
 
 namespace hb {
 namespace {
-
-constexpr uint64_t kHostDirty = halide_buffer_flag_host_dirty;
-constexpr uint64_t kDeviceDirty = halide_buffer_flag_device_dirty;
 
 /// Our backend holds the storage's device copy (not a pipeline runtime's), so its data
 /// primitives can reach parts of it.

@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include "core/errors.h"
+#include "core/text.h"
 #include "storage/buffer.h"
 #include "storage/storage_op.h"
 

@@ -10,14 +10,12 @@
 #include <string>
 #include <utility>
 
+#include "core/constants.h"
 #include "core/errors.h"
 #include "storage/buffer.h"
 #include "storage/storage_op.h"
 
 namespace hb {
-
-constexpr uint64_t kHostDirty = halide_buffer_flag_host_dirty;
-constexpr uint64_t kDeviceDirty = halide_buffer_flag_device_dirty;
 
 namespace {
 

@@ -1,0 +1,135 @@
+// layout.h: the rules of a strided layout, each in one place: what a shape may be, the bytes a
+// layout reaches, the strides of a dense layout in any axis order, contiguity, Halide's
+// coordinate limits. Shapes in NumPy axis order (axis 0 outermost), strides in bytes (any sign)
+// unless said otherwise. The rules the small-object path (Buffer(), b[1:3], from_host) runs per
+// axis are inline.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <vector>
+
+#include "core/axes.h"
+#include "core/constants.h"
+
+namespace hb {
+
+// --- what a geometry may be -------------------------------------------------------------------
+
+/// Halide holds an axis's min and max (min + extent - 1) in int32s: does [min, min + extent) fit?
+inline bool coordinates_fit(int64_t min, int64_t extent) {
+    return min >= kInt32Min && min <= kInt32Max && (extent == 0 || min <= kInt32Max - (extent - 1));
+}
+/// Those coordinates, for messages.
+constexpr const char *kInt32Coordinates = "Halide's int32 coordinates [-2**31, 2**31 - 1]";
+
+/// Element count of a shape, refusing (ValueError naming `entry`) anything Halide or a 64-bit
+/// address cannot describe: more than kMaxDims axes, negative or int32-overflowing extents,
+/// 2**63 bytes.
+int64_t checked_count(const char *entry, const Axes &shape, int64_t itemsize);
+/// ValueError naming `entry` unless every axis's [min, min + extent) fits Halide's int32
+/// coordinates (one min per axis).
+void check_mins(const char *entry, const Axes &shape, const Axes &mins);
+/// `axes` as a permutation of 0..n-1 (negative axes count from the end), or ValueError
+/// "<entry>(): <what> must be a permutation of ...; <fix>".
+std::vector<int> permutation(const char *entry, const char *what, const std::vector<int> &axes, int n,
+                             const char *fix);
+
+// --- reach ------------------------------------------------------------------------------------
+
+/// The bytes the elements of a non-empty layout of `n` axes reach, relative to its element at
+/// index 0: [lo, hi). False when that overflows int64 (lo and hi are then meaningless). The
+/// caller rules out empty layouts: an axis of extent 0 or 1 never steps.
+inline bool byte_reach(const int64_t *shape, const int64_t *strides, size_t n, int64_t itemsize,
+                       int64_t &lo, int64_t &hi) {
+    lo = 0;
+    hi = itemsize;
+    for (size_t i = 0; i < n; ++i) {
+        int64_t reach;
+        if (shape[i] > 1 && (__builtin_mul_overflow(shape[i] - 1, strides[i], &reach) ||
+                             __builtin_add_overflow(reach < 0 ? lo : hi, reach, reach < 0 ? &lo : &hi)))
+            return false;
+    }
+    return true;
+}
+inline bool byte_reach(const Axes &shape, const Axes &strides, int64_t itemsize, int64_t &lo, int64_t &hi) {
+    return byte_reach(shape.data(), strides.data(), shape.size(), itemsize, lo, hi);
+}
+inline bool byte_reach(const std::vector<int64_t> &shape, const std::vector<int64_t> &strides, int64_t itemsize,
+                       int64_t &lo, int64_t &hi) {
+    return byte_reach(shape.data(), strides.data(), shape.size(), itemsize, lo, hi);
+}
+
+// --- dense layouts ----------------------------------------------------------------------------
+// One convention for an axis order: axis_at(k) is the k-th axis from the outermost in memory
+// (C order: k itself; F order: n - 1 - k), and the rules walk it from the innermost out.
+
+/// Writes to `out` the strides of a dense layout of `shape` (`n` axes) in the order `axis_at`
+/// gives: each axis's stride is the itemsize times the extents of the axes inside it. A shape
+/// too large for int64 strides is refused by whoever checks its count (an empty one has no
+/// element to step to): past the overflow, strides are 0, never undefined.
+template <typename AxisAt>
+inline void dense_strides_into(int64_t *out, const int64_t *shape, size_t n, int64_t itemsize, AxisAt axis_at) {
+    int64_t s = itemsize;
+    for (size_t k = n; k-- > 0;) {
+        size_t i = size_t(axis_at(k));
+        out[i] = s;
+        if (__builtin_mul_overflow(s, shape[i] > 0 ? shape[i] : 1, &s)) s = 0;
+    }
+}
+/// Strides of a dense layout of this shape whose axes lie in memory in `order`, outermost first
+/// (a permutation of 0..ndim-1; c_strides() is 0, 1, ..., ndim-1).
+inline Axes dense_strides(const Axes &shape, int64_t itemsize, const std::vector<int> &order) {
+    Axes strides(shape.size());
+    dense_strides_into(strides.data(), shape.data(), shape.size(), itemsize, [&](size_t k) { return order[k]; });
+    return strides;
+}
+/// Strides of a C-contiguous layout of this shape (in elements for an itemsize of 1).
+inline Axes c_strides(const Axes &shape, int64_t itemsize) {
+    Axes strides(shape.size());
+    dense_strides_into(strides.data(), shape.data(), shape.size(), itemsize, [](size_t k) { return k; });
+    return strides;
+}
+inline std::vector<int64_t> c_strides(const std::vector<int64_t> &shape, int64_t itemsize) {
+    std::vector<int64_t> strides(shape.size());
+    dense_strides_into(strides.data(), shape.data(), shape.size(), itemsize, [](size_t k) { return k; });
+    return strides;
+}
+/// Strides in elements as byte strides (each times `itemsize`).
+Axes byte_strides(const Axes &element_strides, int64_t itemsize);
+
+/// The one rule of contiguity, in any order: walking the axes from the innermost out (axis_at as
+/// above), each axis that steps (extent > 1) has the stride of a dense layout, the itemsize times
+/// the extents inside it; reaching an axis of extent 0 ends the walk (no element is addressed).
+template <typename AxisAt>
+inline bool dense_in_order(const int64_t *shape, const int64_t *strides, size_t n, int64_t itemsize,
+                           AxisAt axis_at) {
+    int64_t expected = itemsize;
+    for (size_t k = n; k-- > 0;) {
+        size_t i = size_t(axis_at(k));
+        if (shape[i] == 0) return true;
+        if (shape[i] != 1 && strides[i] != expected) return false;
+        expected *= shape[i];
+    }
+    return true;
+}
+
+/// NumPy's two named orders of a dense layout.
+enum class Order : uint8_t {
+    C,  ///< the last axis innermost
+    F,  ///< the first axis innermost (Fortran's)
+};
+/// Whether a layout is contiguous in `order`, as NumPy's flags say it (axes of extent 1 may
+/// have any stride).
+inline bool is_contiguous(const Axes &shape, const Axes &strides, int64_t itemsize, Order order) {
+    size_t n = shape.size();
+    if (order == Order::C) return dense_in_order(shape.data(), strides.data(), n, itemsize, [](size_t k) { return k; });
+    return dense_in_order(shape.data(), strides.data(), n, itemsize, [n](size_t k) { return n - 1 - k; });
+}
+/// The axes from outermost to innermost in memory: by decreasing |stride|, ties in axis order.
+std::vector<int> memory_order(const Axes &strides);
+/// Whether the elements fill one run of bytes exactly, in some axis order (memory_order()) and
+/// whatever the signs of the strides: contiguous in that order, by |stride|. True when empty.
+bool is_dense(const Axes &shape, const Axes &strides, int64_t itemsize);
+
+}  // namespace hb
