@@ -137,7 +137,7 @@ struct DevicePlace {
 };
 /// How a backend finds it (its impl table knows where it keeps the allocation).
 using PlaceOf = DevicePlace (*)(const halide_buffer_t *buf);
-/// Halide's impl-table buffer_copy for our backend of interface `ours`: copies the elements both
+/// Halide's impl-table buffer_copy for our backend of interface `ours` (buffer_copy.cpp): copies the elements both
 /// buffers cover (the overlap of their domains, at the same coordinates) from src's current copy
 /// to dst's device memory (dst_interface set: ours) or host memory (null), through the Device
 /// data primitives: device to device without the host where the memories are shared. Its

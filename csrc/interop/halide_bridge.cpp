@@ -3,7 +3,7 @@
 // An hl.Buffer (Halide::Buffer, Python's halide.Buffer) owns its host memory and a
 // halide_buffer_t that Halide's JIT runtime reads and writes: the device allocation it makes
 // for the buffer and the dirty flags live there. Buffer::from_halide() wraps that host memory
-// and binds the struct to the new storage (Storage::bound, residency.cpp): it is published for
+// and binds the struct to the new storage (Storage::bound, raw_views.cpp): it is published for
 // the storage's whole life, its residency fields taken in before every operation and written
 // back after it, so the hl.Buffer and every view of the storage are one state. The storage
 // keeps the struct's owner, hence the struct, alive. A struct already bound to a live storage

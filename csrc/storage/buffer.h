@@ -123,7 +123,7 @@ public:
     Storage &operator=(const Storage &) = delete;
     ~Storage();
 
-    // The rules (residency.cpp); the caller holds `mutex`.
+    // The rules (residency.cpp; taking in and publishing views: raw_views.cpp); the caller holds `mutex`.
     uint64_t effective_flags() const;
     /// Takes in what foreign code wrote into published views: flags, device memory.
     void absorb_raw_views();
@@ -160,7 +160,7 @@ public:
     void publish_all();
 };
 
-/// A view's halide_buffer_t handed to foreign code (see Buffer::raw()).
+/// A view's halide_buffer_t handed to foreign code (see Buffer::raw(); raw_views.cpp).
 struct RawView {
     halide_buffer_t buf{};
     std::vector<halide_dimension_t> dims;
@@ -186,7 +186,7 @@ struct RawView {
 };
 
 /// How a residency operation waits for a storage's lock someone else holds (the bindings let
-/// other Python threads run meanwhile). The default just waits.
+/// other Python threads run meanwhile; storage_op.cpp). The default just waits.
 using LockWaiter = void (*)(std::unique_lock<std::mutex> &);
 void set_lock_waiter(LockWaiter waiter);
 
@@ -504,10 +504,10 @@ private:
     /// Publishes `view` for `shown_as` and the pipeline call running now (TargetDevice).
     void publish_for_call(RawView &view, const halide_device_interface_t *shown_as);
     /// Makes `external` (describing exactly this view of a new storage) the storage's bound
-    /// view, taking in its residency state (residency.cpp).
+    /// view, taking in its residency state (raw_views.cpp).
     void bind(halide_buffer_t *external);
     /// The halide_buffer_t the storage is bound to, after taking in what changed there; null
-    /// when none, or no longer (residency.cpp).
+    /// when none, or no longer (raw_views.cpp).
     const halide_buffer_t *bound_struct();
     /// allocate() with the strides of a dense layout of `shape` (dense_strides()).
     static Buffer allocate_packed(const char *entry, Axes shape, const DType &dtype,
