@@ -43,12 +43,12 @@ Box common_box(const halide_buffer_t *src, const halide_buffer_t *dst) {
 
 /// Whether a buffer of ours has a current device copy: neither the buffer (a view whose flags
 /// Halide may have changed since) nor its storage says the host copy is newer.
-bool device_current(const halide_buffer_t *buf, const DevicePlace &place) {
+bool current_on_device(const halide_buffer_t *buf, const DevicePlace &place) {
     return !(buf->flags & kHostDirty) && !(place.root->flags & kHostDirty);
 }
 
 /// Whether a buffer has a current host copy (Halide's rule, and our storage's where it is ours).
-bool host_current(const halide_buffer_t *buf, const DevicePlace &place) {
+bool current_on_host(const halide_buffer_t *buf, const DevicePlace &place) {
     if (!buf->host) return false;
     if (!buf->device_interface) return true;
     return !(buf->flags & kDeviceDirty) && !(place.root && (place.root->flags & kDeviceDirty));
@@ -107,7 +107,7 @@ int move(const End &from, const End &to, const Box &box) {
 /// device write next to a stale rest, then called newer, would bring that rest home later.
 bool target_end(const halide_buffer_t *dst, const DevicePlace &place, bool to_device, const Box &box, End &to,
                 bool &upload) {
-    upload = to_device && !device_current(dst, place);
+    upload = to_device && !current_on_device(dst, place);
     if (to_device && !upload) {
         to = on_device(place, box, box.dst_offset, box.dst_strides);
         return true;
@@ -120,14 +120,14 @@ bool target_end(const halide_buffer_t *dst, const DevicePlace &place, bool to_de
 /// device copy when current and beside a device target, else whichever copy is current, the
 /// host's first.
 bool source_end(const halide_buffer_t *src, const DevicePlace &place, const End &to, const Box &box, End &from) {
-    bool on_device_current = place.root && device_current(src, place);
-    bool beside = on_device_current && to.device && to.device->shares_memory_with(*place.device);
-    if (beside || (on_device_current && !host_current(src, place))) {
+    bool device_copy_current = place.root && current_on_device(src, place);
+    bool beside = device_copy_current && to.device && to.device->shares_memory_with(*place.device);
+    if (beside || (device_copy_current && !current_on_host(src, place))) {
         from = on_device(place, box, box.src_offset, box.src_strides);
         return true;
     }
     from = on_host(src, box.src_offset, box.src_strides);
-    return host_current(src, place);
+    return current_on_host(src, place);
 }
 
 }  // namespace
@@ -149,7 +149,7 @@ int backend_buffer_copy(const halide_device_interface_t *ours, PlaceOf place_of,
     if (!source_end(src, src_place, to, box, from)) return halide_error::incompatible_device_interface;
     // To the host of a buffer of ours whose device copy is the newer one: its storage comes home
     // first, as Halide will call the host copy the newer one.
-    if (!dst_interface && dst_place.root && !host_current(dst, dst_place)) {
+    if (!dst_interface && dst_place.root && !current_on_host(dst, dst_place)) {
         if (int rc = dst->device_interface->impl->copy_to_host(uc, dst)) return rc;
     }
     int rc = move(from, to, box);

@@ -113,7 +113,7 @@ std::string size_text(uint64_t bytes) {
     return std::to_string(bytes) + " " + units[unit];
 }
 
-int fail(int halide_code, int code, std::string name, std::string what) {
+int record_failure(int halide_code, int code, std::string name, std::string what) {
     DeviceFailure &f = last_failure();
     f.code = code;
     f.name = std::move(name);

@@ -151,7 +151,7 @@ int backend_buffer_copy(const halide_device_interface_t *ours, PlaceOf place_of,
 std::string size_text(uint64_t bytes);
 /// Records a driver's failure for the caller (code, its name, what failed and the fix) and
 /// returns Halide's code.
-int fail(int halide_code, int code, std::string name, std::string what);
+int record_failure(int halide_code, int code, std::string name, std::string what);
 /// Bytes per element of a halide_buffer_t's type.
 inline int64_t element_bytes(const halide_buffer_t *buf) {
     return (int64_t(buf->type.bits) + 7) / 8 * (buf->type.lanes ? buf->type.lanes : 1);

@@ -175,7 +175,7 @@ void Buffer::unbind_halide(const char *entry, std::unique_ptr<RawView> view) {
 }
 
 std::shared_ptr<void> Buffer::halide_owner() {
-    if (!storage_->bound || !covers_whole_storage() || !bound_struct()) return nullptr;
+    if (!storage_->bound || !view_covers_root() || !bound_struct()) return nullptr;
     return storage_->owner;
 }
 

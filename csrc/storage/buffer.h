@@ -132,7 +132,7 @@ public:
     bool bring_home(RawView &r);  ///< a pipeline's allocation for part of the storage
     int copy_root_home();        ///< the interface's copy_to_host on the root; Halide's code
     void download(const char *entry);
-    void allocate(const char *entry, const DeviceChoice &on);
+    void allocate_device(const char *entry, const DeviceChoice &on);  ///< device memory on `on`, if none yet
     void upload(const char *entry, const DeviceChoice &on);
     std::shared_ptr<void> free_device(const char *entry);
     void adopt_allocation();     ///< our new allocation: its copies move and count this storage
@@ -498,7 +498,7 @@ private:
     Buffer unshaped_view() const;
     /// The view's halide_buffer_t would show the storage's whole root: the same elements at the
     /// same addresses, whatever its mins.
-    bool covers_whole_storage() const;
+    bool view_covers_root() const;
     /// A new halide_buffer_t describing this view (raw()'s and lend()'s), registered with the storage.
     std::unique_ptr<RawView> new_raw_view() const;
     /// Publishes `view` for `shown_as` and the pipeline call running now (TargetDevice).

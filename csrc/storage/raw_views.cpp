@@ -40,7 +40,7 @@ bool forward(const halide_buffer_t &view) {
 /// output at mins): a pipeline's allocation for it covers the storage, and our device copy of
 /// the storage is the whole of its memory (device memory mirrors host memory; coordinates name
 /// its elements, they do not move them).
-bool covers_storage(const halide_buffer_t &view, const halide_buffer_t &root) { return same_memory(view, root); }
+bool raw_covers_root(const halide_buffer_t &view, const halide_buffer_t &root) { return same_memory(view, root); }
 
 /// The bytes of a view's elements (what a runtime's copy of them moves).
 int64_t element_bytes(const halide_buffer_t &buf) {
@@ -66,7 +66,7 @@ void Storage::absorb(RawView &r) {
     if (r.buf.device != r.published_device) {
         if (!r.buf.device) {
             let_go(r);
-        } else if (!root.device && covers_storage(r.buf, root)) {
+        } else if (!root.device && raw_covers_root(r.buf, root)) {
             // A pipeline's runtime allocated the whole storage: its allocation becomes ours to track.
             root.device = r.published_device = r.buf.device;
             root.device_interface = r.buf.device_interface;
@@ -140,7 +140,7 @@ void Storage::publish(RawView &r, bool may_copy) {
     uint64_t device_field = 0;
     const halide_device_interface_t *interface = nullptr;
     if (root.device && device_ownership == DeviceOwnership::foreign) {
-        if (covers_storage(r.buf, root)) {
+        if (raw_covers_root(r.buf, root)) {
             device_field = root.device;
             interface = root.device_interface;
         } else if (may_copy) {
@@ -150,7 +150,7 @@ void Storage::publish(RawView &r, bool may_copy) {
         device_field = device->view_field(root, r.buf.host - root.host, r.handle);
         if (device_field) interface = root.device_interface;
         if (device_field && r.shown_as) {
-            if (covers_storage(r.buf, root) || part_in_place(*device, r.buf.host - root.host, forward(r.buf))) {
+            if (raw_covers_root(r.buf, root) || part_in_place(*device, r.buf.host - root.host, forward(r.buf))) {
                 interface = r.shown_as;  // the runtime computes in our memory as it is
             } else {
                 // A part of the storage: the pipeline's runtime cannot take our interface, so it
@@ -228,7 +228,7 @@ void Buffer::expect_overwrite(RawView &view) {
     // go up first (a runtime's allocation for it comes home whole, the bytes between its
     // elements included).
     bool in_current_copy = buf.device && !(storage_->root.flags & kHostDirty);
-    if (!covers_storage(buf, storage_->root) && !in_current_copy) return;
+    if (!raw_covers_root(buf, storage_->root) && !in_current_copy) return;
     buf.flags &= ~kHostDirty;
     view.published = buf.flags;  // not news to take in: the storage's own flags stay as they are
 }

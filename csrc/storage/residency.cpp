@@ -63,7 +63,7 @@ void Storage::download(const char *entry) {
     check(copy_root_home(), entry, "copying to the host");
 }
 
-void Storage::allocate(const char *entry, const DeviceChoice &on) {
+void Storage::allocate_device(const char *entry, const DeviceChoice &on) {
     if (root.device) {
         if (on.required && on.device != device && device && on.device->take_over(root, *device)) {
             device = on.device;  // the same memory, used from another stream from now on
@@ -93,7 +93,7 @@ void Storage::allocate(const char *entry, const DeviceChoice &on) {
 }
 
 void Storage::upload(const char *entry, const DeviceChoice &on) {
-    allocate(entry, on);
+    allocate_device(entry, on);
     uint64_t flags = effective_flags();
     if (!(flags & kHostDirty)) return;
     root.flags = flags;
@@ -242,7 +242,7 @@ void Buffer::copy_to_device(const DeviceChoice &on) {
 
 void Buffer::device_malloc(const DeviceChoice &on) {
     StorageOp op(*storage_);
-    storage_->allocate("device_malloc", on);
+    storage_->allocate_device("device_malloc", on);
 }
 
 void Buffer::device_free() {
@@ -389,8 +389,8 @@ void Buffer::prepare_for_pipeline(const char *entry, const halide_device_interfa
     if (s.root.device && s.root.device_interface != interface) op.defer(s.free_device(entry));
 }
 
-bool Buffer::covers_whole_storage() const {
-    // covers_storage() of the halide_buffer_t raw() would publish (axes reversed, strides in
+bool Buffer::view_covers_root() const {
+    // raw_covers_root() of the halide_buffer_t raw() would publish (axes reversed, strides in
     // elements): mins aside.
     const halide_buffer_t &root = storage_->root;
     int n = ndim();
@@ -412,7 +412,7 @@ void Buffer::prepare_for_pipeline(const char *entry, const halide_device_interfa
         throw read_only_output(entry);
     StorageOp op(*storage_);
     Storage &s = *storage_;
-    bool whole = covers_whole_storage();
+    bool whole = view_covers_root();
     bool forward = std::all_of(strides_.begin(), strides_.end(), [](int64_t stride) { return stride >= 0; });
     bool in_place = whole || s.part_in_place(*device, data_ - s.root.host, forward);
     if (!in_place || s.bound || size() == 0) {
@@ -438,7 +438,7 @@ void Buffer::prepare_for_pipeline(const char *entry, const halide_device_interfa
     // An output covering its storage is overwritten whole: allocated. A part computed in place
     // needs the rest of the storage current on the device too (the call leaves all of it device
     // dirty): uploaded, as an input is.
-    output && whole ? s.allocate(entry, on) : s.upload(entry, on);
+    output && whole ? s.allocate_device(entry, on) : s.upload(entry, on);
 }
 
 }  // namespace hb
