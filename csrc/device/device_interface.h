@@ -65,6 +65,13 @@ enum class Lifetime : uint8_t {
     owned,     ///< ours: created here, or retained by us (OpenCL's finish_wrap)
 };
 
+/// How far a device allocation is in its life (the diagram below); each step is one method.
+enum class AllocationStage : uint8_t {
+    in_use,   ///< its buffer's: ended by its device_free or detach_native
+    lent,     ///< lend(): a consumer holds a raw pointer into it, so it ends no earlier than its storage
+    retired,  ///< retire(): lent, and its buffer let go; ended when its storage dies (Storage::lent_memory)
+};
+
 /// One device allocation, shared by the handles (OpenCL) or halide_buffer_t's (CUDA: through
 /// their `padding` field) that point into it. Its life (docs/architecture.md, "Device memory"):
 ///
@@ -89,21 +96,23 @@ struct DeviceAllocation {
     const halide_buffer_t *whole = nullptr;
 
     bool releases() const { return lifetime == Lifetime::owned; }
-    bool lent() const { return lent_; }
-    bool retired() const { return retired_; }
+    bool lent() const { return stage_ != AllocationStage::in_use; }  ///< lent, retired or not
+    bool retired() const { return stage_ == AllocationStage::retired; }
     /// We took a reference of our own on borrowed memory: ours to release from now on.
     void retain() { lifetime = Lifetime::owned; }
     /// A consumer was handed a raw pointer into it: it ends no earlier than its storage.
-    void lend() { lent_ = true; }
+    void lend() {
+        if (stage_ == AllocationStage::in_use) stage_ = AllocationStage::lent;
+    }
     /// Detached from its buffer, waiting for its storage to die (Storage::lent_memory): no
     /// buffer's device_free may end it, and no buffer shows it, so nothing copies through it.
     void retire() {
-        retired_ = true;
+        stage_ = AllocationStage::retired;
         whole = nullptr;
     }
 
 private:
-    bool lent_ = false, retired_ = false;
+    AllocationStage stage_ = AllocationStage::in_use;
 };
 
 /// The bytes a buffer's elements occupy, relative to the element at `host`: [lo, hi). `dense`

@@ -160,7 +160,7 @@ void Buffer::unbind_halide(const char *entry, std::unique_ptr<RawView> view) {
         forget_view(s, view.get());
     };
     try {
-        if (view->external && s.device_ownership == DeviceOwnership::foreign && view->buf.device == s.root.device) {
+        if (view->external && s.device_ownership == DeviceOwnership::runtime && view->buf.device == s.root.device) {
             // A pipeline runtime's device copy (the JIT's) that Halide would free with the struct:
             // it lives as long as the hl.Buffer, its data coming home first.
             op.defer(s.free_device(entry));

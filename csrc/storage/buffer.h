@@ -29,12 +29,22 @@ enum class HostOwnership : uint8_t {
     shared,    ///< a shared-memory segment (`segment`) other processes may map; unmapped with the Storage
 };
 
-/// Whose a Storage's device allocation is.
+/// Whose a Storage's device allocation is: the one state Storage::release_device() frees by.
 enum class DeviceOwnership : uint8_t {
     none,     ///< no device allocation: the host copy is the only one
-    owned,    ///< allocated by us; device_free() releases it
-    wrapped,  ///< someone else's native handle (device_wrap_native), kept alive by `device_owner`
-    foreign,  ///< set by a pipeline's own Halide runtime; freed through the interface it set
+    owned,    ///< allocated by us on `device`; freed through our interface (retired while lent)
+    wrapped,  ///< someone else's native memory (device_wrap_native) on `device`, kept alive by
+              ///< `device_owner`; freed or detached through our interface, the owner handed back
+    runtime,  ///< allocated by a pipeline's own Halide runtime; freed through the interface it set,
+              ///< with `runtime_device` (or by the runtime itself, or by a bound hl.Buffer)
+};
+
+/// Why a storage's device allocation ends (Storage::release_device()).
+enum class DeviceRelease : uint8_t {
+    free,    ///< device_free(), a switch of device or interface: freed now, or retired while lent
+    detach,  ///< device_detach_native(): wrapped memory handed back to its owner, not freed
+    gone,    ///< the pipeline runtime that made it freed it through a view (let_go()): forgotten
+    dying,   ///< the storage dies: freed, failures ignored, unless its hl.Buffer's struct shows it
 };
 
 struct RawView;
@@ -91,7 +101,7 @@ struct Storage {
     halide_dimension_t *make_root_dims(int n);
     DeviceOwnership device_ownership = DeviceOwnership::none;
     std::shared_ptr<Device> device;  ///< owned / wrapped: the device it lives on
-    /// foreign: the device of the pipeline call whose runtime allocated it (null: none known).
+    /// runtime: the device of the pipeline call whose runtime allocated it (null: none known).
     std::shared_ptr<Device> runtime_device;
     std::shared_ptr<void> device_owner;    ///< wrapped: the native handle's owner
     /// Device memory consumers were handed without a reference of their own, freed since:
@@ -134,7 +144,13 @@ public:
     void download(const char *entry);
     void allocate_device(const char *entry, const DeviceChoice &on);  ///< device memory on `on`, if none yet
     void upload(const char *entry, const DeviceChoice &on);
+    /// Frees the device allocation (device_free()): refused while a running pipeline call computes
+    /// in it (refuse_lent()); a newer device copy comes home first.
     std::shared_ptr<void> free_device(const char *entry);
+    /// The one place a device allocation ends, as its DeviceOwnership says, for `how`: after it
+    /// the storage has none and no view shows it. Returns a wrapped allocation's owner, for the
+    /// caller to drop after the lock (StorageOp::defer()).
+    std::shared_ptr<void> release_device(const char *entry, DeviceRelease how);
     void adopt_allocation();     ///< our new allocation: its copies move and count this storage
     /// The device every operation on the device copy runs with (TargetDevice): the one it lives
     /// on, or for a pipeline runtime's allocation the device of the call that made it, whose

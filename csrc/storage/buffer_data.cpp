@@ -24,7 +24,7 @@ constexpr uint64_t kDeviceDirty = halide_buffer_flag_device_dirty;
 /// Our backend holds the storage's device copy (not a pipeline runtime's), so its data
 /// primitives can reach parts of it.
 bool ours(const Storage &s) {
-    return s.root.device && s.device && s.device_ownership != DeviceOwnership::foreign;
+    return s.root.device && s.device && s.device_ownership != DeviceOwnership::runtime;
 }
 
 /// The device copy is ours and current (the host's is not newer): a write goes there.

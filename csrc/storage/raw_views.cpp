@@ -70,7 +70,7 @@ void Storage::absorb(RawView &r) {
             // A pipeline's runtime allocated the whole storage: its allocation becomes ours to track.
             root.device = r.published_device = r.buf.device;
             root.device_interface = r.buf.device_interface;
-            device_ownership = DeviceOwnership::foreign;
+            device_ownership = DeviceOwnership::runtime;
             runtime_device = r.call_device;
             ever_on_device = true;
         } else if (!bring_home(r)) {
@@ -86,16 +86,10 @@ void Storage::absorb(RawView &r) {
 }
 
 void Storage::let_go(RawView &r) {
-    bool whole = device_ownership == DeviceOwnership::foreign && r.published_device == root.device;
+    bool whole = device_ownership == DeviceOwnership::runtime && r.published_device == root.device;
     r.published_device = 0;
     if (!whole) return;  // one of our view handles, forgotten by foreign code: republished on use
-    // The runtime freed the storage's allocation through this view: the data it held is gone.
-    root.device = 0;
-    root.device_interface = nullptr;
-    root.flags &= ~kDeviceDirty;
-    device_ownership = DeviceOwnership::none;
-    runtime_device.reset();
-    forget_view_handles();
+    release_device("let_go", DeviceRelease::gone);  // the runtime freed the storage's allocation through it
 }
 
 bool Storage::bring_home(RawView &r) {
@@ -139,7 +133,7 @@ void Storage::publish(RawView &r, bool may_copy) {
     if (r.buf.device != r.published_device) return;  // a pipeline's allocation still to bring home
     uint64_t device_field = 0;
     const halide_device_interface_t *interface = nullptr;
-    if (root.device && device_ownership == DeviceOwnership::foreign) {
+    if (root.device && device_ownership == DeviceOwnership::runtime) {
         if (raw_covers_root(r.buf, root)) {
             device_field = root.device;
             interface = root.device_interface;

@@ -25,12 +25,7 @@ constexpr uint64_t kDeviceDirty = halide_buffer_flag_device_dirty;
 // ---------------------------------------------------------------------------------------------
 
 Storage::~Storage() {
-    // What the owner's own halide_buffer_t shows is the owner's to free (an hl.Buffer does).
-    bool owners = bound && bound->external && bound->external->device == root.device;
-    if (root.device && root.device_interface && !owners) {
-        TargetDevice target(operation_device());
-        root.device_interface->device_free(nullptr, &root);  // nothing to keep: no one can read it
-    }
+    release_device("~Storage", DeviceRelease::dying);
     if (ownership == HostOwnership::owned && mapped_bytes) unmap_pages(static_cast<uint8_t *>(allocation), mapped_bytes);
     else if (ownership == HostOwnership::owned) std::free(allocation);
     if (segment) forget_shared_storage(segment->identity());
@@ -49,7 +44,7 @@ int Storage::copy_root_home() {
     int64_t bytes = byte_span(&root).size();
     int rc = call.attempt([&] { return root.device_interface->copy_to_host(nullptr, &root); });
     // Our backend counts where the bytes move; a pipeline runtime's copies are counted here.
-    if (rc == 0 && device_ownership == DeviceOwnership::foreign)
+    if (rc == 0 && device_ownership == DeviceOwnership::runtime)
         record_transfer(&transfers, Direction::to_host, bytes);
     return rc;
 }
@@ -101,27 +96,63 @@ void Storage::upload(const char *entry, const DeviceChoice &on) {
     DeviceCall(entry, operation_device())("copying to the device", [&] {
         return root.device_interface->copy_to_device(nullptr, &root, root.device_interface);
     });
-    if (device_ownership == DeviceOwnership::foreign) record_transfer(&transfers, Direction::to_device, bytes);
+    if (device_ownership == DeviceOwnership::runtime) record_transfer(&transfers, Direction::to_device, bytes);
 }
 
 std::shared_ptr<void> Storage::free_device(const char *entry) {
     if (!root.device) return nullptr;
     refuse_lent(entry);
     download(entry);  // freeing never loses data: a newer device copy comes home first
-    DeviceCall call(entry, operation_device());
-    if (std::shared_ptr<void> lent = device ? device->retire_lent(root) : nullptr) {
-        // Consumers may still use it: freed with the storage, and whoever owns it kept till then.
-        lent_memory.push_back(std::move(lent));
-        if (device_owner) lent_memory.push_back(device_owner);
-    } else {
-        // A failure keeps the allocation (and every view's handle into it): device_free() again.
-        call("freeing device memory", [&] { return root.device_interface->device_free(nullptr, &root); });
+    return release_device(entry, DeviceRelease::free);
+}
+
+std::shared_ptr<void> Storage::release_device(const char *entry, DeviceRelease how) {
+    switch (how) {
+        case DeviceRelease::dying: {
+            // Nothing to keep, no one to tell: no one can read it. A runtime's memory the owner's own
+            // halide_buffer_t shows is the owner's to free (an hl.Buffer does).
+            bool owners = bound && bound->external && bound->external->device == root.device;
+            if (root.device && root.device_interface && !owners) {
+                TargetDevice target(operation_device());
+                root.device_interface->device_free(nullptr, &root);
+            }
+            return nullptr;
+        }
+        case DeviceRelease::gone:
+            // The runtime freed it through a view: the data it held is gone with it.
+            root.device = 0;
+            root.device_interface = nullptr;
+            root.flags &= ~kDeviceDirty;
+            break;
+        case DeviceRelease::detach:
+            // Wrapped memory goes back to its owner. Memory handed to consumers without a reference
+            // of their own (lent) stays valid while the storage lives: its owner is kept (the caller
+            // gets it too).
+            forget_view_handles();
+            if (device->allocation(root)->lent() && device_owner) lent_memory.push_back(device_owner);
+            DeviceCall(entry, device.get())("detaching the device memory",
+                                            [&] { return root.device_interface->detach_native(nullptr, &root); });
+            break;
+        case DeviceRelease::free: {
+            // Ours or wrapped, through our interface; a runtime's, through the interface it set and
+            // with the device of the call that made it (operation_device()).
+            DeviceCall call(entry, operation_device());
+            if (std::shared_ptr<void> lent = device ? device->retire_lent(root) : nullptr) {
+                // Consumers may still use it: freed with the storage, and whoever owns it kept till then.
+                lent_memory.push_back(std::move(lent));
+                if (device_owner) lent_memory.push_back(device_owner);
+            } else {
+                // A failure keeps the allocation (and every view's handle into it): device_free() again.
+                call("freeing device memory", [&] { return root.device_interface->device_free(nullptr, &root); });
+            }
+            break;
+        }
     }
     forget_view_handles();
     device_ownership = DeviceOwnership::none;
     device.reset();
     runtime_device.reset();
-    return std::exchange(device_owner, nullptr);
+    return std::exchange(device_owner, nullptr);  // the caller's: dropped after the lock is let go
 }
 
 void Storage::refuse_bound(const char *entry) const {
@@ -313,15 +344,7 @@ std::shared_ptr<void> Buffer::device_detach_native() {
                          "device_wrap_native(); use device_free()");
     s.refuse_lent(entry);
     s.download(entry);
-    s.forget_view_handles();
-    // Memory handed to consumers without a reference of their own stays valid while the
-    // storage lives: its owner is kept (the caller gets it too).
-    if (s.device->allocation(s.root)->lent() && s.device_owner) s.lent_memory.push_back(s.device_owner);
-    DeviceCall(entry, s.device.get())("detaching the device memory",
-                                      [&] { return s.root.device_interface->detach_native(nullptr, &s.root); });
-    s.device_ownership = DeviceOwnership::none;
-    s.device.reset();
-    return std::exchange(s.device_owner, nullptr);  // the caller's: dropped after the lock is let go
+    return s.release_device(entry, DeviceRelease::detach);
 }
 
 void Buffer::begin_host_read() {
@@ -361,7 +384,7 @@ Buffer::DeviceView Buffer::begin_device_use(const char *entry, const DeviceChoic
     StorageOp op(*storage_);
     Storage &s = *storage_;
     s.refuse_bound(entry);
-    if (s.device_ownership == DeviceOwnership::foreign)
+    if (s.device_ownership == DeviceOwnership::runtime)
         throw BufferError(std::string(entry) + "(): the device copy belongs to a pipeline's Halide "
                           "runtime; call copy_to_host() and device_free() first");
     if (write && s.readonly)
@@ -421,7 +444,7 @@ void Buffer::prepare_for_pipeline(const char *entry, const halide_device_interfa
         // after. Our device copy stays; one under another runtime's interface goes. So for an
         // hl.Buffer's storage, whose device copy only Halide's runtime makes, and an empty one
         // (nothing to place).
-        if (s.device_ownership == DeviceOwnership::foreign && s.root.device_interface != interface)
+        if (s.device_ownership == DeviceOwnership::runtime && s.root.device_interface != interface)
             op.defer(s.free_device(entry));
         else
             s.download(entry);
