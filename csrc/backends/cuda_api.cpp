@@ -58,8 +58,8 @@ std::string describe(const Api *api, CUresult code) {
     return s;
 }
 
-[[noreturn]] void fail(const Api *api, CUresult code, const char *entry, const char *call,
-                       const char *fix) {
+[[noreturn]] void throw_driver_error(const Api *api, CUresult code, const char *entry, const char *call,
+                                     const char *fix) {
     std::string text = describe(api, code);
     throw DeviceError(std::string(entry) + "(): " + call + " failed with " + error_name(code) +
                       " (" + std::to_string(code) + ")" + (text.empty() ? "" : " (" + text + ")") +
@@ -129,7 +129,7 @@ const Api *open() {
     // On failure the library stays open: a driver that ran cuInit is not safely unloaded.
     CUresult code = api->Init(0);
     if (code != CUDA_SUCCESS) {
-        fail(api.get(), code, "cuda.device", "cuInit", "no usable NVIDIA GPU: check nvidia-smi");
+        throw_driver_error(api.get(), code, "cuda.device", "cuInit", "no usable NVIDIA GPU: check nvidia-smi");
     }
     return api.release();
 }
@@ -284,7 +284,7 @@ const char *error_name(CUresult code) {
 
 void check(CUresult code, const char *entry, const char *call, const char *fix) {
     if (code == CUDA_SUCCESS) return;
-    fail(driver(), code, entry, call, fix);
+    throw_driver_error(driver(), code, entry, call, fix);
 }
 
 ContextScope::ContextScope(CUcontext context) {

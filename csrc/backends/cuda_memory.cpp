@@ -20,8 +20,8 @@ namespace {
 using namespace cu;
 
 /// Records the driver's code for the caller, returns Halide's.
-int fail(int halide_code, CUresult code, std::string what) {
-    return hb::fail(halide_code, code, error_name(code), std::move(what));
+int record_failure(int halide_code, CUresult code, std::string what) {
+    return hb::record_failure(halide_code, code, error_name(code), std::move(what));
 }
 
 DeviceAllocation *allocation_of(const halide_buffer_t *buf) {
@@ -98,33 +98,37 @@ struct CudaMemory {
     }
     static int allocate(Device &d, uint64_t bytes, void **native) {
         ContextScope scope(d.context());
-        if (scope.result != CUDA_SUCCESS) return fail(halide_error::device_malloc_failed, scope.result, "cuCtxPushCurrent");
+        if (scope.result != CUDA_SUCCESS) return record_failure(halide_error::device_malloc_failed, scope.result,
+                                                                "cuCtxPushCurrent");
         CUdeviceptr base = 0;
         CUresult rc = api().MemAlloc(&base, bytes);
         if (rc != CUDA_SUCCESS)
-            return fail(halide_error::device_malloc_failed, rc, "cuMemAlloc of " + size_text(bytes) +
-                                                     "; free device buffers (device_free()) or use a smaller one");
+            return record_failure(halide_error::device_malloc_failed, rc, "cuMemAlloc of " + size_text(bytes) +
+                                                               "; free device buffers (device_free()) or use a smaller one");
         *native = reinterpret_cast<void *>(base);
         return 0;
     }
     static int sync(const Device &d) {
         ContextScope scope(d.context());
         CUresult rc = scope.result != CUDA_SUCCESS ? scope.result : api().StreamSynchronize(d.stream());
-        return rc == CUDA_SUCCESS ? 0 : fail(halide_error::device_sync_failed, rc, "cuStreamSynchronize; a kernel on the stream failed");
+        return rc == CUDA_SUCCESS ? 0 : record_failure(halide_error::device_sync_failed, rc,
+                                                       "cuStreamSynchronize; a kernel on the stream failed");
     }
     static std::string transfer_call(const CopyPlan &plan, Direction direction);
     static int inspect(Device &d, uint64_t native, uint64_t *available) {
         const Api &cuda = api();
         ContextScope scope(d.context());
-        if (scope.result != CUDA_SUCCESS) return fail(halide_error::device_wrap_native_failed, scope.result, "cuCtxPushCurrent");
+        if (scope.result != CUDA_SUCCESS) return record_failure(halide_error::device_wrap_native_failed, scope.result,
+                                                                "cuCtxPushCurrent");
         int ordinal = -1;
         CUresult rc = cuda.PointerGetAttribute(&ordinal, CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL, native);
         if (rc != CUDA_SUCCESS)
-            return fail(halide_error::device_wrap_native_failed, rc, "cuPointerGetAttribute; pass a live CUDA device pointer");
+            return record_failure(halide_error::device_wrap_native_failed, rc,
+                                  "cuPointerGetAttribute; pass a live CUDA device pointer");
         if (ordinal != d.ordinal())
-            return fail(halide_error::device_wrap_native_failed, CUDA_ERROR_INVALID_DEVICE,
-                        "the memory is on CUDA device " + std::to_string(ordinal) + "; pass halide_buffer.cuda.device(" +
-                            std::to_string(ordinal) + ")");
+            return record_failure(halide_error::device_wrap_native_failed, CUDA_ERROR_INVALID_DEVICE,
+                                      "the memory is on CUDA device " + std::to_string(ordinal) + "; pass halide_buffer.cuda.device(" +
+                                      std::to_string(ordinal) + ")");
         // Memory the driver cannot bound (some pool allocators map it themselves) is taken at the
         // producer's word.
         CUdeviceptr base = 0;
@@ -324,7 +328,7 @@ int CudaDevice::copy(const DeviceRegion &src, const DeviceRegion &dst) const {
     try {
         owner->order_before(stream_);  // work queued on the source's stream comes first
     } catch (const DeviceError &e) {
-        return hb::fail(halide_error::device_buffer_copy_failed, e.code, e.name, e.what());
+        return hb::record_failure(halide_error::device_buffer_copy_failed, e.code, e.name, e.what());
     }
     CopyPlan plan = plan_copy(src.shape, src.strides, dst.strides, src.itemsize);
     CUdeviceptr from = base_of(src), to = base_of(dst);
@@ -333,10 +337,10 @@ int CudaDevice::copy(const DeviceRegion &src, const DeviceRegion &dst) const {
                             stream_);
     });
     if (rc == CUDA_SUCCESS) return 0;
-    return fail(halide_error::device_buffer_copy_failed, rc,
-                std::string(copy_call(plan, "cuMemcpyDtoDAsync")) + " of " +
-                    size_text(uint64_t(region_bytes(src.shape, src.itemsize))) +
-                    "; the destination may be partly written, retry or copy through the host");
+    return record_failure(halide_error::device_buffer_copy_failed, rc,
+                          std::string(copy_call(plan, "cuMemcpyDtoDAsync")) + " of " +
+                              size_text(uint64_t(region_bytes(src.shape, src.itemsize))) +
+                              "; the destination may be partly written, retry or copy through the host");
 }
 
 int CudaDevice::fill(const DeviceRegion &region, const uint8_t *pattern) const {
@@ -356,10 +360,10 @@ int CudaDevice::fill(const DeviceRegion &region, const uint8_t *pattern) const {
         return CUDA_SUCCESS;
     });
     if (rc == CUDA_SUCCESS) return 0;
-    return fail(halide_error::gpu_device_error, rc,
-                std::string(plan.rows == 1 ? "cuMemsetD" : "cuMemsetD2D") + std::to_string(w * 8) + "Async of " +
-                    size_text(uint64_t(region_bytes(region.shape, region.itemsize))) +
-                    "; the elements may be partly filled, retry or fill on the host");
+    return record_failure(halide_error::gpu_device_error, rc,
+                          std::string(plan.rows == 1 ? "cuMemsetD" : "cuMemsetD2D") + std::to_string(w * 8) + "Async of " +
+                              size_text(uint64_t(region_bytes(region.shape, region.itemsize))) +
+                              "; the elements may be partly filled, retry or fill on the host");
 }
 
 bool CudaDevice::shares_memory_with(const Device &other) const {

@@ -77,7 +77,7 @@ const halide_device_interface_t *cuda_interface();
 /// Handlers for a Halide CUDA pipeline's runtime (halide_set_cuda_acquire_context & co.):
 /// the primary context and stream of the device an operation names (TargetDevice): the call's,
 /// and, when memory a runtime allocated is copied home or freed later, the device of the call
-/// that allocated it (recorded with the allocation, residency.cpp). Without one (a runtime
+/// that allocated it (recorded with the allocation, raw_views.cpp). Without one (a runtime
 /// acting on a halide_buffer_t handed out otherwise), the device of the last call. Halide pushes
 /// and pops the context itself.
 int pipeline_acquire_context(void *user_context, void **context, bool create);

@@ -20,8 +20,8 @@ namespace {
 using namespace ocl;
 
 /// Records the driver's code for the caller, returns Halide's.
-int fail(int halide_code, cl_int code, std::string what) {
-    return hb::fail(halide_code, code, error_name(code), std::move(what));
+int record_failure(int halide_code, cl_int code, std::string what) {
+    return hb::record_failure(halide_code, code, error_name(code), std::move(what));
 }
 
 /// How OpenCL memory is named and moved, for the engine (device_engine.h). A buffer's
@@ -72,18 +72,19 @@ struct OpenCLMemory {
     }
     static int allocate(Device &d, uint64_t bytes, void **native) {
         if (bytes > d.max_allocation())
-            return fail(halide_error::device_malloc_failed, CL_INVALID_BUFFER_SIZE,
-                        "an allocation of " + size_text(bytes) + " exceeds the device's largest (" +
-                            size_text(d.max_allocation()) + ", CL_DEVICE_MAX_MEM_ALLOC_SIZE); split the buffer");
+            return record_failure(halide_error::device_malloc_failed, CL_INVALID_BUFFER_SIZE,
+                                  "an allocation of " + size_text(bytes) + " exceeds the device's largest (" +
+                                      size_text(d.max_allocation()) + ", CL_DEVICE_MAX_MEM_ALLOC_SIZE); split the buffer");
         cl_int rc = CL_SUCCESS;
         *native = api().CreateBuffer(d.context(), CL_MEM_READ_WRITE, bytes, nullptr, &rc);
         if (rc == CL_SUCCESS) return 0;
-        return fail(halide_error::device_malloc_failed, rc, "clCreateBuffer of " + size_text(bytes) +
-                                                 "; free device buffers (device_free()) or use a smaller one");
+        return record_failure(halide_error::device_malloc_failed, rc, "clCreateBuffer of " + size_text(bytes) +
+                                                           "; free device buffers (device_free()) or use a smaller one");
     }
     static int sync(const Device &d) {
         cl_int rc = api().Finish(d.queue());
-        return rc == CL_SUCCESS ? 0 : fail(halide_error::device_sync_failed, rc, "clFinish; the queue is lost, create a new device");
+        return rc == CL_SUCCESS ? 0 : record_failure(halide_error::device_sync_failed, rc,
+                                                     "clFinish; the queue is lost, create a new device");
     }
     static std::string transfer_call(const CopyPlan &plan, Direction direction);
     static int inspect(Device &d, uint64_t native, uint64_t *available) {
@@ -92,10 +93,10 @@ struct OpenCLMemory {
         cl_int rc = api().GetMemObjectInfo(mem, CL_MEM_SIZE, sizeof *available, available, nullptr);
         if (rc == CL_SUCCESS) rc = api().GetMemObjectInfo(mem, CL_MEM_CONTEXT, sizeof context, &context, nullptr);
         if (rc != CL_SUCCESS)
-            return fail(halide_error::device_wrap_native_failed, rc, "clGetMemObjectInfo; pass a live cl_mem");
+            return record_failure(halide_error::device_wrap_native_failed, rc, "clGetMemObjectInfo; pass a live cl_mem");
         if (context != d.context())
-            return fail(halide_error::device_wrap_native_failed, CL_INVALID_CONTEXT,
-                        "the cl_mem belongs to another context; pass the device of its context");
+            return record_failure(halide_error::device_wrap_native_failed, CL_INVALID_CONTEXT,
+                                  "the cl_mem belongs to another context; pass the device of its context");
         return 0;
     }
 };
@@ -240,7 +241,8 @@ int fill_range(const OpenCLDevice &device, const DeviceRegion &region, const uin
     cl_int rc = api().EnqueueFillBuffer(device.queue(), memory_of(region), pattern, size_t(region.itemsize),
                                         size_t(at), size_t(bytes), 0, nullptr, nullptr);
     if (rc == CL_SUCCESS) rc = api().Finish(device.queue());
-    return rc == CL_SUCCESS ? 0 : fail(halide_error::gpu_device_error, rc, "clEnqueueFillBuffer of " + size_text(uint64_t(bytes)) + kFillFix);
+    return rc == CL_SUCCESS ? 0 : record_failure(halide_error::gpu_device_error, rc,
+                                                 "clEnqueueFillBuffer of " + size_text(uint64_t(bytes)) + kFillFix);
 }
 
 /// A fill with gaps between elements, or at an offset the pattern does not divide: one
@@ -253,8 +255,8 @@ int fill_from_temporary(const OpenCLDevice &device, const DeviceRegion &region, 
     cl_int rc = CL_SUCCESS;
     cl_mem temp = cl.CreateBuffer(device.context(), CL_MEM_READ_WRITE, bytes, nullptr, &rc);
     if (rc != CL_SUCCESS)
-        return fail(halide_error::gpu_device_error, rc, "clCreateBuffer of " + size_text(bytes) +
-                                                            " to fill from; free device memory (device_free()) or fill on the host");
+        return record_failure(halide_error::gpu_device_error, rc, "clCreateBuffer of " + size_text(bytes) +
+                                  " to fill from; free device memory (device_free()) or fill on the host");
     CopyPlan from_temp = plan;  // side 0: the temporary buffer, dense; side 1: the region
     from_temp.row_pitch[0] = plan.row_bytes;
     from_temp.slice_pitch[0] = plan.row_bytes * plan.rows;
@@ -272,7 +274,7 @@ int fill_from_temporary(const OpenCLDevice &device, const DeviceRegion &region, 
         });
     }
     cl.ReleaseMemObject(temp);
-    return rc == CL_SUCCESS ? 0 : fail(halide_error::gpu_device_error, rc, what + kFillFix);
+    return rc == CL_SUCCESS ? 0 : record_failure(halide_error::gpu_device_error, rc, what + kFillFix);
 }
 
 }  // namespace
@@ -294,7 +296,8 @@ int OpenCLDevice::copy(const DeviceRegion &src, const DeviceRegion &dst) const {
     if (owner != this) {
         cl_int rc = api().Finish(owner->queue());
         if (rc != CL_SUCCESS)
-            return fail(halide_error::device_buffer_copy_failed, rc, "clFinish on the source's queue; the queue is lost, create a new device");
+            return record_failure(halide_error::device_buffer_copy_failed, rc,
+                                  "clFinish on the source's queue; the queue is lost, create a new device");
     }
     CopyPlan plan = plan_copy(src.shape, src.strides, dst.strides, src.itemsize);
     cl_mem from = memory_of(src), to = memory_of(dst);
@@ -306,9 +309,9 @@ int OpenCLDevice::copy(const DeviceRegion &src, const DeviceRegion &dst) const {
         return enqueue_copy(queue_, plan, from, from_base + at_src, to, to_base + at_dst);
     });
     if (rc == CL_SUCCESS) return 0;
-    return fail(halide_error::device_buffer_copy_failed, rc,
-                call_name(plan, "clEnqueueCopyBuffer") + " of " + size_text(uint64_t(region_bytes(src.shape, src.itemsize))) +
-                    "; the destination may be partly written, retry or copy through the host");
+    return record_failure(halide_error::device_buffer_copy_failed, rc,
+                          call_name(plan, "clEnqueueCopyBuffer") + " of " + size_text(uint64_t(region_bytes(src.shape, src.itemsize))) +
+                              "; the destination may be partly written, retry or copy through the host");
 }
 
 int OpenCLDevice::fill(const DeviceRegion &region, const uint8_t *pattern) const {

@@ -26,7 +26,7 @@
 //   static int release(const DeviceAllocation &a);          // failure: the memory is kept
 //   static int read(const Device &d, void *native, int64_t at, uint8_t *host, uint64_t bytes);
 //   static int write(const Device &d, void *native, int64_t at, const uint8_t *host, uint64_t bytes);
-//   // Calls with checks of their own: 0, or a Halide error code with the failure recorded (fail()).
+//   // Calls with checks of their own: 0, or a Halide error code with the failure recorded (record_failure()).
 //   static int allocate(Device &d, uint64_t bytes, void **native);
 //   static int sync(const Device &d);
 //   static int inspect(Device &d, uint64_t native, uint64_t *available);  // before wrap_native
@@ -59,8 +59,8 @@ struct Engine {
     static const Device &device_of(const DeviceAllocation *a) { return static_cast<const Device &>(*a->device); }
 
     /// Records the driver's failure `code` with what failed and the fix; returns Halide's code.
-    static int failed(int halide_code, int code, std::string what) {
-        return fail(halide_code, code, Backend::error_name(code), std::move(what));
+    static int record_failure(int halide_code, int code, std::string what) {
+        return hb::record_failure(halide_code, code, Backend::error_name(code), std::move(what));
     }
 
     /// What a copy through `buf` moves: the whole storage behind its allocation (whose one
@@ -109,8 +109,8 @@ struct Engine {
         if (buf->device) return 0;  // already allocated: nothing to do (Halide's impls agree)
         Device *device = target();
         if (!device)
-            return failed(halide_error::device_malloc_failed, Backend::kNoTarget,
-                          "device_malloc without a target device; allocate through halide_buffer");
+            return record_failure(halide_error::device_malloc_failed, Backend::kNoTarget,
+                                  "device_malloc without a target device; allocate through halide_buffer");
         ByteSpan span = byte_span(buf);
         uint64_t bytes = span.size() > 0 ? uint64_t(span.size()) : 1;  // no driver takes size 0
         void *native = nullptr;
@@ -132,8 +132,8 @@ struct Engine {
         if (Backend::is_root(buf)) {
             int rc = 0;
             if (!end(Backend::allocation_of(buf), &rc))
-                return failed(halide_error::gpu_device_error, rc,
-                              std::string(Backend::kFree) + "; the device copy is kept, call device_free() again");
+                return record_failure(halide_error::gpu_device_error, rc,
+                                      std::string(Backend::kFree) + "; the device copy is kept, call device_free() again");
         }
         // A crop's or a view's handle is only forgotten: the allocation belongs to its root.
         clear_device(buf);
@@ -150,9 +150,9 @@ struct Engine {
     static int transfer_failed(Direction direction, int code, const std::string &call, int64_t bytes) {
         std::string what = call + " of " + size_text(uint64_t(bytes));
         return direction == Direction::to_host
-                   ? failed(halide_error::copy_to_host_failed, code, what + "; the device copy is kept, retry or device_free()")
-                   : failed(halide_error::copy_to_device_failed, code,
-                            what + "; the host copy is kept, free device memory and retry");
+                   ? record_failure(halide_error::copy_to_host_failed, code, what + "; the device copy is kept, retry or device_free()")
+                   : record_failure(halide_error::copy_to_device_failed, code,
+                                    what + "; the host copy is kept, free device memory and retry");
     }
 
     /// A read or write between a region and host memory (Device::read and write), one plan of
@@ -238,8 +238,8 @@ struct Engine {
     static int wrap_native(void *, halide_buffer_t *buf, uint64_t native) {
         Device *device = target();
         if (!device)
-            return failed(halide_error::device_wrap_native_failed, Backend::kNoTarget,
-                          "wrap_native without a target device; wrap through halide_buffer");
+            return record_failure(halide_error::device_wrap_native_failed, Backend::kNoTarget,
+                                  "wrap_native without a target device; wrap through halide_buffer");
         // The bytes from `native` to the end of its memory; whether that is enough is the caller's
         // business (Halide's rule): ours checks it.
         uint64_t available = 0;
@@ -257,8 +257,8 @@ struct Engine {
     static int detach_native(void *, halide_buffer_t *buf) {
         if (!buf->device) return 0;
         if (!Backend::is_root(buf))
-            return failed(halide_error::device_detach_native_failed, Backend::kNotRoot,
-                          "detach_native on a crop; detach the buffer that wrapped the memory");
+            return record_failure(halide_error::device_detach_native_failed, Backend::kNotRoot,
+                                  "detach_native on a crop; detach the buffer that wrapped the memory");
         end(Backend::allocation_of(buf));  // our own reference, if finish_wrap took one
         clear_device(buf);
         return 0;

@@ -65,6 +65,13 @@ enum class Lifetime : uint8_t {
     owned,     ///< ours: created here, or retained by us (OpenCL's finish_wrap)
 };
 
+/// How far a device allocation is in its life (the diagram below); each step is one method.
+enum class AllocationStage : uint8_t {
+    in_use,   ///< its buffer's: ended by its device_free or detach_native
+    lent,     ///< lend(): a consumer holds a raw pointer into it, so it ends no earlier than its storage
+    retired,  ///< retire(): lent, and its buffer let go; ended when its storage dies (Storage::lent_memory)
+};
+
 /// One device allocation, shared by the handles (OpenCL) or halide_buffer_t's (CUDA: through
 /// their `padding` field) that point into it. Its life (docs/architecture.md, "Device memory"):
 ///
@@ -89,21 +96,23 @@ struct DeviceAllocation {
     const halide_buffer_t *whole = nullptr;
 
     bool releases() const { return lifetime == Lifetime::owned; }
-    bool lent() const { return lent_; }
-    bool retired() const { return retired_; }
+    bool lent() const { return stage_ != AllocationStage::in_use; }  ///< lent, retired or not
+    bool retired() const { return stage_ == AllocationStage::retired; }
     /// We took a reference of our own on borrowed memory: ours to release from now on.
     void retain() { lifetime = Lifetime::owned; }
     /// A consumer was handed a raw pointer into it: it ends no earlier than its storage.
-    void lend() { lent_ = true; }
+    void lend() {
+        if (stage_ == AllocationStage::in_use) stage_ = AllocationStage::lent;
+    }
     /// Detached from its buffer, waiting for its storage to die (Storage::lent_memory): no
     /// buffer's device_free may end it, and no buffer shows it, so nothing copies through it.
     void retire() {
-        retired_ = true;
+        stage_ = AllocationStage::retired;
         whole = nullptr;
     }
 
 private:
-    bool lent_ = false, retired_ = false;
+    AllocationStage stage_ = AllocationStage::in_use;
 };
 
 /// The bytes a buffer's elements occupy, relative to the element at `host`: [lo, hi). `dense`
@@ -137,7 +146,7 @@ struct DevicePlace {
 };
 /// How a backend finds it (its impl table knows where it keeps the allocation).
 using PlaceOf = DevicePlace (*)(const halide_buffer_t *buf);
-/// Halide's impl-table buffer_copy for our backend of interface `ours`: copies the elements both
+/// Halide's impl-table buffer_copy for our backend of interface `ours` (buffer_copy.cpp): copies the elements both
 /// buffers cover (the overlap of their domains, at the same coordinates) from src's current copy
 /// to dst's device memory (dst_interface set: ours) or host memory (null), through the Device
 /// data primitives: device to device without the host where the memories are shared. Its
@@ -151,7 +160,7 @@ int backend_buffer_copy(const halide_device_interface_t *ours, PlaceOf place_of,
 std::string size_text(uint64_t bytes);
 /// Records a driver's failure for the caller (code, its name, what failed and the fix) and
 /// returns Halide's code.
-int fail(int halide_code, int code, std::string name, std::string what);
+int record_failure(int halide_code, int code, std::string name, std::string what);
 /// Bytes per element of a halide_buffer_t's type.
 inline int64_t element_bytes(const halide_buffer_t *buf) {
     return (int64_t(buf->type.bits) + 7) / 8 * (buf->type.lanes ? buf->type.lanes : 1);

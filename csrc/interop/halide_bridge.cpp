@@ -3,7 +3,7 @@
 // An hl.Buffer (Halide::Buffer, Python's halide.Buffer) owns its host memory and a
 // halide_buffer_t that Halide's JIT runtime reads and writes: the device allocation it makes
 // for the buffer and the dirty flags live there. Buffer::from_halide() wraps that host memory
-// and binds the struct to the new storage (Storage::bound, residency.cpp): it is published for
+// and binds the struct to the new storage (Storage::bound, raw_views.cpp): it is published for
 // the storage's whole life, its residency fields taken in before every operation and written
 // back after it, so the hl.Buffer and every view of the storage are one state. The storage
 // keeps the struct's owner, hence the struct, alive. A struct already bound to a live storage
@@ -160,7 +160,7 @@ void Buffer::unbind_halide(const char *entry, std::unique_ptr<RawView> view) {
         forget_view(s, view.get());
     };
     try {
-        if (view->external && s.device_ownership == DeviceOwnership::foreign && view->buf.device == s.root.device) {
+        if (view->external && s.device_ownership == DeviceOwnership::runtime && view->buf.device == s.root.device) {
             // A pipeline runtime's device copy (the JIT's) that Halide would free with the struct:
             // it lives as long as the hl.Buffer, its data coming home first.
             op.defer(s.free_device(entry));
@@ -175,7 +175,7 @@ void Buffer::unbind_halide(const char *entry, std::unique_ptr<RawView> view) {
 }
 
 std::shared_ptr<void> Buffer::halide_owner() {
-    if (!storage_->bound || !covers_whole_storage() || !bound_struct()) return nullptr;
+    if (!storage_->bound || !view_covers_root() || !bound_struct()) return nullptr;
     return storage_->owner;
 }
 

@@ -126,7 +126,7 @@ std::string repr_of(Buffer &b) {
         case DeviceOwnership::none: break;
         case DeviceOwnership::owned: out += ", device_memory=owned"; break;
         case DeviceOwnership::wrapped: out += ", device_memory=wrapped"; break;
-        case DeviceOwnership::foreign: out += ", device_memory=a pipeline runtime's"; break;
+        case DeviceOwnership::runtime: out += ", device_memory=a pipeline runtime's"; break;
     }
     if (b.readonly()) out += ", readonly";
     return out + ")";

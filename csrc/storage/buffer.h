@@ -30,12 +30,22 @@ enum class HostOwnership : uint8_t {
     shared,    ///< a shared-memory segment (`segment`) other processes may map; unmapped with the Storage
 };
 
-/// Whose a Storage's device allocation is.
+/// Whose a Storage's device allocation is: the one state Storage::release_device() frees by.
 enum class DeviceOwnership : uint8_t {
     none,     ///< no device allocation: the host copy is the only one
-    owned,    ///< allocated by us; device_free() releases it
-    wrapped,  ///< someone else's native handle (device_wrap_native), kept alive by `device_owner`
-    foreign,  ///< set by a pipeline's own Halide runtime; freed through the interface it set
+    owned,    ///< allocated by us on `device`; freed through our interface (retired while lent)
+    wrapped,  ///< someone else's native memory (device_wrap_native) on `device`, kept alive by
+              ///< `device_owner`; freed or detached through our interface, the owner handed back
+    runtime,  ///< allocated by a pipeline's own Halide runtime; freed through the interface it set,
+              ///< with `runtime_device` (or by the runtime itself, or by a bound hl.Buffer)
+};
+
+/// Why a storage's device allocation ends (Storage::release_device()).
+enum class DeviceRelease : uint8_t {
+    free,    ///< device_free(), a switch of device or interface: freed now, or retired while lent
+    detach,  ///< device_detach_native(): wrapped memory handed back to its owner, not freed
+    gone,    ///< the pipeline runtime that made it freed it through a view (let_go()): forgotten
+    dying,   ///< the storage dies: freed, failures ignored, unless its hl.Buffer's struct shows it
 };
 
 struct RawView;
@@ -114,7 +124,7 @@ struct Storage {
     halide_dimension_t *make_root_dims(int n);
     DeviceOwnership device_ownership = DeviceOwnership::none;
     std::shared_ptr<Device> device;  ///< owned / wrapped: the device it lives on
-    /// foreign: the device of the pipeline call whose runtime allocated it (null: none known).
+    /// runtime: the device of the pipeline call whose runtime allocated it (null: none known).
     std::shared_ptr<Device> runtime_device;
     std::shared_ptr<void> device_owner;    ///< wrapped: the native handle's owner
     /// Device memory consumers were handed without a reference of their own, freed since:
@@ -146,7 +156,7 @@ public:
     Storage &operator=(const Storage &) = delete;
     ~Storage();
 
-    // The rules (residency.cpp); the caller holds `mutex`.
+    // The rules (residency.cpp; taking in and publishing views: raw_views.cpp); the caller holds `mutex`.
     uint64_t effective_flags() const;
     /// Takes in what foreign code wrote into published views: flags, device memory.
     void absorb_raw_views();
@@ -155,9 +165,15 @@ public:
     bool bring_home(RawView &r);  ///< a pipeline's allocation for part of the storage
     int copy_root_home();        ///< the interface's copy_to_host on the root; Halide's code
     void download(const char *entry);
-    void allocate(const char *entry, const DeviceChoice &on);
+    void allocate_device(const char *entry, const DeviceChoice &on);  ///< device memory on `on`, if none yet
     void upload(const char *entry, const DeviceChoice &on);
+    /// Frees the device allocation (device_free()): refused while a running pipeline call computes
+    /// in it (refuse_lent()); a newer device copy comes home first.
     std::shared_ptr<void> free_device(const char *entry);
+    /// The one place a device allocation ends, as its DeviceOwnership says, for `how`: after it
+    /// the storage has none and no view shows it. Returns a wrapped allocation's owner, for the
+    /// caller to drop after the lock (StorageOp::defer()).
+    std::shared_ptr<void> release_device(const char *entry, DeviceRelease how);
     void adopt_allocation();     ///< our new allocation: its copies move and count this storage
     /// The device every operation on the device copy runs with (TargetDevice): the one it lives
     /// on, or for a pipeline runtime's allocation the device of the call that made it, whose
@@ -183,7 +199,7 @@ public:
     void publish_all();
 };
 
-/// A view's halide_buffer_t handed to foreign code (see Buffer::raw()).
+/// A view's halide_buffer_t handed to foreign code (see Buffer::raw(); raw_views.cpp).
 struct RawView {
     halide_buffer_t buf{};
     std::vector<halide_dimension_t> dims;
@@ -209,7 +225,7 @@ struct RawView {
 };
 
 /// How a residency operation waits for a storage's lock someone else holds (the bindings let
-/// other Python threads run meanwhile). The default just waits.
+/// other Python threads run meanwhile; storage_op.cpp). The default just waits.
 using LockWaiter = void (*)(std::unique_lock<std::mutex> &);
 void set_lock_waiter(LockWaiter waiter);
 
@@ -516,16 +532,16 @@ private:
     Buffer unshaped_view() const;
     /// The view's halide_buffer_t would show the storage's whole root: the same elements at the
     /// same addresses, whatever its mins.
-    bool covers_whole_storage() const;
+    bool view_covers_root() const;
     /// A new halide_buffer_t describing this view (raw()'s and lend()'s), registered with the storage.
     std::unique_ptr<RawView> new_raw_view() const;
     /// Publishes `view` for `shown_as` and the pipeline call running now (TargetDevice).
     void publish_for_call(RawView &view, const halide_device_interface_t *shown_as);
     /// Makes `external` (describing exactly this view of a new storage) the storage's bound
-    /// view, taking in its residency state (residency.cpp).
+    /// view, taking in its residency state (raw_views.cpp).
     void bind(halide_buffer_t *external);
     /// The halide_buffer_t the storage is bound to, after taking in what changed there; null
-    /// when none, or no longer (residency.cpp).
+    /// when none, or no longer (raw_views.cpp).
     const halide_buffer_t *bound_struct();
     /// allocate() with the strides of a dense layout of `shape` (dense_strides()).
     static Buffer allocate_packed(const char *entry, Axes shape, const DType &dtype,

@@ -22,11 +22,11 @@ namespace {
 /// Our backend holds the storage's device copy (not a pipeline runtime's), so its data
 /// primitives can reach parts of it.
 bool ours(const Storage &s) {
-    return s.root.device && s.device && s.device_ownership != DeviceOwnership::foreign;
+    return s.root.device && s.device && s.device_ownership != DeviceOwnership::runtime;
 }
 
 /// The device copy is ours and current (the host's is not newer): a write goes there.
-bool device_current(const Storage &s) { return ours(s) && !(s.effective_flags() & kHostDirty); }
+bool our_device_copy_current(const Storage &s) { return ours(s) && !(s.effective_flags() & kHostDirty); }
 
 /// The device copy is newer than the host's: a read must come from there.
 bool device_newer(const Storage &s) { return s.root.device && (s.effective_flags() & kDeviceDirty); }
@@ -93,7 +93,7 @@ bool copy_to_device_side(const char *entry, const Side &dst, const Side &src, co
     auto write = [&](const HostRegion &from) {
         return call("writing the device copy", [&] { return device.write(from, to); }) == 0;
     };
-    if (device_current(s) && device.shares_memory_with(*s.device))
+    if (our_device_copy_current(s) && device.shares_memory_with(*s.device))
         return call("copying on the device", [&] { return device.copy(src.region(shape, item), to); }) == 0;
     if (!device_newer(s)) return write(src.host());
     if (!ours(s)) {
@@ -132,7 +132,7 @@ void Buffer::fill(const char *entry, const uint8_t *pattern) {
     if (size() == 0) return;  // no element: nothing written, no flag changed
     StorageOp op(*storage_);
     Storage &s = *storage_;
-    if (device_current(s)) {
+    if (our_device_copy_current(s)) {
         DeviceRegion region{&s.root, data_ - s.root.host, shape_, strides_, dtype_->itemsize};
         if (DeviceCall(entry, s.device.get())("filling on the device",
                                                [&] { return s.device->fill(region, pattern); }) == 0) {
@@ -171,7 +171,7 @@ void Buffer::copy_from(const char *entry, const Buffer &src) {
     Side dst{*storage_, to, strides_}, source{*src.storage_, from, src.strides_};
     int64_t item = dtype_->itemsize;
     // Views of one storage share one state: copied on a current host copy.
-    if (storage_ != src.storage_ && device_current(*storage_) &&
+    if (storage_ != src.storage_ && our_device_copy_current(*storage_) &&
         copy_to_device_side(entry, dst, source, shape, item)) {
         mark_device_written(*storage_);
         return;

@@ -1,4 +1,5 @@
-// residency.cpp: where the current data is, and every copy that moves it (the state machine: docs/architecture.md).
+// residency.cpp: where the current data is, and every copy that moves it (the state machine:
+// docs/architecture.md). The halide_buffer_t's handed to foreign code are raw_views.cpp's.
 //
 // The state is the storage's root halide_buffer_t: its flags (host_dirty, device_dirty, never
 // both) and its device fields. Every rule below is one function, and every device operation
@@ -17,60 +18,12 @@
 
 namespace hb {
 
-namespace {
-
-/// The same elements at the same addresses: host, type, extents and strides (coordinates aside).
-bool same_memory(const halide_buffer_t &a, const halide_buffer_t &b) {
-    if (a.host != b.host || a.dimensions != b.dimensions || a.type.code != b.type.code ||
-        a.type.bits != b.type.bits)
-        return false;
-    for (int i = 0; i < a.dimensions; ++i) {
-        if (a.dim[i].extent != b.dim[i].extent || a.dim[i].stride != b.dim[i].stride) return false;
-    }
-    return true;
-}
-
-/// No stride of the view is negative: its element at index 0 is its lowest byte.
-bool forward(const halide_buffer_t &view) {
-    for (int i = 0; i < view.dimensions; ++i) {
-        if (view.dim[i].stride < 0) return false;
-    }
-    return true;
-}
-
-/// The same elements as the storage's root, whatever the view's mins (set_min, translated, an
-/// output at mins): a pipeline's allocation for it covers the storage, and our device copy of
-/// the storage is the whole of its memory (device memory mirrors host memory; coordinates name
-/// its elements, they do not move them).
-bool covers_storage(const halide_buffer_t &view, const halide_buffer_t &root) { return same_memory(view, root); }
-
-}  // namespace
-
-void check(int rc, const char *entry, const char *operation) {
-    if (rc == 0) return;
-    DeviceFailure &f = last_failure();
-    if (f.code != 0) {
-        DeviceFailure failure = std::exchange(f, DeviceFailure{});
-        throw DeviceError(std::string(entry) + "(): " + operation + " failed with " + failure.name +
-                              " (" + std::to_string(failure.code) + "): " + failure.what,
-                          failure.code, failure.name);
-    }
-    throw DeviceError(std::string(entry) + "(): " + operation + " failed with Halide error " +
-                          std::to_string(rc) + "; the buffer and its current data are unchanged",
-                      rc, "halide_error_code " + std::to_string(rc));
-}
-
 // ---------------------------------------------------------------------------------------------
 // Storage: the rules (the caller holds the storage's mutex)
 // ---------------------------------------------------------------------------------------------
 
 Storage::~Storage() {
-    // What the owner's own halide_buffer_t shows is the owner's to free (an hl.Buffer does).
-    bool owners = bound && bound->external && bound->external->device == root.device;
-    if (root.device && root.device_interface && !owners) {
-        TargetDevice target(operation_device());
-        root.device_interface->device_free(nullptr, &root);  // nothing to keep: no one can read it
-    }
+    release_device("~Storage", DeviceRelease::dying);
     if (ownership == HostOwnership::owned && mapped_bytes) unmap_pages(static_cast<uint8_t *>(allocation), mapped_bytes);
     else if (ownership == HostOwnership::owned) std::free(allocation);
     if (segment) forget_shared_storage(segment->identity());
@@ -84,83 +37,12 @@ uint64_t Storage::effective_flags() const {
     return root.flags;
 }
 
-void Storage::absorb_raw_views() {
-    for (RawView *r : raw_views) {
-        if (!r->lent) absorb(*r);  // a running call's: taken in when the call gives it back
-    }
-}
-
-namespace {
-
-/// The bytes of a view's elements (what a runtime's copy of them moves).
-int64_t element_bytes(const halide_buffer_t &buf) {
-    int64_t n = (buf.type.bits + 7) / 8;
-    for (int i = 0; i < buf.dimensions; ++i) n *= buf.dim[i].extent;
-    return n;
-}
-
-}  // namespace
-
-void Storage::absorb(RawView &r) {
-    r.pull();
-    if (r.buf.device != r.published_device) {
-        if (!r.buf.device) {
-            let_go(r);
-        } else if (!root.device && covers_storage(r.buf, root)) {
-            // A pipeline's runtime allocated the whole storage: its allocation becomes ours to track.
-            root.device = r.published_device = r.buf.device;
-            root.device_interface = r.buf.device_interface;
-            device_ownership = DeviceOwnership::foreign;
-            runtime_device = r.call_device;
-            ever_on_device = true;
-        } else if (!bring_home(r)) {
-            return;  // tried again by the next operation; until then its flags describe its own copy
-        }
-    }
-    if (r.buf.flags != r.published) {
-        // Halide's flags, as a pipeline left them; device_dirty means nothing without a device.
-        root.flags = root.device ? r.buf.flags : r.buf.flags & ~kDeviceDirty;
-        r.published = r.buf.flags;
-        if (!(root.flags & kHostDirty)) host_flag_cleared = true;
-    }
-}
-
-void Storage::let_go(RawView &r) {
-    bool whole = device_ownership == DeviceOwnership::foreign && r.published_device == root.device;
-    r.published_device = 0;
-    if (!whole) return;  // one of our view handles, forgotten by foreign code: republished on use
-    // The runtime freed the storage's allocation through this view: the data it held is gone.
-    root.device = 0;
-    root.device_interface = nullptr;
-    root.flags &= ~kDeviceDirty;
-    device_ownership = DeviceOwnership::none;
-    runtime_device.reset();
-    forget_view_handles();
-}
-
-bool Storage::bring_home(RawView &r) {
-    // A pipeline's allocation for part of the storage. The storage keeps one device copy, so
-    // the part comes home at once, onto a host copy made current first, and is freed.
-    if ((root.flags & kDeviceDirty) && copy_root_home() != 0) return false;
-    DeviceCall call("bring_home", r.call_device.get());  // the device of the call whose runtime made it
-    const halide_device_interface_t *interface = r.buf.device_interface;
-    bool newer = r.buf.flags & kDeviceDirty;
-    int64_t bytes = element_bytes(r.buf);  // what the runtime's copy moves: the elements, not the gaps
-    if (call.attempt([&] { return interface->copy_to_host(nullptr, &r.buf); }) != 0) return false;
-    if (newer) record_transfer(&transfers, Direction::to_host, bytes);
-    interface->device_free(nullptr, &r.buf);  // a failure here strands the runtime's memory, not data
-    r.published_device = r.buf.device;
-    if (newer) root.flags = (root.flags & ~kDeviceDirty) | kHostDirty;
-    r.buf.flags = r.published = root.flags;
-    return true;
-}
-
 int Storage::copy_root_home() {
     DeviceCall call("copy_root_home", operation_device());
     int64_t bytes = byte_span(&root).size();
     int rc = call.attempt([&] { return root.device_interface->copy_to_host(nullptr, &root); });
     // Our backend counts where the bytes move; a pipeline runtime's copies are counted here.
-    if (rc == 0 && device_ownership == DeviceOwnership::foreign)
+    if (rc == 0 && device_ownership == DeviceOwnership::runtime)
         record_transfer(&transfers, Direction::to_host, bytes);
     return rc;
 }
@@ -174,7 +56,7 @@ void Storage::download(const char *entry) {
     check(copy_root_home(), entry, "copying to the host");
 }
 
-void Storage::allocate(const char *entry, const DeviceChoice &on) {
+void Storage::allocate_device(const char *entry, const DeviceChoice &on) {
     if (root.device) {
         if (on.required && on.device != device && device && on.device->take_over(root, *device)) {
             device = on.device;  // the same memory, used from another stream from now on
@@ -204,7 +86,7 @@ void Storage::allocate(const char *entry, const DeviceChoice &on) {
 }
 
 void Storage::upload(const char *entry, const DeviceChoice &on) {
-    allocate(entry, on);
+    allocate_device(entry, on);
     uint64_t flags = effective_flags();
     if (!(flags & kHostDirty)) return;
     root.flags = flags;
@@ -212,27 +94,63 @@ void Storage::upload(const char *entry, const DeviceChoice &on) {
     DeviceCall(entry, operation_device())("copying to the device", [&] {
         return root.device_interface->copy_to_device(nullptr, &root, root.device_interface);
     });
-    if (device_ownership == DeviceOwnership::foreign) record_transfer(&transfers, Direction::to_device, bytes);
+    if (device_ownership == DeviceOwnership::runtime) record_transfer(&transfers, Direction::to_device, bytes);
 }
 
 std::shared_ptr<void> Storage::free_device(const char *entry) {
     if (!root.device) return nullptr;
     refuse_lent(entry);
     download(entry);  // freeing never loses data: a newer device copy comes home first
-    DeviceCall call(entry, operation_device());
-    if (std::shared_ptr<void> lent = device ? device->retire_lent(root) : nullptr) {
-        // Consumers may still use it: freed with the storage, and whoever owns it kept till then.
-        lent_memory.push_back(std::move(lent));
-        if (device_owner) lent_memory.push_back(device_owner);
-    } else {
-        // A failure keeps the allocation (and every view's handle into it): device_free() again.
-        call("freeing device memory", [&] { return root.device_interface->device_free(nullptr, &root); });
+    return release_device(entry, DeviceRelease::free);
+}
+
+std::shared_ptr<void> Storage::release_device(const char *entry, DeviceRelease how) {
+    switch (how) {
+        case DeviceRelease::dying: {
+            // Nothing to keep, no one to tell: no one can read it. A runtime's memory the owner's own
+            // halide_buffer_t shows is the owner's to free (an hl.Buffer does).
+            bool owners = bound && bound->external && bound->external->device == root.device;
+            if (root.device && root.device_interface && !owners) {
+                TargetDevice target(operation_device());
+                root.device_interface->device_free(nullptr, &root);
+            }
+            return nullptr;
+        }
+        case DeviceRelease::gone:
+            // The runtime freed it through a view: the data it held is gone with it.
+            root.device = 0;
+            root.device_interface = nullptr;
+            root.flags &= ~kDeviceDirty;
+            break;
+        case DeviceRelease::detach:
+            // Wrapped memory goes back to its owner. Memory handed to consumers without a reference
+            // of their own (lent) stays valid while the storage lives: its owner is kept (the caller
+            // gets it too).
+            forget_view_handles();
+            if (device->allocation(root)->lent() && device_owner) lent_memory.push_back(device_owner);
+            DeviceCall(entry, device.get())("detaching the device memory",
+                                            [&] { return root.device_interface->detach_native(nullptr, &root); });
+            break;
+        case DeviceRelease::free: {
+            // Ours or wrapped, through our interface; a runtime's, through the interface it set and
+            // with the device of the call that made it (operation_device()).
+            DeviceCall call(entry, operation_device());
+            if (std::shared_ptr<void> lent = device ? device->retire_lent(root) : nullptr) {
+                // Consumers may still use it: freed with the storage, and whoever owns it kept till then.
+                lent_memory.push_back(std::move(lent));
+                if (device_owner) lent_memory.push_back(device_owner);
+            } else {
+                // A failure keeps the allocation (and every view's handle into it): device_free() again.
+                call("freeing device memory", [&] { return root.device_interface->device_free(nullptr, &root); });
+            }
+            break;
+        }
     }
     forget_view_handles();
     device_ownership = DeviceOwnership::none;
     device.reset();
     runtime_device.reset();
-    return std::exchange(device_owner, nullptr);
+    return std::exchange(device_owner, nullptr);  // the caller's: dropped after the lock is let go
 }
 
 void Storage::refuse_bound(const char *entry) const {
@@ -249,26 +167,6 @@ bool Storage::part_in_place(const Device &on, int64_t offset, bool forward) cons
     return on.shows_part(root.device && device.get() == &on ? &root : nullptr, offset);
 }
 
-void Storage::refuse_lent(const char *entry) const {
-    for (const RawView *r : raw_views) {
-        if (r->lent && r->buf.device && r->buf.device == r->published_device)
-            throw BufferError(std::string(entry) + "(): a pipeline call running in another thread computes in "
-                              "the buffer's device copy; free or move it after the call returns");
-    }
-}
-
-void Storage::forget_view_handles() {
-    // Called after absorb_raw_views(): what the views show is ours to take back (refuse_lent()
-    // came first: no running call is shown our device memory).
-    for (RawView *r : raw_views) {
-        if (r->lent) continue;
-        r->buf.device = r->published_device = 0;
-        r->buf.device_interface = nullptr;
-        r->buf.padding = nullptr;
-        r->handle.reset();
-    }
-}
-
 void Storage::adopt_allocation() {
     // Our backend's copies through any handle into this allocation move the whole storage
     // (one state covers it), and are counted as this storage's.
@@ -277,88 +175,9 @@ void Storage::adopt_allocation() {
     a->transfers = &transfers;
 }
 
-void Storage::publish(RawView &r, bool may_copy) {
-    if (r.buf.device != r.published_device) return;  // a pipeline's allocation still to bring home
-    uint64_t device_field = 0;
-    const halide_device_interface_t *interface = nullptr;
-    if (root.device && device_ownership == DeviceOwnership::foreign) {
-        if (covers_storage(r.buf, root)) {
-            device_field = root.device;
-            interface = root.device_interface;
-        } else if (may_copy) {
-            download("_get_raw_halide_buffer_t");  // a view the pipeline's runtime cannot describe
-        }
-    } else if (root.device) {
-        device_field = device->view_field(root, r.buf.host - root.host, r.handle);
-        if (device_field) interface = root.device_interface;
-        if (device_field && r.shown_as) {
-            if (covers_storage(r.buf, root) || part_in_place(*device, r.buf.host - root.host, forward(r.buf))) {
-                interface = r.shown_as;  // the runtime computes in our memory as it is
-            } else {
-                // A part of the storage: the pipeline's runtime cannot take our interface, so it
-                // is shown without device memory (the runtime allocates its own; it comes home
-                // after), over a current host copy.
-                if (may_copy) download("_get_raw_halide_buffer_t");
-                if (!(root.flags & kDeviceDirty)) {
-                    device_field = 0;
-                    interface = nullptr;
-                    r.handle.reset();
-                }
-            }
-        }
-    } else {
-        r.handle.reset();
-    }
-    r.buf.device = r.published_device = device_field;
-    r.buf.device_interface = interface;
-    r.buf.padding = device_field ? root.padding : nullptr;  // where our CUDA pointers find their allocation
-    r.buf.flags = r.published = effective_flags();
-    r.push();
-}
-
-void Storage::publish_all() {
-    for (RawView *r : raw_views) {
-        if (!r->lent) publish(*r, false);
-    }
-}
-
-void RawView::pull() {
-    if (!external) return;
-    if (!same_memory(*external, buf)) {
-        // Its owner changed its geometry in place: it describes other memory now. What it shows
-        // stays its own (absorb lets go of a device copy it held, without freeing it).
-        external = nullptr;
-        buf.device = 0;
-        buf.device_interface = nullptr;
-        buf.padding = nullptr;
-        return;
-    }
-    buf.device = external->device;
-    buf.device_interface = external->device_interface;
-    buf.flags = external->flags;
-    buf.padding = external->padding;
-}
-
-void RawView::push() const {
-    if (!external) return;
-    external->device = buf.device;
-    external->device_interface = buf.device_interface;
-    // Without device memory the host copy is the only one: shown host dirty, since Halide's
-    // runtime uploads only that into device memory it makes (the next absorb takes the flag in).
-    external->flags = buf.device ? buf.flags : buf.flags | kHostDirty;
-    external->padding = buf.padding;
-}
-
 // ---------------------------------------------------------------------------------------------
 // Buffer: each operation is one rule inside one StorageOp
 // ---------------------------------------------------------------------------------------------
-
-namespace {
-
-void plain_wait(std::unique_lock<std::mutex> &lock) { lock.lock(); }
-std::atomic<LockWaiter> g_waiter{plain_wait};
-
-}  // namespace
 
 ReadOnlyError read_only_memory(const char *entry) {
     return ReadOnlyError(std::string(entry) + "(): the buffer wraps read-only memory; use "
@@ -373,27 +192,6 @@ ReadOnlyError read_only_output(const char *entry) {
 }
 
 }  // namespace
-
-void set_lock_waiter(LockWaiter waiter) { g_waiter = waiter ? waiter : plain_wait; }
-
-StorageOp::StorageOp(Storage &s, bool republish, bool take_in)
-    : storage_(s), republish_(republish), lock_(s.mutex, std::try_to_lock) {
-    if (!lock_.owns_lock()) g_waiter.load()(lock_);
-    ++storage_.generation;
-    if (take_in) storage_.absorb_raw_views();
-}
-
-StorageOp::~StorageOp() {
-    if (republish_) storage_.publish_all();
-}
-
-Buffer::~Buffer() {
-    if (!raw_) return;
-    StorageOp op(*storage_);  // flags (and device memory) a pipeline left in this view outlive it
-    auto &views = storage_->raw_views;
-    views.erase(std::find(views.begin(), views.end(), raw_.get()));
-    --storage_->published_views;
-}
 
 bool Buffer::host_dirty() {
     StorageOp op(*storage_);
@@ -473,7 +271,7 @@ void Buffer::copy_to_device(const DeviceChoice &on) {
 
 void Buffer::device_malloc(const DeviceChoice &on) {
     StorageOp op(*storage_);
-    storage_->allocate("device_malloc", on);
+    storage_->allocate_device("device_malloc", on);
 }
 
 void Buffer::device_free() {
@@ -544,15 +342,7 @@ std::shared_ptr<void> Buffer::device_detach_native() {
                          "device_wrap_native(); use device_free()");
     s.refuse_lent(entry);
     s.download(entry);
-    s.forget_view_handles();
-    // Memory handed to consumers without a reference of their own stays valid while the
-    // storage lives: its owner is kept (the caller gets it too).
-    if (s.device->allocation(s.root)->lent() && s.device_owner) s.lent_memory.push_back(s.device_owner);
-    DeviceCall(entry, s.device.get())("detaching the device memory",
-                                      [&] { return s.root.device_interface->detach_native(nullptr, &s.root); });
-    s.device_ownership = DeviceOwnership::none;
-    s.device.reset();
-    return std::exchange(s.device_owner, nullptr);  // the caller's: dropped after the lock is let go
+    return s.release_device(entry, DeviceRelease::detach);
 }
 
 void Buffer::begin_host_read() {
@@ -582,7 +372,7 @@ void HostWriteLease::withdraw() {
     if (!storage_) return;
     std::shared_ptr<Storage> storage = std::move(storage_);  // outlives the lock
     std::unique_lock<std::mutex> lock(storage->mutex, std::try_to_lock);
-    if (!lock.owns_lock()) g_waiter.load()(lock);
+    if (!lock.owns_lock()) wait_for_lock(lock);
     // Any operation since (or a halide_buffer_t out, which foreign code may have acted on)
     // could rest on the mark: then it stays.
     if (storage->generation == generation_ && storage->raw_views.empty()) storage->root.flags &= ~kHostDirty;
@@ -592,7 +382,7 @@ Buffer::DeviceView Buffer::begin_device_use(const char *entry, const DeviceChoic
     StorageOp op(*storage_);
     Storage &s = *storage_;
     s.refuse_bound(entry);
-    if (s.device_ownership == DeviceOwnership::foreign)
+    if (s.device_ownership == DeviceOwnership::runtime)
         throw BufferError(std::string(entry) + "(): the device copy belongs to a pipeline's Halide "
                           "runtime; call copy_to_host() and device_free() first");
     if (write && s.readonly)
@@ -620,8 +410,8 @@ void Buffer::prepare_for_pipeline(const char *entry, const halide_device_interfa
     if (s.root.device && s.root.device_interface != interface) op.defer(s.free_device(entry));
 }
 
-bool Buffer::covers_whole_storage() const {
-    // covers_storage() of the halide_buffer_t raw() would publish (axes reversed, strides in
+bool Buffer::view_covers_root() const {
+    // raw_covers_root() of the halide_buffer_t raw() would publish (axes reversed, strides in
     // elements): mins aside.
     const halide_buffer_t &root = storage_->root;
     int n = ndim();
@@ -643,7 +433,7 @@ void Buffer::prepare_for_pipeline(const char *entry, const halide_device_interfa
         throw read_only_output(entry);
     StorageOp op(*storage_);
     Storage &s = *storage_;
-    bool whole = covers_whole_storage();
+    bool whole = view_covers_root();
     bool forward = std::all_of(strides_.begin(), strides_.end(), [](int64_t stride) { return stride >= 0; });
     bool in_place = whole || s.part_in_place(*device, data_ - s.root.host, forward);
     if (!in_place || s.bound || size() == 0) {
@@ -652,7 +442,7 @@ void Buffer::prepare_for_pipeline(const char *entry, const halide_device_interfa
         // after. Our device copy stays; one under another runtime's interface goes. So for an
         // hl.Buffer's storage, whose device copy only Halide's runtime makes, and an empty one
         // (nothing to place).
-        if (s.device_ownership == DeviceOwnership::foreign && s.root.device_interface != interface)
+        if (s.device_ownership == DeviceOwnership::runtime && s.root.device_interface != interface)
             op.defer(s.free_device(entry));
         else
             s.download(entry);
@@ -669,149 +459,7 @@ void Buffer::prepare_for_pipeline(const char *entry, const halide_device_interfa
     // An output covering its storage is overwritten whole: allocated. A part computed in place
     // needs the rest of the storage current on the device too (the call leaves all of it device
     // dirty): uploaded, as an input is.
-    output && whole ? s.allocate(entry, on) : s.upload(entry, on);
-}
-
-void Buffer::expect_overwrite(RawView &view) {
-    StorageOp op(*storage_);  // a lent view is not republished
-    halide_buffer_t &buf = view.buf;
-    if (buf.flags & kDeviceDirty) return;
-    // A view covering its storage is overwritten whole. A part shown in a current device copy
-    // (computed in place) leaves the rest as it is there; one shown without device memory must
-    // go up first (a runtime's allocation for it comes home whole, the bytes between its
-    // elements included).
-    bool in_current_copy = buf.device && !(storage_->root.flags & kHostDirty);
-    if (!covers_storage(buf, storage_->root) && !in_current_copy) return;
-    buf.flags &= ~kHostDirty;
-    view.published = buf.flags;  // not news to take in: the storage's own flags stay as they are
-}
-
-void Buffer::expect_upload(RawView &view) {
-    StorageOp op(*storage_);  // a lent view is not republished
-    halide_buffer_t &buf = view.buf;
-    if (buf.device) {
-        // The pipeline reads the device copy it is shown. One we placed for it was uploaded just
-        // now: a standing lease's host_dirty must not make its runtime upload it again.
-        if (view.shown_as && !(storage_->root.flags & kHostDirty)) {
-            buf.flags &= ~kHostDirty;
-            view.published = buf.flags;
-        }
-        return;
-    }
-    buf.flags = kHostDirty;
-    view.published = buf.flags;
-}
-
-void Buffer::bind(halide_buffer_t *external) {
-    StorageOp op(*storage_);
-    Storage &s = *storage_;
-    // The root takes the owner's coordinates, so that its struct covers the storage.
-    int n = ndim();
-    for (int i = 0; i < n; ++i) s.root.dim[n - 1 - i].min = int32_t(mins_[size_t(i)]);
-    auto r = std::make_unique<RawView>();
-    r->dims.assign(external->dim, external->dim + n);
-    r->buf = s.root;
-    r->buf.dim = n ? r->dims.data() : nullptr;
-    r->buf.device = 0;
-    r->buf.device_interface = nullptr;
-    r->published = r->buf.flags;  // the owner's flags are news unless they are the root's
-    r->external = external;
-    s.raw_views.push_back(r.get());
-    ++s.published_views;
-    s.bound = std::move(r);
-    s.absorb(*s.bound);  // its device copy and flags become the storage's
-}
-
-const halide_buffer_t *Buffer::bound_struct() {
-    StorageOp op(*storage_);
-    return storage_->bound ? storage_->bound->external : nullptr;
-}
-
-std::unique_ptr<RawView> Buffer::new_raw_view() const {
-    auto r = std::make_unique<RawView>();
-    int n = ndim();
-    r->dims.resize(size_t(n));
-    for (int i = 0; i < n; ++i) {
-        // NumPy axis i is Halide dimension n - 1 - i.
-        halide_dimension_t &d = r->dims[size_t(n - 1 - i)];
-        d.min = int32_t(mins_[size_t(i)]);
-        d.extent = int32_t(shape_[size_t(i)]);
-        d.stride = int32_t(strides_[size_t(i)] / dtype_->itemsize);
-        d.flags = 0;
-    }
-    r->buf.host = data_;
-    r->buf.type = dtype_->halide;
-    r->buf.dimensions = n;
-    r->buf.dim = n ? r->dims.data() : nullptr;
-    storage_->raw_views.push_back(r.get());
-    ++storage_->published_views;
-    return r;
-}
-
-void Buffer::publish_for_call(RawView &view, const halide_device_interface_t *shown_as) {
-    view.shown_as = shown_as;
-    // After the StorageOp took in what the view held: that was the previous call's.
-    Device *call = TargetDevice::current();
-    view.call_device = call ? call->shared_from_this() : nullptr;
-    storage_->publish(view, true);
-}
-
-namespace {
-
-/// BufferError for a dtype Halide has no type for, naming `entry`.
-void refuse_no_halide_type(const char *entry, const DType &dtype) {
-    if (!dtype.has_halide_type())
-        throw BufferError(std::string(entry) + "(): Halide has no type for " + dtype.name +
-                          "; pass a buffer of another dtype");
-}
-
-}  // namespace
-
-halide_buffer_t *Buffer::raw(const char *entry, const halide_device_interface_t *shown_as) {
-    refuse_no_halide_type(entry, *dtype_);
-    StorageOp op(*storage_);
-    if (!raw_) raw_ = new_raw_view();
-    publish_for_call(*raw_, shown_as);
-    return &raw_->buf;
-}
-
-RawView *Buffer::lend(const char *entry, const halide_device_interface_t *shown_as) {
-    refuse_no_halide_type(entry, *dtype_);
-    StorageOp op(*storage_);
-    // The view's own, unless another call has it: then one for this call alone.
-    if (!raw_) raw_ = new_raw_view();
-    RawView *view = raw_->lent ? new_raw_view().release() : raw_.get();
-    publish_for_call(*view, shown_as);
-    view->lent = true;
-    return view;
-}
-
-void Buffer::take_back(RawView *view) {
-    if (view == raw_.get() && view->buf.device == view->published_device && view->buf.flags == view->published) {
-        // The call left it as it was shown (a host pipeline's input, say): nothing to take in,
-        // and no lock needed to hand it back (its next operation republishes it).
-        view->lent.store(false, std::memory_order_release);
-        return;
-    }
-    // Only this view is news (the others are taken in by their next operation): the state is
-    // republished everywhere when the call changed it, else in this view alone.
-    StorageOp op(*storage_, false, false);
-    Storage &s = *storage_;
-    view->lent = false;
-    // Shown host dirty without device memory, it has both now and is host dirty no more: the
-    // call's runtime allocated for it and uploaded its elements (a copy of our bytes, counted).
-    if (view->buf.device && !view->published_device && (view->published & kHostDirty) &&
-        !(view->buf.flags & kHostDirty))
-        record_transfer(&s.transfers, Direction::to_device, element_bytes(view->buf));
-    uint64_t flags = s.root.flags, device = s.root.device;
-    s.absorb(*view);
-    if (s.root.flags != flags || s.root.device != device) s.publish_all();
-    else s.publish(*view, false);
-    if (view == raw_.get()) return;
-    auto &views = storage_->raw_views;
-    views.erase(std::find(views.begin(), views.end(), view));
-    --storage_->published_views;
-    delete view;
+    output && whole ? s.allocate_device(entry, on) : s.upload(entry, on);
 }
 
 }  // namespace hb

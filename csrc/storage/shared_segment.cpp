@@ -27,7 +27,7 @@ size_t round_to_pages(size_t bytes) {
 
 /// The error for a system call that failed with `errno`: MemoryError when memory ran out,
 /// BufferError naming the call otherwise.
-[[noreturn]] void fail(const char *entry, const char *what, int error) {
+[[noreturn]] void throw_os_error(const char *entry, const char *what, int error) {
     std::string message = std::string(entry) + "(): " + what + " failed: " + std::strerror(error);
     if (error == ENOMEM || error == ENOSPC)
         throw MemoryError(message + "; free memory, or share less (shared memory counts against the "
@@ -47,11 +47,11 @@ constexpr int kSeals = F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL;
 /// A new memory file of `bytes`, its size sealed (no one may shrink or grow it).
 int new_memory_file(const char *entry, size_t bytes) {
     int fd = memfd_create("halide_buffer", MFD_CLOEXEC | MFD_ALLOW_SEALING);
-    if (fd < 0) fail(entry, "memfd_create", errno);
+    if (fd < 0) throw_os_error(entry, "memfd_create", errno);
     if (ftruncate(fd, off_t(bytes)) != 0 || fcntl(fd, F_ADD_SEALS, kSeals) != 0) {
         int error = errno;
         close(fd);
-        fail(entry, "sizing the shared memory", error);
+        throw_os_error(entry, "sizing the shared memory", error);
     }
     return fd;
 }
@@ -61,7 +61,7 @@ uint64_t identity_or_fail(const char *entry, int fd) {
     if (fstat(fd, &st) != 0) {
         int error = errno;
         close(fd);
-        fail(entry, "fstat", error);
+        throw_os_error(entry, "fstat", error);
     }
     return identity_of_stat(st);
 }
@@ -75,7 +75,7 @@ std::unique_ptr<SharedSegment> SharedSegment::create(const char *entry, size_t b
     if (base == MAP_FAILED) {
         int error = errno;
         close(fd);
-        fail(entry, "mapping the shared memory", error);
+        throw_os_error(entry, "mapping the shared memory", error);
     }
     uint64_t identity = identity_or_fail(entry, fd);
     return std::unique_ptr<SharedSegment>(new SharedSegment(fd, static_cast<uint8_t *>(base), size, identity));
@@ -91,7 +91,7 @@ std::unique_ptr<SharedSegment> SharedSegment::replace(const char *entry, uint8_t
             int error = n < 0 ? errno : EIO;
             if (error == EINTR) continue;
             close(fd);
-            fail(entry, "copying into the shared memory", error);
+            throw_os_error(entry, "copying into the shared memory", error);
         }
         done += size_t(n);
     }
@@ -99,7 +99,7 @@ std::unique_ptr<SharedSegment> SharedSegment::replace(const char *entry, uint8_t
     if (base == MAP_FAILED) {
         int error = errno;
         close(fd);
-        fail(entry, "mapping the shared memory in place", error);
+        throw_os_error(entry, "mapping the shared memory in place", error);
     }
     uint64_t identity = identity_or_fail(entry, fd);
     return std::unique_ptr<SharedSegment>(new SharedSegment(fd, pages, bytes, identity));
@@ -110,7 +110,7 @@ std::unique_ptr<SharedSegment> SharedSegment::open(const char *entry, int fd) {
     if (fstat(fd, &st) != 0) {
         int error = errno;
         close(fd);
-        fail(entry, "fstat of the received descriptor", error);
+        throw_os_error(entry, "fstat of the received descriptor", error);
     }
     int seals = fcntl(fd, F_GET_SEALS);
     if (seals < 0 || (seals & (F_SEAL_SHRINK | F_SEAL_GROW)) != (F_SEAL_SHRINK | F_SEAL_GROW) || st.st_size <= 0) {
@@ -124,7 +124,7 @@ std::unique_ptr<SharedSegment> SharedSegment::open(const char *entry, int fd) {
     if (base == MAP_FAILED) {
         int error = errno;
         close(fd);
-        fail(entry, "mapping the received shared memory", error);
+        throw_os_error(entry, "mapping the received shared memory", error);
     }
     return std::unique_ptr<SharedSegment>(
         new SharedSegment(fd, static_cast<uint8_t *>(base), size, identity_of_stat(st)));

@@ -1,5 +1,6 @@
-// storage_op.h: how every residency operation runs (residency.cpp, buffer_data.cpp): under the
-// storage's lock, taking in first what foreign code wrote into published views.
+// storage_op.h: how every residency operation runs (residency.cpp, raw_views.cpp, buffer_data.cpp):
+// under the storage's lock, taking in first what foreign code wrote into published views
+// (storage_op.cpp).
 #pragma once
 
 #include <memory>
@@ -15,6 +16,9 @@ namespace hb {
 /// caller's entry point, `operation` what failed): the driver's code when our backend recorded
 /// one, else Halide's code.
 void check(int rc, const char *entry, const char *operation);
+
+/// Waits for a storage's lock someone else holds, through the lock waiter (set_lock_waiter()).
+void wait_for_lock(std::unique_lock<std::mutex> &lock);
 
 /// One residency operation on a storage: holds its lock (a contended one is waited for through
 /// the lock waiter, so the bindings can let other Python threads run meanwhile), takes in first

@@ -1,0 +1,47 @@
+// storage_op.cpp: how every residency operation runs: the storage's lock (through the lock
+// waiter the bindings set), and the DeviceError of a failed device call.
+#include "storage/storage_op.h"
+
+#include <atomic>
+#include <string>
+#include <utility>
+
+namespace hb {
+
+void check(int rc, const char *entry, const char *operation) {
+    if (rc == 0) return;
+    DeviceFailure &f = last_failure();
+    if (f.code != 0) {
+        DeviceFailure failure = std::exchange(f, DeviceFailure{});
+        throw DeviceError(std::string(entry) + "(): " + operation + " failed with " + failure.name +
+                              " (" + std::to_string(failure.code) + "): " + failure.what,
+                          failure.code, failure.name);
+    }
+    throw DeviceError(std::string(entry) + "(): " + operation + " failed with Halide error " +
+                          std::to_string(rc) + "; the buffer and its current data are unchanged",
+                      rc, "halide_error_code " + std::to_string(rc));
+}
+
+namespace {
+
+void plain_wait(std::unique_lock<std::mutex> &lock) { lock.lock(); }
+std::atomic<LockWaiter> g_waiter{plain_wait};
+
+}  // namespace
+
+void set_lock_waiter(LockWaiter waiter) { g_waiter = waiter ? waiter : plain_wait; }
+
+void wait_for_lock(std::unique_lock<std::mutex> &lock) { g_waiter.load()(lock); }
+
+StorageOp::StorageOp(Storage &s, bool republish, bool take_in)
+    : storage_(s), republish_(republish), lock_(s.mutex, std::try_to_lock) {
+    if (!lock_.owns_lock()) g_waiter.load()(lock_);
+    ++storage_.generation;
+    if (take_in) storage_.absorb_raw_views();
+}
+
+StorageOp::~StorageOp() {
+    if (republish_) storage_.publish_all();
+}
+
+}  // namespace hb
