@@ -5,9 +5,10 @@
 
 Two kinds of source, both TOML:
 
-- a diagram (`layers.toml`, `residency.toml`): boxes (`[[node]]`) and arrows (`[[edge]]`) laid
-  out by hand, in pixels. An edge naming the nodes it joins (`from`, `to`) must start and end
-  on their borders, so the picture cannot join other boxes than its source says.
+- a diagram (`layers.toml`, `residency.toml`, `allocation.toml`): boxes (`[[node]]`) and
+  arrows (`[[edge]]`) laid out by hand, in pixels. An edge naming the nodes it joins (`from`,
+  `to`) must start and end on their borders, so the picture cannot join other boxes than its
+  source says.
 - `benchmarks.toml`: one bar chart per `[[chart]]` of the ratios docs/performance.md records,
   on a log scale around 1 (the peer), one bar per series and row. tests/test_figures.py checks
   every figure against the page's tables.
@@ -33,7 +34,7 @@ except ModuleNotFoundError:  # Python 3.10: pytest's own dependency
 
 ROOT = Path(__file__).resolve().parent.parent
 FIGURES = ROOT / "docs" / "figures"
-DIAGRAMS = ("layers", "residency")
+DIAGRAMS = ("layers", "residency", "allocation")
 CHARTS = "benchmarks"
 
 FONT = "DejaVu Sans, Helvetica, Arial, sans-serif"
