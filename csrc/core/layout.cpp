@@ -12,27 +12,26 @@
 
 namespace hb {
 
-int64_t checked_count(const char *entry, const Axes &shape, int64_t itemsize) {
-    if (shape.size() > size_t(kMaxDims))
-        throw ValueError(std::string(entry) + "(): " + str(int64_t(shape.size())) +
-                         " axes is more than the " + str(kMaxDims) + " supported; reshape the data");
-    int64_t count = 1;
-    for (int64_t n : shape) {
-        if (n < 0)
-            throw ValueError(std::string(entry) + "(): negative extent " + str(n) +
+void refuse_count(const char *entry, CountFault fault, const Axes &shape, size_t axis) {
+    switch (fault) {
+        case CountFault::too_many_axes:
+            throw ValueError(std::string(entry) + "(): " + str(int64_t(shape.size())) +
+                             " axes is more than the " + str(kMaxDims) + " supported; reshape the data");
+        case CountFault::negative_extent:
+            throw ValueError(std::string(entry) + "(): negative extent " + str(shape[axis]) +
                              "; every extent must be >= 0");
-        if (n > kInt32Max)
-            throw ValueError(std::string(entry) + "(): extent " + str(n) +
+        case CountFault::extent_over_int32:
+            throw ValueError(std::string(entry) + "(): extent " + str(shape[axis]) +
                              " exceeds Halide's int32 limit (2**31 - 1); split the axis");
-        if (__builtin_mul_overflow(count, n, &count))
+        case CountFault::elements:
             throw ValueError(std::string(entry) + "(): the shape has more than 2**63 elements; "
                              "use a smaller shape");
+        case CountFault::bytes:
+        case CountFault::none:  // not a fault: never passed
+            break;
     }
-    int64_t bytes;
-    if (__builtin_mul_overflow(count, itemsize, &bytes))
-        throw ValueError(std::string(entry) + "(): the shape needs more than 2**63 bytes; "
-                         "use a smaller shape");
-    return count;
+    throw ValueError(std::string(entry) + "(): the shape needs more than 2**63 bytes; "
+                     "use a smaller shape");
 }
 
 void check_mins(const char *entry, const Axes &shape, const Axes &mins) {

@@ -23,10 +23,37 @@ inline bool coordinates_fit(int64_t min, int64_t extent) {
 /// Those coordinates, for messages.
 constexpr const char *kInt32Coordinates = "Halide's int32 coordinates [-2**31, 2**31 - 1]";
 
+/// What a shape has that Halide or a 64-bit address cannot describe (count_of()).
+enum class CountFault : uint8_t { none, too_many_axes, negative_extent, extent_over_int32, elements, bytes };
+
+/// The rule of checked_count(): the element count of a shape (in `count`), or the first fault
+/// found, with the axis it was found at (`axis`).
+inline CountFault count_of(const Axes &shape, int64_t itemsize, int64_t &count, size_t &axis) {
+    count = 1;
+    if (shape.size() > size_t(kMaxDims)) return CountFault::too_many_axes;
+    for (axis = 0; axis < shape.size(); ++axis) {
+        int64_t n = shape[axis];
+        if (n < 0) return CountFault::negative_extent;
+        if (n > kInt32Max) return CountFault::extent_over_int32;
+        if (__builtin_mul_overflow(count, n, &count)) return CountFault::elements;
+    }
+    int64_t bytes;
+    return __builtin_mul_overflow(count, itemsize, &bytes) ? CountFault::bytes : CountFault::none;
+}
+
+/// The ValueError naming `entry` for a fault count_of() found.
+[[noreturn]] void refuse_count(const char *entry, CountFault fault, const Axes &shape, size_t axis);
+
 /// Element count of a shape, refusing (ValueError naming `entry`) anything Halide or a 64-bit
 /// address cannot describe: more than kMaxDims axes, negative or int32-overflowing extents,
-/// 2**63 bytes.
-int64_t checked_count(const char *entry, const Axes &shape, int64_t itemsize);
+/// 2**63 bytes. Inline: every new buffer and view checks its shape.
+inline int64_t checked_count(const char *entry, const Axes &shape, int64_t itemsize) {
+    int64_t count;
+    size_t axis = 0;
+    CountFault fault = count_of(shape, itemsize, count, axis);
+    if (fault != CountFault::none) refuse_count(entry, fault, shape, axis);
+    return count;
+}
 /// ValueError naming `entry` unless every axis's [min, min + extent) fits Halide's int32
 /// coordinates (one min per axis).
 void check_mins(const char *entry, const Axes &shape, const Axes &mins);

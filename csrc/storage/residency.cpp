@@ -23,7 +23,7 @@ namespace hb {
 // ---------------------------------------------------------------------------------------------
 
 Storage::~Storage() {
-    release_device("~Storage", DeviceRelease::dying);
+    if (root.device) release_device("~Storage", DeviceRelease::dying);  // most storages never had one
     if (ownership == HostOwnership::owned && mapped_bytes) unmap_pages(static_cast<uint8_t *>(allocation), mapped_bytes);
     else if (ownership == HostOwnership::owned) std::free(allocation);
     if (segment) forget_shared_storage(segment->identity());

@@ -33,15 +33,4 @@ void set_lock_waiter(LockWaiter waiter) { g_waiter = waiter ? waiter : plain_wai
 
 void wait_for_lock(std::unique_lock<std::mutex> &lock) { g_waiter.load()(lock); }
 
-StorageOp::StorageOp(Storage &s, bool republish, bool take_in)
-    : storage_(s), republish_(republish), lock_(s.mutex, std::try_to_lock) {
-    if (!lock_.owns_lock()) g_waiter.load()(lock_);
-    ++storage_.generation;
-    if (take_in) storage_.absorb_raw_views();
-}
-
-StorageOp::~StorageOp() {
-    if (republish_) storage_.publish_all();
-}
-
 }  // namespace hb

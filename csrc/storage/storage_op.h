@@ -28,8 +28,16 @@ void wait_for_lock(std::unique_lock<std::mutex> &lock);
 class StorageOp {
 public:
     /// `take_in` false: no view is taken in on entry (the caller takes in the one it needs).
-    explicit StorageOp(Storage &s, bool republish = true, bool take_in = true);
-    ~StorageOp();
+    /// Inline: every residency operation, the small calls' included, runs one.
+    explicit StorageOp(Storage &s, bool republish = true, bool take_in = true)
+        : storage_(s), republish_(republish), lock_(s.mutex, std::try_to_lock) {
+        if (!lock_.owns_lock()) wait_for_lock(lock_);
+        ++storage_.generation;
+        if (take_in && !storage_.raw_views.empty()) storage_.absorb_raw_views();
+    }
+    ~StorageOp() {
+        if (republish_ && !storage_.raw_views.empty()) storage_.publish_all();
+    }
     StorageOp(const StorageOp &) = delete;
     StorageOp &operator=(const StorageOp &) = delete;
 
