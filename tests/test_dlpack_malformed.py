@@ -495,8 +495,10 @@ def test_padded_sub_byte_tensor_imports_one_per_byte():
         (True, (FLOAT4_E2M1FN, 4, 2), [0x21, 0x43], [2], [[1, 2], [3, 4]], "float4_e2m1fn"),
         # uint4 packed one after another, as JAX sends it (legacy: no padded flag to say otherwise).
         (False, (UINT, 4, 1), [0x21, 0x43], [4], [1, 2, 3, 4], "uint4"),
+        # 6-bit values 1, 42, 63, 21 in three bytes: the middle two straddle a byte boundary.
+        (False, (FLOAT6_E2M3FN, 6, 1), [0x81, 0xFA, 0x57], [4], [1, 42, 63, 21], "float6_e2m3fn"),
     ],
-    ids=["float4x2-versioned", "uint4-legacy"],
+    ids=["float4x2-versioned", "uint4-legacy", "float6-legacy-straddling"],
 )
 def test_packed_sub_byte_tensor_needs_copy_true_and_is_unpacked(versioned, dtype, packed, shape, unpacked, name):
     values = np.array(packed, dtype=np.uint8)

@@ -140,7 +140,8 @@ def test_arguments_on_two_contexts_are_moved_once_and_counted(libraries, ctx):
     brought home and uploaded to the call's device: one counted download, one counted upload."""
     import pyopencl as cl
 
-    mine = hb.opencl.device(context=cl.Context(ctx.devices))
+    mine_context = cl.Context(ctx.devices)
+    mine = hb.opencl.device(context=mine_context)
     src = hb.Buffer.from_host(image(4), copy=True)
     src.copy_to_device(mine)
     out = hb.Buffer(SHAPE, "uint8")
@@ -149,6 +150,9 @@ def test_arguments_on_two_contexts_are_moved_once_and_counted(libraries, ctx):
     assert libraries["add1"](src, out) is out  # the call runs on src's device: out moves there
     assert out.device is mine and src.device is mine
     assert copies() == NONE  # out held nothing worth keeping; src was current on the call's device
+    # out's memory is a new allocation in mine's context, not the old one renamed (OpenCL memory
+    # belongs to one context; PoCL happens to accept another's, a GPU driver need not).
+    assert hb.opencl.as_array(out, writable=False).base_data.context == mine_context
     np.testing.assert_array_equal(np.asarray(out), added(image(4), 1))
 
 

@@ -2,6 +2,7 @@
 storage is released exactly once."""
 
 import gc
+import os
 import weakref
 
 import ml_dtypes
@@ -97,3 +98,26 @@ def test_many_wraps_and_exports_leak_nothing():
     del b
     assert live() == base
     assert src.base is None  # nothing left hanging off the source
+
+
+@pytest.mark.skipif(bool(os.environ.get("HALIDE_BUFFER_SANITIZER")),
+                    reason="RSS under ASan counts its quarantine of freed memory")
+@pytest.mark.parametrize("elements", [1 << 18, 1 << 21], ids=["heap-block", "own-pages"])
+def test_a_dead_buffer_gives_its_host_memory_back(elements):
+    # Each size takes another road to the system and back (a heap block, pages of its own): a
+    # storage that kept its memory would grow the process by the 200 buffers' bytes, written so
+    # that every page is resident.
+    def resident():
+        with open("/proc/self/statm") as f:
+            return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+
+    def one():
+        b = hb.Buffer((elements,), "float32")
+        b.fill(1)  # every page written: resident
+        return b.nbytes
+
+    one()  # the allocator's own first growth
+    before = resident()
+    made = sum(one() for _ in range(200))
+    grown = resident() - before
+    assert grown < max(made // 4, 8 << 20), f"{grown} bytes still resident after {made} bytes came and went"
