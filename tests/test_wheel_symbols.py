@@ -55,8 +55,9 @@ def elf_needing(needs):
     header = b"\x7fELF" + bytes([2, 1, 1]) + bytes(9)
     header += struct.pack("<HHIQQQIHHHHHH", 3, 62, 1, 0, 0, sections_at, 0, 64, 0, 0, 64, 3, 0)
     section_headers = bytes(64)  # the null section
-    section_headers += struct.pack("<IIQQQQIIQQ", 0, SHT_STRTAB, 0, 0, strtab_at, len(strings), 0, 0, 1, 0)
-    section_headers += struct.pack("<IIQQQQIIQQ", 0, symbol_versions.SHT_GNU_VERNEED, 0, 0, verneed_at,
+    section = "<IIQQQQIIQQ"  # name, type, flags, address, offset, size, link, info, align, entry size
+    section_headers += struct.pack(section, 0, SHT_STRTAB, 0, 0, strtab_at, len(strings), 0, 0, 1, 0)
+    section_headers += struct.pack(section, 0, symbol_versions.SHT_GNU_VERNEED, 0, 0, verneed_at,
                                    len(verneed), 1, len(libraries), 4, 0)
     data = header + bytes(strings) + bytes(verneed_at - strtab_at - len(strings)) + bytes(verneed)
     return data + section_headers
@@ -123,7 +124,8 @@ def test_the_version_needs_agree_with_readelf():
                              check=True, env={**os.environ, "LC_ALL": "C"}).stdout
         needs_part = out.partition(".gnu.version_r")[2]
         theirs = set(re.findall(r"Name: (\S+)\s+Flags", needs_part))
-        ours = {version for _, version in symbol_versions.needed_versions(pathlib.Path(path).read_bytes())}
+        needs = symbol_versions.needed_versions(pathlib.Path(path).read_bytes())
+        ours = {version for _, version in needs}
         assert ours == theirs, path
 
 

@@ -75,7 +75,8 @@ def needed_versions(data):
             continue
         entry = offset
         for _ in range(count):
-            _, aux_count, file_name, aux, next_entry = struct.unpack_from(order + "HHIII", data, entry)
+            _, aux_count, file_name, aux, next_entry = struct.unpack_from(
+                order + "HHIII", data, entry)
             library = _string(data, sections, link, file_name)
             at = entry + aux
             for _ in range(aux_count):
