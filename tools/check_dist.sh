@@ -11,8 +11,8 @@
 # 2. For each wheel (without interpreters named: every wheel in DIR, under the python3.X of its
 #    tag, found as tools/build_wheels.sh finds them), in a fresh virtual environment of that
 #    Python outside the repository: the wheel with the opencl extra (PoCL: a real OpenCL device
-#    on the CPU), pytest, hypothesis and the `halide` wheel, pinned by constraints.txt where the
-#    pin exists for that Python (3.10 gets the newest numpy, scipy, ... it has); PyTorch 2.13.0
+#    on the CPU), pytest, hypothesis and the `halide` wheel, pinned by constraints.txt (but on
+#    3.10, which lacks many of its releases: the newest that 3.10 has); PyTorch 2.13.0
 #    and JAX too on the Pythons in CHECK_DIST_TORCH (default 3.11: PyTorch's CPU wheel is on
 #    this project's machines; for another Python pip would download gigabytes of CUDA). From a
 #    temporary folder, `python -m halide_buffer` and `python -m halide_buffer demo` run, and a
@@ -50,9 +50,9 @@ SUBSET=(tests/test_cli.py tests/test_stubs.py tests/test_exports.py tests/test_e
 # And under the Pythons with PyTorch and JAX: DLPack both ways, every dtype, and the AOT tests
 # that build many pipelines (a minute or more each; the same C++ under every Python).
 WITH_TORCH=(tests/test_dlpack.py tests/test_aot.py tests/test_aot_outputs.py)
-# Pins whose release needs a newer Python than 3.10 (numpy 2.4.6, scipy 1.17.1, jax 0.10.2, ...):
-# on 3.10 pip takes the newest release that Python has instead.
-UNPINNED_ON_310="numpy|scipy|jax|jaxlib|zarr|numcodecs|atheris"
+# The Pythons whose environment is not pinned: many of constraints.txt's releases need 3.11 or
+# newer (numpy 2.4.6, hypothesis 6.170.17, scipy, jax, ...); pip takes the newest each has.
+UNPINNED_PYTHONS="3.10"
 
 if command -v pyenv >/dev/null; then
     PYENV_VERSION=$(pyenv version-name):$(pyenv versions --bare | paste -sd: -)  # current first
@@ -127,8 +127,8 @@ check_wheel() {  # PYTHON: steps 2 and 3 for the wheel of that interpreter
     echo "== 2. $(basename "$wheel") in a fresh environment of Python $version ($py)"
     "$py" -m venv "$venv"
     constraints=$work/constraints-$version.txt
-    if [ "$version" = 3.10 ]; then
-        grep -vE "^($UNPINNED_ON_310)==" "$tree/constraints.txt" >"$constraints"
+    if [[ " $UNPINNED_PYTHONS " == *" $version "* ]]; then
+        : >"$constraints"
     else
         cp "$tree/constraints.txt" "$constraints"
     fi
