@@ -169,7 +169,8 @@ py::object live_lease(const Buffer &b) {
         if (describes(*lease->external, b))
             candidates.emplace_back(py::reinterpret_borrow<py::object>(lease->object), lease);
     }
-    for (auto &[h, lease] : candidates) {  // each alive while h is held
+    for (auto &[h, held] : candidates) {  // each alive while h is held
+        HalideLease *lease = held;  // a variable of its own: C++17 lambdas cannot capture a structured binding
         bool bound = false;
         run_lease(lease->view, [&] { bound = lease->view.halide_bound(*lease->raw); });
         if (bound) return h;
