@@ -61,9 +61,14 @@ def _wait_for_receivers() -> None:
     for thread in threading.enumerate():
         if thread.name == "QueueFeederThread" and thread is not threading.current_thread():
             thread.join(max(0.0, deadline - time.monotonic()))
-    pending = getattr(getattr(resource_sharer, "_resource_sharer", None), "_cache", None)
+    sharer = getattr(resource_sharer, "_resource_sharer", None)
+    pending = getattr(sharer, "_cache", None)
     while pending and time.monotonic() < deadline:
         time.sleep(0.005)
+    # A descriptor leaves the cache before it is sent, so an empty cache may still have a send in
+    # flight: the sharer's stop() is served after that send ends (one connection at a time).
+    if sharer is not None and getattr(sharer, "_address", None) is not None:
+        sharer.stop(max(0.0, deadline - time.monotonic()))
 
 
 def _wait_for_receivers_at_exit(_=None) -> None:
