@@ -17,6 +17,7 @@
 #include <string>
 #include <unordered_map>
 
+#include "core/constants.h"
 #include "core/errors.h"
 #include "storage/buffer.h"
 #include "storage/storage_op.h"
@@ -155,7 +156,7 @@ void Buffer::unbind_halide(const char *entry, std::unique_ptr<RawView> view) {
             external->device = 0;
             external->device_interface = nullptr;
             external->padding = nullptr;
-            external->flags = halide_buffer_flag_host_dirty;
+            external->flags = kHostDirty;
         }
         forget_view(s, view.get());
     };

@@ -5,6 +5,7 @@
 #include <string>
 #include <vector>
 
+#include "core/constants.h"
 #include "core/errors.h"
 #include "python/py_glue.h"
 
@@ -95,8 +96,8 @@ std::string qualified_type_name(py::handle obj) {
 /// Where the current data lives, for repr: the reader's view of the residency flags.
 std::string residency_of(const Buffer::MemoryFacts &f) {
     if (!f.device_allocation) return "host";
-    if (f.flags & halide_buffer_flag_device_dirty) return "device (host copy stale)";
-    if (f.flags & halide_buffer_flag_host_dirty) return "host (device copy stale)";
+    if (f.flags & kDeviceDirty) return "device (host copy stale)";
+    if (f.flags & kHostDirty) return "host (device copy stale)";
     return "host and device";
 }
 
