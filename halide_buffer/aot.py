@@ -16,14 +16,20 @@ from __future__ import annotations
 
 import os
 
-from . import opencl
+from . import _elf, opencl
 from ._core import Pipeline, PipelineError, _aot_load
 
 __all__ = ["Pipeline", "PipelineError", "load"]
 
 
-def load(library_path: str | os.PathLike[str], function_name: str) -> Pipeline:
+def load(library_path: str | os.PathLike[str], function_name: str | None = None) -> Pipeline:
     """The pipeline ``function_name`` of the shared library at ``library_path``.
+
+    Without ``function_name``, the library's only pipeline: the one function whose
+    ``<name>_argv`` and ``<name>_metadata`` the library exports (every Halide pipeline does),
+    else the file's name up to its first dot with a leading ``lib`` dropped (``libblur.so`` →
+    ``blur``), as Halide's own runtime guesses it. A library of several pipelines raises
+    ``ValueError`` naming them: pass the one you want.
 
     A path naming a file opens that file, relative or absolute (``"libbrighter.so"`` in the
     current directory too); a bare name that names no file goes to the system's library
@@ -36,11 +42,27 @@ def load(library_path: str | os.PathLike[str], function_name: str) -> Pipeline:
     is pickled as that path and ``function_name``: unpickling loads it again, so the library
     must exist at the same path wherever it is unpickled.
     """
-    pipeline = _aot_load(os.fspath(library_path), function_name)
+    path = os.fspath(library_path)
+    if function_name is None:
+        function_name = _only_pipeline(path)
+    pipeline = _aot_load(path, function_name)
     if pipeline.device_api == "opencl":
         # Its first call opens the OpenCL loader our devices use: the candidates are found here.
         opencl._choose_loader()
     return pipeline
+
+
+def _only_pipeline(path: str) -> str:
+    """The name of the one pipeline the library at ``path`` exports (see load())."""
+    exported = set(_elf.exported_names(path)) if os.path.isfile(path) else set()
+    names = sorted(n[:-len("_argv")] for n in exported if n.endswith("_argv") and n[:-len("_argv")] + "_metadata" in exported)
+    if len(names) == 1:
+        return names[0]
+    if names:
+        raise ValueError(f"aot.load(): {path} holds {len(names)} pipelines ({', '.join(names)}); pass the one "
+                         f"you want: aot.load({path!r}, {names[0]!r})")
+    stem = os.path.basename(path).split(".", 1)[0]
+    return stem[3:] if stem.startswith("lib") and len(stem) > 3 else stem
 
 
 def _unpickle(library_path: str, function_name: str) -> Pipeline:

@@ -32,6 +32,15 @@ struct halide_type_t {
 };
 
 // ---------------------------------------------------------------------------------------------
+// The ABI's version
+// ---------------------------------------------------------------------------------------------
+
+/// The major version of Halide whose ABI these declarations are (HalideRuntime.h's
+/// HALIDE_VERSION_MAJOR): the one detail in which versions lay a buffer out differently is the
+/// type's last field (lanes = 1 here; 0, renamed, from version 22).
+#define HB_HALIDE_ABI_MAJOR 21
+
+// ---------------------------------------------------------------------------------------------
 // Buffers
 // ---------------------------------------------------------------------------------------------
 
@@ -173,3 +182,10 @@ static_assert(sizeof(halide_dimension_t) == 16, "halide_dimension_t is four 32-b
 static_assert(sizeof(halide_buffer_t) == 56, "halide_buffer_t is 56 bytes on 64-bit targets");
 static_assert(sizeof(halide_device_interface_t) == 16 * sizeof(void *), "15 entries and impl");
 static_assert(sizeof(halide_device_interface_impl_t) == 16 * sizeof(void *), "16 entries");
+
+/// The name of Halide's typed capsule of a halide_buffer_t* (obj._get_halide_buffer_t_capsule(),
+/// the protocol of Halide's Python runtime and generated extensions): "halide.halide_buffer_t.v"
+/// and the ABI's major version, so a struct of another layout is never taken for ours.
+#define HB_STRINGIFY_VALUE(x) #x
+#define HB_STRINGIFY(x) HB_STRINGIFY_VALUE(x)
+constexpr const char *kHalideBufferCapsule = "halide.halide_buffer_t.v" HB_STRINGIFY(HB_HALIDE_ABI_MAJOR);

@@ -43,6 +43,15 @@ py::list arguments_of(const AotPipeline &p) {
     return out;
 }
 
+py::list argument_names_of(const AotPipeline &p) {
+    py::list out;
+    const halide_filter_metadata_t &m = p.metadata();
+    for (int i = 0; i < m.num_arguments; ++i) {
+        if (!is_user_context(m.arguments[i])) out.append(py::str(m.arguments[i].name));
+    }
+    return out;
+}
+
 // ---------------------------------------------------------------------------------------------
 // Arguments
 // ---------------------------------------------------------------------------------------------
@@ -210,17 +219,22 @@ struct PyCallScratch {
     /// An input given as memory of someone else's (an ndarray): the Buffer over it lives here
     /// for the call alone, with no Python object, since the call does not return it.
     std::vector<std::optional<Buffer>> wrapped;
+    /// The outputs given as memory of someone else's (an ndarray, a tensor): each one's index and
+    /// where its memory is, which is where the result must be when the call returns.
+    std::vector<std::pair<size_t, Home>> foreign_outputs;
 
     void start(size_t n) {
         plan.start(n);
         given.assign(n, py::object());
         wrapped.clear();
         wrapped.resize(n);
+        foreign_outputs.clear();
     }
     void finish() {
         plan.finish();  // takes the lent views back into the buffers `given` and `wrapped` hold
         wrapped.clear();
         given.clear();
+        foreign_outputs.clear();
     }
 };
 
@@ -254,11 +268,15 @@ public:
         Buffer *b;
         if (is_buffer(v)) {
             b = &buffer_of(v.ptr());
-        } else if (a.kind == halide_argument_kind_output_buffer) {  // returned: a Buffer object over it
-            v = py::cast(buffer_from_host(v, false, true));
-            b = &buffer_of(v.ptr());
         } else {
-            b = &s_.wrapped[i].emplace(buffer_from_host(v, false, true));
+            Argument arg = adopt_argument(v, ArgumentName{p_.name().c_str(), a.name});
+            if (a.kind == halide_argument_kind_output_buffer) {  // returned: a Buffer object over it
+                if (arg.home != Home::own_rule) s_.foreign_outputs.emplace_back(i, arg.home);
+                v = py::cast(std::move(arg.buffer));
+                b = &buffer_of(v.ptr());
+            } else {
+                b = &s_.wrapped[i].emplace(std::move(arg.buffer));
+            }
         }
         check_buffer(p_, *b, a);
         return b;
@@ -291,6 +309,12 @@ py::object call_with(const AotPipeline &p, PyObject *const *pos, size_t npos, Py
     take_keywords(p, kwargs, scratch.given);
     PyCall call(p, scratch);
     run_call(p, scratch.plan, call);
+    if (!scratch.foreign_outputs.empty()) {
+        // The user looks for the result in the memory they passed, whether or not they keep what
+        // the call returns: it is made current there now (Buffers keep the lazy rule).
+        scratch.plan.finish();  // the lent views taken back: the flags say where the result is
+        for (const auto &[i, home] : scratch.foreign_outputs) bring_home(buffer_of(scratch.given[i].ptr()), home);
+    }
     return call_outputs(scratch);
 }
 
@@ -381,6 +405,8 @@ void bind_aot(py::module_ &m) {
            "call places its buffers; None for a host pipeline")
         .def_property_readonly("arguments", &arguments_of,
                                "name, kind, dtype and dimensions of each argument, in call order")
+        .def_property_readonly("argument_names", &argument_names_of,
+                               "the arguments' names, in call order (positional calls follow it)")
         .def("__call__", [](py::handle self, py::args args, py::kwargs kwargs) {
             const AotPipeline &p = self.cast<const AotPipeline &>();
             return call_with(p, &PyTuple_GET_ITEM(args.ptr(), 0), args.size(), kwargs.ptr());

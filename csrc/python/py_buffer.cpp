@@ -444,6 +444,29 @@ int init_buffer(PyObject *self, PyObject *args, PyObject *kwargs) {
 
 bool is_buffer(py::handle obj) { return PyObject_TypeCheck(obj.ptr(), buffer_type); }
 
+namespace {
+
+/// The capsule's destructor: lets go of the Buffer object its context holds.
+void release_capsule_owner(PyObject *capsule) {
+    Py_XDECREF(static_cast<PyObject *>(PyCapsule_GetContext(capsule)));
+}
+
+/// Buffer._get_halide_buffer_t_capsule(): raw()'s struct in Halide's typed capsule, which holds a
+/// reference to the Buffer object (whose view the struct describes) for as long as it lives.
+py::object typed_capsule(py::handle self) {
+    halide_buffer_t *raw = buffer_of(self.ptr()).raw("_get_halide_buffer_t_capsule");
+    py::object capsule = py::reinterpret_steal<py::object>(
+        PyCapsule_New(raw, kHalideBufferCapsule, &release_capsule_owner));
+    if (!capsule) throw py::error_already_set();
+    if (PyCapsule_SetContext(capsule.ptr(), self.inc_ref().ptr()) != 0) {
+        self.dec_ref();
+        throw py::error_already_set();
+    }
+    return capsule;
+}
+
+}  // namespace
+
 PyObject *new_buffer_object(Buffer &&b) {
     py::object self = py::reinterpret_steal<py::object>(py::detail::make_new_instance(buffer_type));
     if (!self) throw py::error_already_set();
@@ -596,6 +619,10 @@ in shared memory that multiprocessing hands to child processes as it is.
         .def("_get_raw_halide_buffer_t", method([](Buffer &b) {
             return reinterpret_cast<uintptr_t>(b.raw("_get_raw_halide_buffer_t"));
         }), "Address of the halide_buffer_t describing this view (Halide's extension protocol).")
+        .def("_get_halide_buffer_t_capsule", &typed_capsule,
+             "Halide's typed capsule protocol: a PyCapsule named 'halide.halide_buffer_t.v21' holding the "
+             "halide_buffer_t* of this view (the struct _get_raw_halide_buffer_t() gives, under the same "
+             "rules); the capsule keeps the buffer alive.")
         .def("__repr__", method(&repr_of));
     bind_numpy(cls);
     bind_buffer_data(cls);

@@ -371,6 +371,18 @@ py::object capsule_from(py::handle obj, int copy, bool &copied) {
     return capsule;
 }
 
+}  // namespace
+
+Buffer buffer_from_dlpack(py::handle obj, int copy) {
+    if (std::optional<Buffer> fast = exchange_import(obj, copy)) return std::move(*fast);
+    bool copied = false;
+    py::object capsule = capsule_from(obj, copy, copied);
+    // What the producer copied for us is ours alone: no second copy.
+    return from_capsule(capsule, py::reinterpret_borrow<py::object>(obj), copy, copied);
+}
+
+namespace {
+
 Buffer from_dlpack(py::handle obj, py::handle device, py::handle copy_arg) {
     int copy = tri_state(copy_arg, kImport);
     std::optional<DeviceChoice> on;
@@ -386,11 +398,7 @@ Buffer from_dlpack(py::handle obj, py::handle device, py::handle copy_arg) {
             throw TypeError(std::string(kImport) + "(): " + Py_TYPE(obj.ptr())->tp_name + " has no __dlpack__ "
                             "and is no DLPack capsule; pass a tensor of a DLPack library (NumPy, PyTorch, JAX, "
                             "CuPy), or use Buffer.from_host(obj, copy=True) for other data");
-        if (std::optional<Buffer> fast = exchange_import(obj, copy)) return std::move(*fast);
-        bool copied = false;
-        py::object capsule = capsule_from(obj, copy, copied);
-        // What the producer copied for us is ours alone: no second copy.
-        return from_capsule(capsule, py::reinterpret_borrow<py::object>(obj), copy, copied);
+        return buffer_from_dlpack(obj, copy);
     }();
     if (on) {
         py::gil_scoped_release nogil;

@@ -164,6 +164,9 @@ std::shared_ptr<void> import_owner(DLManagedTensorVersioned *versioned, DLManage
 /// What adopt_import() asks of the binding: the package's CUDA devices (cuda_device()), the
 /// GIL released for a step that may copy.
 ImportCaller &python_imports();
+/// A Buffer over a DLPack producer's tensor (not a Buffer, not a raw capsule): its C exchange
+/// API where its type has one, else __dlpack__; `copy` as tri_state() gives it.
+Buffer buffer_from_dlpack(py::handle obj, int copy);
 /// halide_buffer.cuda.device(ordinal): the default device of that ordinal (DeviceError without
 /// CUDA). An ordinal this machine does not have is a BufferError naming `entry`, whose data
 /// (a tensor, a stream) named it.
@@ -178,6 +181,35 @@ std::optional<Buffer> exchange_import(py::handle obj, int copy);
 // py_aot.cpp
 void bind_aot(py::module_ &m);
 
+// py_arguments.cpp
+/// A pipeline's name and an argument's, for messages ("<pipeline>(): argument '<name>'"),
+/// built into text only when a message needs it.
+struct ArgumentName {
+    const char *pipeline;
+    const char *argument;
+    std::string text() const;
+};
+/// Where the memory of the object an argument came from is, which is where a call leaves an
+/// output it wrote (bring_home()).
+enum class Home : uint8_t {
+    own_rule,  ///< a Buffer, an hl.Buffer, a typed capsule: their own residency state says
+    host,      ///< host memory (an ndarray, a CPU tensor, the buffer protocol)
+    device,    ///< device memory (a CUDA tensor, __cuda_array_interface__, a pyopencl array)
+};
+/// A Buffer over an object that is not a Buffer, and its home.
+struct Argument {
+    Buffer buffer;
+    Home home;
+};
+/// Any object a user brings as a buffer argument (not a Buffer: the caller takes those as they
+/// are), wrapped without a copy; TypeError naming the argument for an object no attempt takes.
+Argument adopt_argument(py::handle obj, const ArgumentName &name);
+/// The data of `b`, written by a pipeline, made current in its home: one counted copy when it is
+/// elsewhere, nothing for Home::own_rule.
+void bring_home(Buffer &b, Home home);
+/// _argument() and _bring_home(), for the package's Python callers (hb.dask, hb.torch).
+void bind_arguments(py::module_ &m);
+
 // py_cuda.cpp
 /// halide_buffer.CudaDevice, the CUDA entry points, Buffer.__cuda_array_interface__.
 void bind_cuda(py::module_ &m, py::class_<Buffer> &cls);
@@ -185,6 +217,10 @@ void bind_cuda(py::module_ &m, py::class_<Buffer> &cls);
 // py_halide.cpp
 /// Buffer.from_halide(), Buffer.to_halide(), _opencl_load_library(): the bridge to the halide package.
 void bind_halide(py::module_ &m);
+/// True for a halide.Buffer (false, at no cost, while the halide package was never imported).
+bool is_halide_buffer(py::handle obj);
+/// Buffer.from_halide(): a Buffer sharing one residency state with the halide.Buffer `obj`.
+Buffer buffer_from_halide(py::handle obj);
 
 // py_from_host.cpp
 /// Buffer.from_host(): wrap (or copy) anything with the buffer protocol or an ndarray.

@@ -58,7 +58,8 @@ PyObject *halide_buffer_class(const char *entry) {
     return type;
 }
 
-/// True for a halide.Buffer.
+}  // namespace
+
 bool is_halide_buffer(py::handle obj) {
     PyObject *type = halide_buffer_class(nullptr);
     if (!type) return false;
@@ -66,6 +67,8 @@ bool is_halide_buffer(py::handle obj) {
     if (is < 0) throw py::error_already_set();
     return is == 1;
 }
+
+namespace {
 
 /// The address of a halide.Buffer's halide_buffer_t (Halide's _get_raw_halide_buffer_t()).
 halide_buffer_t *raw_struct_of(py::handle h) {
@@ -222,7 +225,9 @@ py::object to_halide_object(py::handle self) {
     return h;
 }
 
-Buffer from_halide_object(py::handle obj) {
+}  // namespace
+
+Buffer buffer_from_halide(py::handle obj) {
     if (!is_halide_buffer(obj))
         throw TypeError(std::string(kFromHalide) + "(): expected a halide.Buffer, not " + type_name(obj) +
                         "; for other memory use Buffer.from_host(obj)");
@@ -252,11 +257,9 @@ Buffer from_halide_object(py::handle obj) {
     return Buffer::from_halide(kFromHalide, raw, keep_object(obj));
 }
 
-}  // namespace
-
 void bind_halide(py::module_ &m) {
     auto cls = py::reinterpret_borrow<py::class_<Buffer>>(m.attr("Buffer"));
-    cls.def_static("from_halide", &from_halide_object, py::arg("buffer"),
+    cls.def_static("from_halide", &buffer_from_halide, py::arg("buffer"),
                    "A Buffer over a halide.Buffer's host memory, without a copy, sharing one residency "
                    "state with it: its device copy (made by Halide's JIT) and dirty flags are the buffer's. "
                    "The halide.Buffer is kept alive.")

@@ -163,6 +163,7 @@ PYBIND11_MODULE(_core, m) {
     hb::bind_buffer(m);
     hb::bind_halide(m);
     hb::bind_aot(m);
+    hb::bind_arguments(m);
     m.def("_abi_layout", &hb::abi_layout);
     m.def("_live_counts", [] {
         py::dict d;

@@ -1,0 +1,135 @@
+// py_arguments.cpp: every object a user brings to a pipeline (a call, hb.dask, hb.torch) as a
+// Buffer, and where the object's own memory is, so that an output is found there when the call
+// returns.
+//
+// The order of the attempts is the order of their cost and of their precedence: our own Buffer
+// (the object itself), an exact ndarray (the common case: one type check), Halide's typed capsule
+// (consulted before anything else the object offers, as Halide's own runtime does; what the
+// method raises is passed on), hl.Buffer (its own halide_buffer_t, not its host bytes), a
+// pyopencl array (its device memory in place), a DLPack producer (the C exchange API where its
+// type offers one, else __dlpack__: every dtype, bfloat16 and float8 included, CPU or CUDA), an
+// object with __cuda_array_interface__, and last anything Buffer.from_host() wraps (the buffer
+// protocol, __array__).
+#include <string>
+
+#include "abi/halide_abi.h"
+#include "core/errors.h"
+#include "python/py_glue.h"
+
+namespace hb {
+namespace {
+
+/// "Expected ...; pass ..." for an object no attempt can take.
+std::string kinds_taken() {
+    return "pass a halide_buffer.Buffer, a NumPy array (or anything with the buffer protocol or "
+           "__array__), a DLPack tensor (PyTorch, JAX, CuPy), an object with __cuda_array_interface__, a "
+           "pyopencl array, a halide.Buffer, or an object with _get_halide_buffer_t_capsule()";
+}
+
+/// The halide_buffer_t of Halide's typed capsule protocol: obj._get_halide_buffer_t_capsule()
+/// must return a capsule of our ABI's name (another ABI version lays the struct out otherwise).
+Buffer from_typed_capsule(py::handle obj, py::handle method, const ArgumentName &name) {
+    py::object capsule = py::reinterpret_steal<py::object>(PyObject_CallNoArgs(method.ptr()));
+    if (!capsule) throw py::error_already_set();  // the object's own exception, as it raised it
+    std::string what = type_name(obj) + "._get_halide_buffer_t_capsule()";
+    if (!PyCapsule_CheckExact(capsule.ptr()))
+        throw TypeError(name.text() + ": " + what + " returned " + type_name(capsule) +
+                        ", not a capsule; the object is broken (it must return a PyCapsule named '" +
+                        kHalideBufferCapsule + "')");
+    const char *given = PyCapsule_GetName(capsule.ptr());
+    if (!given && PyErr_Occurred()) throw py::error_already_set();
+    if (!given || std::string(given) != kHalideBufferCapsule)
+        throw ValueError(name.text() + ": " + what + " returned a capsule named '" + (given ? given : "") +
+                        "', not '" + kHalideBufferCapsule + "'; halide_buffer speaks Halide's ABI " +
+                        kHalideBufferCapsule + " only: pass a buffer of a runtime of that version, or its data "
+                        "through the buffer protocol or DLPack");
+    auto *raw = static_cast<halide_buffer_t *>(PyCapsule_GetPointer(capsule.ptr(), given));
+    if (!raw) throw py::error_already_set();
+    // The capsule keeps the struct alive (its producer's rule); the object, its memory.
+    py::tuple owner = py::make_tuple(obj, capsule);
+    return Buffer::from_halide(name.pipeline, raw, keep_object(owner));
+}
+
+/// A pyopencl.array.Array (by its type's module and name: pyopencl need not be imported).
+bool is_pyopencl_array(py::handle obj) {
+    PyTypeObject *type = Py_TYPE(obj.ptr());
+    if (std::string(type->tp_name) != "Array") return false;
+    py::object module = py::getattr(reinterpret_cast<PyObject *>(type), "__module__", py::none());
+    return py::isinstance<py::str>(module) && module.cast<std::string>().rfind("pyopencl", 0) == 0;
+}
+
+/// A torch tensor that requires grad: refused with the argument's name (a call computes no
+/// gradient; the producer's own refusal would not say which argument).
+void refuse_grad(py::handle obj, const ArgumentName &name) {
+    static PyObject *attr = PyUnicode_InternFromString("requires_grad");
+    py::object grad = py::reinterpret_steal<py::object>(PyObject_GetAttr(obj.ptr(), attr));
+    if (!grad) {
+        PyErr_Clear();
+        return;
+    }
+    if (PyObject_IsTrue(grad.ptr()) == 1)
+        throw TypeError(name.text() + ": the " + type_name(obj) + " requires grad, and a Halide pipeline "
+                        "computes no gradient; pass x.detach()");
+}
+
+}  // namespace
+
+std::string ArgumentName::text() const { return std::string(pipeline) + "(): argument '" + argument + "'"; }
+
+Argument adopt_argument(py::handle obj, const ArgumentName &name) {
+    if (py::isinstance<py::array>(obj) && Py_TYPE(obj.ptr()) == reinterpret_cast<PyTypeObject *>(
+            py::detail::npy_api::get().PyArray_Type_)) {
+        return Argument{buffer_from_host(obj, false, true), Home::host};
+    }
+    static PyObject *capsule_method = PyUnicode_InternFromString("_get_halide_buffer_t_capsule");
+    py::object method = py::reinterpret_steal<py::object>(PyObject_GetAttr(obj.ptr(), capsule_method));
+    if (method) return Argument{from_typed_capsule(obj, method, name), Home::own_rule};
+    if (!PyErr_ExceptionMatches(PyExc_AttributeError)) throw py::error_already_set();
+    PyErr_Clear();
+    if (is_halide_buffer(obj)) return Argument{buffer_from_halide(obj), Home::own_rule};
+    if (is_pyopencl_array(obj)) {
+        py::object wrap = py::module_::import("halide_buffer.opencl").attr("wrap");
+        return Argument{buffer_of(wrap(obj).ptr()).view(), Home::device};
+    }
+    if (py::hasattr(obj, "__dlpack__")) {
+        refuse_grad(obj, name);
+        Buffer b = buffer_from_dlpack(obj, -1);
+        Home home = b.has_device_allocation() ? Home::device : Home::host;
+        return Argument{std::move(b), home};
+    }
+    if (py::hasattr(obj, "__cuda_array_interface__")) {
+        py::object wrap = py::module_::import("halide_buffer.cuda").attr("wrap");
+        return Argument{buffer_of(wrap(obj).ptr()).view(), Home::device};
+    }
+    if (PyObject_CheckBuffer(obj.ptr()) || py::hasattr(obj, "__array__"))
+        return Argument{buffer_from_host(obj, false, true), Home::host};
+    throw TypeError(name.text() + ": a " + type_name(obj) + " holds no memory a pipeline can take; " + kinds_taken());
+}
+
+void bring_home(Buffer &b, Home home) {
+    if (home == Home::host) {
+        run_lease(b, [&] { b.copy_to_host(); });
+    } else if (home == Home::device && b.has_device_allocation()) {
+        run_lease(b, [&] { b.copy_to_device(DeviceChoice{}); });
+    }
+}
+
+void bind_arguments(py::module_ &m) {
+    m.def("_argument", [](py::handle obj, const std::string &entry, const std::string &argument) -> py::tuple {
+        ArgumentName name{entry.c_str(), argument.c_str()};
+        if (is_buffer(obj)) return py::make_tuple(py::reinterpret_borrow<py::object>(obj), py::str("own_rule"));
+        Argument a = adopt_argument(obj, name);
+        static const char *const homes[] = {"own_rule", "host", "device"};
+        return py::make_tuple(py::cast(std::move(a.buffer)), py::str(homes[int(a.home)]));
+    }, py::arg("obj"), py::arg("entry"), py::arg("argument"),
+       "(Buffer, home): any object a pipeline takes as a Buffer, and where its own memory is ('host', "
+       "'device', or 'own_rule' for a Buffer, an hl.Buffer or a typed capsule, which keep their own "
+       "residency state).");
+    m.def("_bring_home", [](py::handle obj, const std::string &home) {
+        Buffer &b = buffer_of(obj.ptr());
+        bring_home(b, home == "host" ? Home::host : home == "device" ? Home::device : Home::own_rule);
+    }, py::arg("buffer"), py::arg("home"), "A result written into a Buffer over someone else's memory, made "
+       "current in that memory (one counted copy when it is elsewhere).");
+}
+
+}  // namespace hb
