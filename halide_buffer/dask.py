@@ -29,7 +29,7 @@ from dask.base import get_scheduler, tokenize
 from dask.delayed import Delayed
 from dask.highlevelgraph import HighLevelGraph
 
-from ._core import Buffer, Pipeline, PipelineError, dtype
+from ._core import Buffer, Pipeline, PipelineError, _argument, dtype
 
 __all__ = ["compute", "map_pipeline"]
 
@@ -48,8 +48,9 @@ def map_pipeline(pipeline: Pipeline, *inputs: Any, chunks: Any = None, boundary:
     """Runs ``pipeline`` chunk by chunk over dask arrays; returns its output(s) as dask arrays.
 
     Arguments go by position (the pipeline's inputs and scalars, in its order) or by name, as
-    for a call of the pipeline; input buffers are dask arrays (NumPy arrays are wrapped), scalars
-    pass through. Every output has the shape of the first input buffer, chunked as ``chunks``
+    for a call of the pipeline; input buffers are dask arrays, or anything else a call of the
+    pipeline takes (NumPy arrays, tensors of any dtype, hl.Buffers, ...: wrapped, its host data
+    brought home when it is on a device), scalars pass through. Every output has the shape of the first input buffer, chunked as ``chunks``
     (default: that input's chunks), and the dtype the pipeline declares. ``boundary``:
     ``"none"`` (a region leaving an input is an error; ``None`` means it too), ``"nearest"``,
     ``"reflect"``, ``"periodic"``, or a constant; or one of those per axis, as a tuple or a dict
@@ -283,7 +284,7 @@ def _bind(pipeline: Pipeline, inputs: tuple, kwargs: dict) -> dict:
 
 def _dask_input(pipeline: Pipeline, argument: dict, value: Any) -> da.Array:
     name, want = argument["name"], dtype(argument["dtype"])
-    x = value if isinstance(value, da.Array) else da.from_array(np.asarray(value))
+    x = value if isinstance(value, da.Array) else da.from_array(_host_array(value, name))
     if dtype(x.dtype) is not want:
         raise TypeError(f"{_ENTRY}: input '{name}' of {pipeline.name} is {np.dtype(x.dtype)}, the pipeline takes "
                         f"{want.name}; convert it first (x.astype(...))")
@@ -293,6 +294,14 @@ def _dask_input(pipeline: Pipeline, argument: dict, value: Any) -> da.Array:
     if any(math.isnan(c) for axis in x.chunks for c in axis):
         raise ValueError(f"{_ENTRY}: input '{name}' has unknown chunk sizes; call x.compute_chunk_sizes() first")
     return x
+
+
+def _host_array(value: Any, name: str) -> np.ndarray:
+    """Any argument a pipeline call takes (a tensor of any dtype, an hl.Buffer, a pyopencl array, an
+    object with Halide's typed capsule, ...), as an ndarray of its exact dtype: its memory when it
+    is on the host, else a copy brought home."""
+    buffer, _ = _argument(value, "hb.dask.map_pipeline", name)
+    return np.asarray(buffer)
 
 
 def _boundaries(boundary: Any, ndim: int) -> tuple:

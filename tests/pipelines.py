@@ -12,7 +12,8 @@ NumPy axis order is reversed into Halide dimensions: for a NumPy shape (h, w), H
 
 What it offers:
 
-- Targets: `TARGET` (x86-64 with AVX2), `OPENCL_TARGET` (the same plus ``-opencl``).
+- Targets: `TARGET` (x86-64 with AVX2), `OPENCL_TARGET` (the same plus ``-opencl``),
+  `NO_RUNTIME_TARGET` (TARGET without Halide's runtime).
 - Compilers: `find_compiler(names, purpose)`, `c_compiler()`, `cxx_compiler()`; with none on
   PATH they skip the calling test under pytest, and raise `NoCompiler` elsewhere.
 - Building: `build(directory, compiler, func, args, name, target=TARGET)` links
@@ -20,21 +21,35 @@ What it offers:
   halide_buffer_t *out)``: `.call(inp, out)` gives (return code, Halide's messages), `.run`
   asserts success, `.lib` is the library); `compile_and_load(...)` does the same and returns
   ``hb.aot.load``'s pipeline.
+- Pipelines whose names must be exactly the ones written (Halide makes a Func name unique in a
+  process: a second Func "output" is "output$1"): `compile_in_fresh_processes(directory,
+  processes)` compiles jobs, functions of this module making (func, arguments), to objects in
+  fresh Python processes (all at once); `link(directory, compiler, objects, filename)` links
+  objects into one shared library (several pipelines: compile all but the first for
+  `NO_RUNTIME_TARGET`, since each object otherwise embeds a runtime of its own).
 - `ERROR_HANDLER`, the ctypes type of ``halide_error_handler_t``. (The halide_buffer_t as C
   sees it is in common.py.)
 - Funcs, each returning (func, [arguments]): `affine_u8_func(any_input_stride)`,
   `affine_bf16_func()`, `affine_offset_func()` (an int16 Param), `brighter_func()` (in + 10 in
   8x8 GPU tiles), `brighter_opencl_func()` (the same, sized like its input); and
   `output_bounds_follow(func, inp)`, which fixes an output's bounds to its input's.
+- The pipelines of Halide's own ``halide.runtime`` tests (python_bindings/halide-runtime/test),
+  with their argument names: `runtimeadd_func()` (1-D uint8 ``input`` + int32 ``offset``),
+  `gpuadd_func(gpu)` (the same in 2-D, in 8x8 GPU tiles when `gpu`), `callconv_pipeline(combine)`
+  (a Param of every scalar type, outputs ``total``, ``scaled`` and the tuple ``packed.0`` /
+  ``packed.1``; `combine` "add" or "xor"), `CALLCONV_SCALARS`, the Halide type of each of its
+  Params.
 - NumPy references and inputs: `expected_affine_u8`, `expected_affine_bf16`, `expected_affine`,
   `coordinates`, `random_u8`, `random_bf16`; `crop2(b, y0, ny, x0, nx)`, a 2-D crop keeping
   Halide coordinates.
 """
 
 import ctypes
+import json
 import shutil
 import subprocess
 import sys
+from pathlib import Path
 
 import halide as hl
 import ml_dtypes
@@ -44,6 +59,8 @@ import halide_buffer as hb
 
 TARGET = "x86-64-linux-avx-avx2-f16c-fma-sse41"
 OPENCL_TARGET = TARGET + "-opencl"
+# TARGET for every object but one linked into one library: Halide's runtime is in that one.
+NO_RUNTIME_TARGET = TARGET + "-no_runtime"
 
 # void (*halide_error_handler_t)(void *user_context, const char *message)
 ERROR_HANDLER = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_char_p)
@@ -138,6 +155,63 @@ def compile_and_load(directory, compiler, func, args, name, target=TARGET):
     return hb.aot.load(directory / f"lib{name}.so", name)
 
 
+# What a fresh process runs: make each pipeline with a function of this module (once per maker
+# and arguments), compile it.
+_FRESH_COMPILE = """
+import json, sys
+sys.path.insert(0, sys.argv[1])
+import halide as hl
+import pipelines
+made = {}
+for job in json.loads(sys.argv[2]):
+    key = json.dumps([job["maker"], job["maker_args"]])
+    if key not in made:
+        made[key] = getattr(pipelines, job["maker"])(*job["maker_args"])
+    func, args = made[key]
+    func.compile_to_object(job["object"], args, job["name"], hl.Target(job["target"]))
+"""
+
+
+def compile_in_fresh_processes(directory, processes):
+    """Compiles jobs to object files in Python processes of their own, all running at once;
+    returns {stem: object path}.
+
+    Each process is a list of jobs (maker, maker_args, name, target[, stem]): `maker` names a
+    function of this module returning (func, arguments), called with `maker_args` (JSON values)
+    once per process, however many jobs name it (the same pipeline for several targets); the
+    pipeline's function is `name`, its object directory/<stem>.o (stem: name when not given). A
+    fresh process has made no Func before, so the argument names are exactly those the makers
+    write, as long as the makers of one process do not name a Func alike.
+    """
+    here = str(Path(__file__).resolve().parent)
+    running = []
+    objects = {}
+    for jobs in processes:
+        described = []
+        for maker, maker_args, name, target, *stem in jobs:
+            stem = stem[0] if stem else name
+            objects[stem] = str(directory / f"{stem}.o")
+            described.append({"maker": maker, "maker_args": list(maker_args), "name": name, "target": target,
+                              "object": objects[stem]})
+        running.append((described, subprocess.Popen([sys.executable, "-c", _FRESH_COMPILE, here, json.dumps(described)],
+                                                    stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)))
+    for described, child in running:
+        out, err = child.communicate(timeout=300)
+        names = ", ".join(job["name"] for job in described)
+        assert child.returncode == 0, f"compiling {names} in a fresh process failed:\n{out}{err}"
+    return objects
+
+
+def link(directory, compiler, objects, filename, extra=()):
+    """Links `objects` (paths) into the shared library directory/`filename`; returns its path.
+    `extra`: more linker arguments."""
+    lib = directory / filename
+    done = subprocess.run([compiler, "-shared", "-o", str(lib), *map(str, objects), *extra,
+                           "-lpthread", "-ldl", "-lm"], capture_output=True, text=True)
+    assert done.returncode == 0, f"linking {filename} failed:\n{done.stderr}"
+    return lib
+
+
 # ---------------------------------------------------------------------------------------------
 # Funcs
 # ---------------------------------------------------------------------------------------------
@@ -200,6 +274,61 @@ def brighter_opencl_func():
     out, args = brighter_func()
     output_bounds_follow(out, args[0])
     return out, args
+
+
+def runtimeadd_func():
+    """Halide's ``runtimeadd`` (load_aot.py): output(x) = uint8(input(x) + offset), wrapping
+    modulo 256; input uint8 1-D, offset int32."""
+    x = hl.Var("x")
+    inp = hl.ImageParam(hl.UInt(8), 1, "input")
+    offset = hl.Param(hl.Int(32), "offset")
+    out = hl.Func("output")
+    out[x] = hl.u8(hl.i32(inp[x]) + offset)
+    return out, [inp, offset]
+
+
+def gpuadd_func(gpu=True):
+    """Halide's ``gpuadd`` (gpu.py), in uint8: output(x, y) = uint8(input(x, y) + offset), 2-D,
+    offset int32; in 8x8 GPU tiles when `gpu` (compile it for a GPU target then). The output
+    computes whatever region it is given: pass it."""
+    x, y, xo, yo, xi, yi = (hl.Var(n) for n in ("x", "y", "xo", "yo", "xi", "yi"))
+    inp = hl.ImageParam(hl.UInt(8), 2, "input")
+    offset = hl.Param(hl.Int(32), "offset")
+    out = hl.Func("output")
+    out[x, y] = hl.u8(hl.i32(inp[x, y]) + offset)
+    if gpu:
+        out.gpu_tile(x, y, xo, yo, xi, yi, 8, 8)
+    return out, [inp, offset]
+
+
+# Halide's ``callconv`` Params, in its order: every scalar type a pipeline can take.
+CALLCONV_SCALARS = {
+    "s_bool": hl.Bool(), "s_i8": hl.Int(8), "s_i16": hl.Int(16), "s_i32": hl.Int(32), "s_i64": hl.Int(64),
+    "s_u8": hl.UInt(8), "s_u16": hl.UInt(16), "s_u32": hl.UInt(32), "s_u64": hl.UInt(64),
+    "s_f32": hl.Float(32), "s_f64": hl.Float(64),
+}
+
+
+def callconv_pipeline(combine="add"):
+    """Halide's ``callconv`` (call_convention.py): a 2-D uint8 ``input``, the Params of
+    CALLCONV_SCALARS, and the outputs, in this order,
+    ``total`` (int64) = int64(input) + (s_bool ? 1 : 0) + every integer scalar,
+    ``scaled`` (float64) = float64(s_f32) * float64(input) + s_f64, and a tuple ``packed``:
+    ``packed.0`` (uint8) = input + s_u8 (`combine` "add", wrapping) or input ^ s_u8 ("xor"),
+    ``packed.1`` (int32) = int32(total), wrapping."""
+    x, y = hl.Var("x"), hl.Var("y")
+    inp = hl.ImageParam(hl.UInt(8), 2, "input")
+    s = {name: hl.Param(t, name) for name, t in CALLCONV_SCALARS.items()}
+    total_value = hl.i64(inp[x, y]) + hl.select(s["s_bool"], hl.i64(1), hl.i64(0))
+    for name, t in CALLCONV_SCALARS.items():
+        if not t.is_float() and not t.is_bool():
+            total_value = total_value + hl.i64(s[name])
+    combined = {"add": lambda: inp[x, y] + s["s_u8"], "xor": lambda: inp[x, y] ^ s["s_u8"]}[combine]()
+    total, scaled, packed = hl.Func("total"), hl.Func("scaled"), hl.Func("packed")
+    total[x, y] = total_value
+    scaled[x, y] = hl.f64(s["s_f32"]) * hl.f64(inp[x, y]) + s["s_f64"]
+    packed[x, y] = (hl.u8(combined), hl.i32(total_value))
+    return hl.Pipeline([total, scaled, packed]), [inp, *s.values()]
 
 
 # ---------------------------------------------------------------------------------------------

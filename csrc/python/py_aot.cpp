@@ -216,8 +216,9 @@ void take_keywords(const AotPipeline &p, PyObject *kwargs, std::vector<py::objec
 struct PyCallScratch {
     CallScratch plan;
     std::vector<py::object> given;
-    /// An input given as memory of someone else's (an ndarray): the Buffer over it lives here
-    /// for the call alone, with no Python object, since the call does not return it.
+    /// An argument given as memory of someone else's (an ndarray, a tensor): the Buffer over it
+    /// lives here for the call alone, with no Python object (an output is returned as the object
+    /// given, as NumPy's and PyTorch's out= arguments are).
     std::vector<std::optional<Buffer>> wrapped;
     /// The outputs given as memory of someone else's (an ndarray, a tensor): each one's index and
     /// where its memory is, which is where the result must be when the call returns.
@@ -268,13 +269,19 @@ public:
         Buffer *b;
         if (is_buffer(v)) {
             b = &buffer_of(v.ptr());
+            if (a.kind == halide_argument_kind_output_buffer)
+                refuse_read_only_output(*b, ArgumentName{p_.name().c_str(), a.name});
         } else {
-            Argument arg = adopt_argument(v, ArgumentName{p_.name().c_str(), a.name});
-            if (a.kind == halide_argument_kind_output_buffer) {  // returned: a Buffer object over it
-                if (arg.home != Home::own_rule) s_.foreign_outputs.emplace_back(i, arg.home);
+            Argument arg = adopt_argument(v, ArgumentName{p_.name().c_str(), a.name},
+                                          a.kind == halide_argument_kind_input_buffer, true);
+            if (a.kind == halide_argument_kind_output_buffer && arg.home == Home::own_rule) {
+                // An hl.Buffer or a typed capsule's struct: its state is the Buffer's, returned.
                 v = py::cast(std::move(arg.buffer));
                 b = &buffer_of(v.ptr());
             } else {
+                // Memory of someone else's: the object itself is returned (an output is made
+                // current in it first), the Buffer over it lives for the call alone.
+                if (a.kind == halide_argument_kind_output_buffer) s_.foreign_outputs.emplace_back(i, arg.home);
                 b = &s_.wrapped[i].emplace(std::move(arg.buffer));
             }
         }
@@ -313,7 +320,7 @@ py::object call_with(const AotPipeline &p, PyObject *const *pos, size_t npos, Py
         // The user looks for the result in the memory they passed, whether or not they keep what
         // the call returns: it is made current there now (Buffers keep the lazy rule).
         scratch.plan.finish();  // the lent views taken back: the flags say where the result is
-        for (const auto &[i, home] : scratch.foreign_outputs) bring_home(buffer_of(scratch.given[i].ptr()), home);
+        for (const auto &[i, home] : scratch.foreign_outputs) bring_home(*scratch.wrapped[i], home);
     }
     return call_outputs(scratch);
 }

@@ -45,6 +45,8 @@ Buffer from_typed_capsule(py::handle obj, py::handle method, const ArgumentName 
                         "through the buffer protocol or DLPack");
     auto *raw = static_cast<halide_buffer_t *>(PyCapsule_GetPointer(capsule.ptr(), given));
     if (!raw) throw py::error_already_set();
+    // One of ours (an object handing on a Buffer's capsule): that view, one residency state.
+    if (Buffer *ours = buffer_in_typed_capsule(capsule.ptr())) return ours->view();
     // The capsule keeps the struct alive (its producer's rule); the object, its memory.
     py::tuple owner = py::make_tuple(obj, capsule);
     return Buffer::from_halide(name.pipeline, raw, keep_object(owner));
@@ -58,52 +60,90 @@ bool is_pyopencl_array(py::handle obj) {
     return py::isinstance<py::str>(module) && module.cast<std::string>().rfind("pyopencl", 0) == 0;
 }
 
-/// A torch tensor that requires grad: refused with the argument's name (a call computes no
-/// gradient; the producer's own refusal would not say which argument).
+/// A tensor that requires grad (PyTorch's attribute): refused with the argument's name (a call
+/// computes no gradient; the producer's own refusal would not say which argument).
 void refuse_grad(py::handle obj, const ArgumentName &name) {
-    static PyObject *attr = PyUnicode_InternFromString("requires_grad");
-    py::object grad = py::reinterpret_steal<py::object>(PyObject_GetAttr(obj.ptr(), attr));
-    if (!grad) {
-        PyErr_Clear();
-        return;
-    }
-    if (PyObject_IsTrue(grad.ptr()) == 1)
+    static PyObject *const attr = PyUnicode_InternFromString("requires_grad");
+    py::object grad = optional_attr(obj, attr);
+    if (grad && PyObject_IsTrue(grad.ptr()) == 1)
         throw TypeError(name.text() + ": the " + type_name(obj) + " requires grad, and a Halide pipeline "
                         "computes no gradient; pass x.detach()");
+}
+
+/// What a wrapping step refused, said of the argument: "Buffer.from_host(): <what>; <fix>"
+/// becomes "<pipeline>(): argument '<name>': <what>; <fix>", of the same kind.
+template <typename Error>
+[[noreturn]] void rethrow_named(const Error &e, const ArgumentName &name) {
+    std::string what = e.what();
+    size_t entry_end = what.find("(): ");
+    if (entry_end != std::string::npos && what.find(' ') > entry_end) what.erase(0, entry_end + 4);
+    throw Error(name.text() + ": " + what);
+}
+
+/// `wrap()`'s Buffer; the core's refusals (a stride, a byte order, a dtype) name the argument.
+template <typename Wrap>
+Buffer named_wrap(const ArgumentName &name, Wrap &&wrap) {
+    try {
+        return wrap();
+    } catch (const ReadOnlyError &e) {
+        rethrow_named(e, name);
+    } catch (const BufferError &e) {
+        rethrow_named(e, name);
+    } catch (const ValueError &e) {
+        rethrow_named(e, name);
+    } catch (const TypeError &e) {
+        rethrow_named(e, name);
+    }
+}
+
+/// A Buffer of someone else's made for a package function (halide_buffer.opencl.wrap, .cuda.wrap).
+Buffer wrapped_by(const char *module, py::handle obj) {
+    py::object wrap = py::module_::import(module).attr("wrap");
+    return buffer_of(wrap(obj).ptr()).view();
+}
+
+/// The Argument of `obj` as found (the kinds in the order the file's head gives).
+Argument find_argument(py::handle obj, const ArgumentName &name, bool input, bool borrow) {
+    static PyObject *const capsule_method = PyUnicode_InternFromString("_get_halide_buffer_t_capsule");
+    static PyObject *const dlpack = PyUnicode_InternFromString("__dlpack__");
+    static PyObject *const cuda_interface = PyUnicode_InternFromString("__cuda_array_interface__");
+    static PyObject *const array_method = PyUnicode_InternFromString("__array__");
+    if (Py_TYPE(obj.ptr()) == reinterpret_cast<PyTypeObject *>(py::detail::npy_api::get().PyArray_Type_))
+        return Argument{named_wrap(name, [&] { return buffer_from_host(obj, false, true); }), Home::host};
+    if (py::object method = optional_attr(obj, capsule_method))
+        return Argument{from_typed_capsule(obj, method, name), Home::own_rule};
+    if (is_halide_buffer(obj)) return Argument{buffer_from_halide(obj), Home::own_rule};
+    if (is_pyopencl_array(obj)) return Argument{wrapped_by("halide_buffer.opencl", obj), Home::device};
+    if (optional_attr(obj, dlpack)) {
+        if (borrow) {
+            if (std::optional<Buffer> b = exchange_borrow(obj, name.pipeline)) return Argument{std::move(*b), Home::host};
+        }
+        refuse_grad(obj, name);
+        Buffer b = named_wrap(name, [&] { return buffer_from_dlpack(obj, -1, !input); });
+        Home home = b.has_device_allocation() ? Home::device : Home::host;
+        return Argument{std::move(b), home};
+    }
+    if (optional_attr(obj, cuda_interface)) return Argument{wrapped_by("halide_buffer.cuda", obj), Home::device};
+    if (PyObject_CheckBuffer(obj.ptr()) || optional_attr(obj, array_method))
+        return Argument{named_wrap(name, [&] { return buffer_from_host(obj, false, true); }), Home::host};
+    throw TypeError(name.text() + ": " + type_name(obj) + " holds no memory a pipeline can take; " + kinds_taken());
 }
 
 }  // namespace
 
 std::string ArgumentName::text() const { return std::string(pipeline) + "(): argument '" + argument + "'"; }
 
-Argument adopt_argument(py::handle obj, const ArgumentName &name) {
-    if (py::isinstance<py::array>(obj) && Py_TYPE(obj.ptr()) == reinterpret_cast<PyTypeObject *>(
-            py::detail::npy_api::get().PyArray_Type_)) {
-        return Argument{buffer_from_host(obj, false, true), Home::host};
-    }
-    static PyObject *capsule_method = PyUnicode_InternFromString("_get_halide_buffer_t_capsule");
-    py::object method = py::reinterpret_steal<py::object>(PyObject_GetAttr(obj.ptr(), capsule_method));
-    if (method) return Argument{from_typed_capsule(obj, method, name), Home::own_rule};
-    if (!PyErr_ExceptionMatches(PyExc_AttributeError)) throw py::error_already_set();
-    PyErr_Clear();
-    if (is_halide_buffer(obj)) return Argument{buffer_from_halide(obj), Home::own_rule};
-    if (is_pyopencl_array(obj)) {
-        py::object wrap = py::module_::import("halide_buffer.opencl").attr("wrap");
-        return Argument{buffer_of(wrap(obj).ptr()).view(), Home::device};
-    }
-    if (py::hasattr(obj, "__dlpack__")) {
-        refuse_grad(obj, name);
-        Buffer b = buffer_from_dlpack(obj, -1);
-        Home home = b.has_device_allocation() ? Home::device : Home::host;
-        return Argument{std::move(b), home};
-    }
-    if (py::hasattr(obj, "__cuda_array_interface__")) {
-        py::object wrap = py::module_::import("halide_buffer.cuda").attr("wrap");
-        return Argument{buffer_of(wrap(obj).ptr()).view(), Home::device};
-    }
-    if (PyObject_CheckBuffer(obj.ptr()) || py::hasattr(obj, "__array__"))
-        return Argument{buffer_from_host(obj, false, true), Home::host};
-    throw TypeError(name.text() + ": a " + type_name(obj) + " holds no memory a pipeline can take; " + kinds_taken());
+Argument adopt_argument(py::handle obj, const ArgumentName &name, bool input, bool borrow) {
+    Argument a = find_argument(obj, name, input, borrow);
+    if (!input) refuse_read_only_output(a.buffer, name);
+    return a;
+}
+
+void refuse_read_only_output(const Buffer &b, const ArgumentName &name) {
+    if (b.readonly())
+        throw ReadOnlyError(name.text() + ": the output's memory is read-only, and the pipeline writes it; pass "
+                            "writable memory (numpy.empty_like(x), a new hb.Buffer), or leave the output out to "
+                            "have one allocated");
 }
 
 void bring_home(Buffer &b, Home home) {
@@ -118,7 +158,7 @@ void bind_arguments(py::module_ &m) {
     m.def("_argument", [](py::handle obj, const std::string &entry, const std::string &argument) -> py::tuple {
         ArgumentName name{entry.c_str(), argument.c_str()};
         if (is_buffer(obj)) return py::make_tuple(py::reinterpret_borrow<py::object>(obj), py::str("own_rule"));
-        Argument a = adopt_argument(obj, name);
+        Argument a = adopt_argument(obj, name, false, false);
         static const char *const homes[] = {"own_rule", "host", "device"};
         return py::make_tuple(py::cast(std::move(a.buffer)), py::str(homes[int(a.home)]));
     }, py::arg("obj"), py::arg("entry"), py::arg("argument"),

@@ -467,6 +467,11 @@ py::object typed_capsule(py::handle self) {
 
 }  // namespace
 
+Buffer *buffer_in_typed_capsule(PyObject *capsule) {
+    if (PyCapsule_GetDestructor(capsule) != &release_capsule_owner) return nullptr;
+    return &buffer_of(static_cast<PyObject *>(PyCapsule_GetContext(capsule)));
+}
+
 PyObject *new_buffer_object(Buffer &&b) {
     py::object self = py::reinterpret_steal<py::object>(py::detail::make_new_instance(buffer_type));
     if (!self) throw py::error_already_set();

@@ -284,7 +284,8 @@ namespace {
 
 /// Takes a capsule: checks it, marks it used, and makes the buffer. A check that fails leaves
 /// the capsule as it was: its destructor then deletes the tensor.
-Buffer from_capsule(py::handle capsule, py::object producer, int copy, bool producer_copied = false) {
+Buffer from_capsule(py::handle capsule, py::object producer, int copy, bool producer_copied = false,
+                    bool for_writing = false) {
     const char *name = PyCapsule_GetName(capsule.ptr());
     if (!name && PyErr_Occurred()) throw py::error_already_set();
     std::string n = name ? name : "";
@@ -303,6 +304,11 @@ Buffer from_capsule(py::handle capsule, py::object producer, int copy, bool prod
     if (n == kDLTensorCapsule) {
         auto *m = static_cast<DLManagedTensor *>(PyCapsule_GetPointer(capsule.ptr(), name));
         if (!m) throw py::error_already_set();
+        if (for_writing)  // left unconsumed: the capsule's destructor gives the tensor back
+            throw BufferError(std::string(kImport) + "(): the " + type_name(producer) + " came as a legacy DLPack "
+                              "capsule, which cannot say whether its memory is read-only (a JAX array is immutable); "
+                              "pass writable memory (a NumPy array, a torch tensor), or leave the output out to have "
+                              "one allocated");
         DLImport in = check_import(kImport, m->dl_tensor, 0, DLPackVersion{0, 0});
         PyCapsule_SetName(capsule.ptr(), kUsedDLTensorCapsule);
         return adopt_import(in, import_owner(nullptr, m, std::move(producer)), copy, producer_copied,
@@ -373,12 +379,12 @@ py::object capsule_from(py::handle obj, int copy, bool &copied) {
 
 }  // namespace
 
-Buffer buffer_from_dlpack(py::handle obj, int copy) {
+Buffer buffer_from_dlpack(py::handle obj, int copy, bool for_writing) {
     if (std::optional<Buffer> fast = exchange_import(obj, copy)) return std::move(*fast);
     bool copied = false;
     py::object capsule = capsule_from(obj, copy, copied);
     // What the producer copied for us is ours alone: no second copy.
-    return from_capsule(capsule, py::reinterpret_borrow<py::object>(obj), copy, copied);
+    return from_capsule(capsule, py::reinterpret_borrow<py::object>(obj), copy, copied, for_writing);
 }
 
 namespace {
@@ -398,7 +404,7 @@ Buffer from_dlpack(py::handle obj, py::handle device, py::handle copy_arg) {
             throw TypeError(std::string(kImport) + "(): " + Py_TYPE(obj.ptr())->tp_name + " has no __dlpack__ "
                             "and is no DLPack capsule; pass a tensor of a DLPack library (NumPy, PyTorch, JAX, "
                             "CuPy), or use Buffer.from_host(obj, copy=True) for other data");
-        return buffer_from_dlpack(obj, copy);
+        return buffer_from_dlpack(obj, copy, false);
     }();
     if (on) {
         py::gil_scoped_release nogil;

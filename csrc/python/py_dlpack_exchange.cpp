@@ -129,12 +129,21 @@ const DLPackExchangeAPI *table_of(PyTypeObject *type) {
 /// tensors that require grad, or whose memory does not hold their values (a lazy conjugate or
 /// negation). They take the __dlpack__ path, and get the producer's own error.
 bool needs_producer_checks(py::handle obj) {
-    static const char *kMethods[] = {"is_conj", "is_neg"};
-    py::object grad = py::getattr(obj, "requires_grad", py::none());
-    if (PyObject_IsTrue(grad.ptr()) == 1) return true;
-    for (const char *name : kMethods) {
-        py::object method = py::getattr(obj, name, py::none());
-        if (!method.is_none() && PyObject_IsTrue(method().ptr()) == 1) return true;
+    // Names interned once: this runs on every tensor a pipeline call is given.
+    static PyObject *const grad = PyUnicode_InternFromString("requires_grad");
+    static PyObject *const methods[] = {PyUnicode_InternFromString("is_conj"), PyUnicode_InternFromString("is_neg")};
+    auto truth = [](PyObject *value) {
+        if (!value) {
+            PyErr_Clear();  // a producer without the attribute has nothing to check
+            return false;
+        }
+        bool is = PyObject_IsTrue(value) == 1;
+        Py_DECREF(value);
+        return is;
+    };
+    if (truth(PyObject_GetAttr(obj.ptr(), grad))) return true;
+    for (PyObject *name : methods) {
+        if (truth(PyObject_CallMethodNoArgs(obj.ptr(), name))) return true;
     }
     return false;
 }
@@ -169,6 +178,21 @@ std::optional<Buffer> exchange_import(py::handle obj, int copy) {
         }
     }
     return adopt_owned("from_dlpack", m, py::reinterpret_borrow<py::object>(obj), copy);
+}
+
+std::optional<Buffer> exchange_borrow(py::handle obj, const char *entry) {
+    const DLPackExchangeAPI *api = table_of(Py_TYPE(obj.ptr()));
+    if (!api || !api->dltensor_from_py_object_no_sync || needs_producer_checks(obj)) return std::nullopt;
+    DLTensor t{};
+    if (api->dltensor_from_py_object_no_sync(obj.ptr(), &t) != 0) {
+        PyErr_Clear();  // refused: the owning ways, which raise the producer's own error
+        return std::nullopt;
+    }
+    if (t.device.device_type != kDLCPU) return std::nullopt;  // a device tensor: ordered on streams
+    // No flags come with a borrowed description: it is taken as writable, as every tensor of the
+    // producers offering it is (PyTorch has no read-only tensors).
+    DLImport in = check_import(entry, t, 0, DLPackVersion{kDLPackMajor, kDLPackMinor});
+    return wrap_import(entry, in, keep_object(obj), true);
 }
 
 void bind_dlpack_exchange(py::class_<Buffer> &cls) {

@@ -79,12 +79,27 @@ bool is_integer(py::handle obj);
 /// fit (for uint64_t: also when negative). What __index__ raises is passed on.
 bool as_int64(py::handle n, int64_t &out);
 bool as_uint64(py::handle n, uint64_t &out);
+/// obj.<name>, or a null object when it has none (no AttributeError made: a miss costs a lookup
+/// alone); any other exception the lookup raises is passed on.
+inline py::object optional_attr(py::handle obj, PyObject *name) {
+    PyObject *value = nullptr;
+#if PY_VERSION_HEX >= 0x030D0000
+    int found = PyObject_GetOptionalAttr(obj.ptr(), name, &value);
+#else
+    int found = _PyObject_LookupAttr(obj.ptr(), name, &value);
+#endif
+    if (found < 0) throw py::error_already_set();
+    return py::reinterpret_steal<py::object>(value);
+}
 /// The name of obj's type, for messages ("numpy.ndarray").
 std::string type_name(py::handle obj);
 /// Whether `obj` is a halide_buffer.Buffer (or a subclass), without pybind11's type lookup.
 bool is_buffer(py::handle obj);
 /// The core Buffer inside a Python Buffer object (no type check: callers know the type).
 Buffer &buffer_of(PyObject *self);
+/// The Buffer whose _get_halide_buffer_t_capsule() made `capsule` (one of that name), or null
+/// for a capsule someone else made.
+Buffer *buffer_in_typed_capsule(PyObject *capsule);
 /// A new Python Buffer object holding `b`: what every Buffer a binding returns becomes (see the
 /// type_caster below).
 PyObject *new_buffer_object(Buffer &&b);
@@ -165,8 +180,10 @@ std::shared_ptr<void> import_owner(DLManagedTensorVersioned *versioned, DLManage
 /// GIL released for a step that may copy.
 ImportCaller &python_imports();
 /// A Buffer over a DLPack producer's tensor (not a Buffer, not a raw capsule): its C exchange
-/// API where its type has one, else __dlpack__; `copy` as tri_state() gives it.
-Buffer buffer_from_dlpack(py::handle obj, int copy);
+/// API where its type has one, else __dlpack__; `copy` as tri_state() gives it. `for_writing`:
+/// memory a pipeline will write, refused when the producer cannot say it is writable (a legacy
+/// capsule carries no read-only flag).
+Buffer buffer_from_dlpack(py::handle obj, int copy, bool for_writing);
 /// halide_buffer.cuda.device(ordinal): the default device of that ordinal (DeviceError without
 /// CUDA). An ordinal this machine does not have is a BufferError naming `entry`, whose data
 /// (a tensor, a stream) named it.
@@ -177,6 +194,10 @@ std::shared_ptr<CudaDevice> cuda_device(int ordinal, const char *entry);
 void bind_dlpack_exchange(py::class_<Buffer> &cls);
 /// A producer's exchange API, when its type has one: the fast import; nothing when it has none.
 std::optional<Buffer> exchange_import(py::handle obj, int copy);
+/// A CPU tensor of a producer whose exchange API describes its objects without handing over
+/// ownership (dltensor_from_py_object_no_sync), wrapped while `obj` is held: a pipeline call's
+/// argument, for that call alone. Nothing when the API or the tensor cannot.
+std::optional<Buffer> exchange_borrow(py::handle obj, const char *entry);
 
 // py_aot.cpp
 void bind_aot(py::module_ &m);
@@ -203,7 +224,13 @@ struct Argument {
 };
 /// Any object a user brings as a buffer argument (not a Buffer: the caller takes those as they
 /// are), wrapped without a copy; TypeError naming the argument for an object no attempt takes.
-Argument adopt_argument(py::handle obj, const ArgumentName &name);
+/// `input`: the pipeline reads it (else writes it: read-only memory is refused). `borrow`: the
+/// Buffer lives no longer than the caller holds `obj` (a call's argument): a CPU tensor is then
+/// described by its producer's exchange API without a managed tensor (exchange_borrow()).
+Argument adopt_argument(py::handle obj, const ArgumentName &name, bool input, bool borrow);
+/// ReadOnlyError naming the output when `b`'s memory is read-only: refused before anything of
+/// the call moves.
+void refuse_read_only_output(const Buffer &b, const ArgumentName &name);
 /// The data of `b`, written by a pipeline, made current in its home: one counted copy when it is
 /// elsewhere, nothing for Home::own_rule.
 void bring_home(Buffer &b, Home home);
