@@ -22,11 +22,12 @@ def get_include() -> str:
 
 
 def __getattr__(name: str):
-    # hb.dask needs the optional dask extra: imported on first use.
-    if name == "dask":
+    # hb.dask and hb.torch need optional extras (dask; PyTorch): imported on first use, so that
+    # `import halide_buffer` imports neither.
+    if name in ("dask", "torch"):
         import importlib
 
-        return importlib.import_module(".dask", __name__)
+        return importlib.import_module(f".{name}", __name__)
     raise AttributeError(f"module 'halide_buffer' has no attribute {name!r}")
 
 

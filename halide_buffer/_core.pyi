@@ -64,10 +64,16 @@ class Pipeline:
     def argument_names(self) -> list[str]: ...
     def __call__(self, *args: Any, **kwargs: Any) -> Any: ...
     def required_regions(
-        self, scalars: dict[str, Any], outputs: dict[str, tuple[Sequence[int], Sequence[int]]]
+        self, scalars: dict[str, Any], outputs: dict[str, tuple[Sequence[int], Sequence[int]]],
+        inputs: dict[str, tuple[Sequence[int], Sequence[int]]] = ...,
     ) -> dict[str, tuple[tuple[int, ...], tuple[int, ...]]]:
         """Halide's bounds query: {buffer name: (mins, shape)}, each input's region read and each
         output's region written to compute the given output regions."""
+    def output_regions(
+        self, scalars: dict[str, Any], inputs: dict[str, tuple[Sequence[int], Sequence[int]]]
+    ) -> dict[str, tuple[tuple[int, ...], tuple[int, ...]]]:
+        """{output name: (mins, shape)}: the region a call allocates for each output not given, for
+        inputs covering these regions (ValueError for an output the pipeline does not fix)."""
     def __reduce__(self) -> tuple[Any, tuple[str, str]]: ...
     def __copy__(self) -> Pipeline: ...
     def __deepcopy__(self, memo: Any) -> Pipeline: ...

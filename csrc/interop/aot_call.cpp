@@ -130,12 +130,11 @@ void run_query(const AotPipeline &p, CallScratch &s, Arguments &args, const char
 /// the request (a vector or a tile of its schedule around it), which differs.
 constexpr int32_t kRequestMins[] = {0, 1021};
 
-/// The output the bounds queries found, allocated with their coordinates, when the pipeline
-/// fixes it: both answers the same. An extent of 0 or less is empty, whatever its value (over
-/// an empty input, a guarded GPU tiling answers -8 to one request and -24 to the other): an
-/// output fixed as empty, for which the call computes nothing.
-Buffer allocate_queried(const std::string &where, const Query &first, const Query &second) {
-    Region r = region_of(first), again = region_of(second);
+/// The output region the two bounds queries found, when the pipeline fixes it: both answers the
+/// same (else ValueError naming `where`). An extent of 0 or less is empty, whatever its value
+/// (over an empty input, a guarded GPU tiling answers -8 to one request and -24 to the other):
+/// an output fixed as empty, for which the call computes nothing.
+Region fixed_region(const std::string &where, Region r, Region again) {
     for (Region *answer : {&r, &again}) {
         for (int64_t &n : answer->shape) n = std::max<int64_t>(n, 0);
     }
@@ -145,8 +144,35 @@ Buffer allocate_queried(const std::string &where, const Query &first, const Quer
                          tuple_text(r.shape) + " at mins " + tuple_text(r.mins) + " for one request, " +
                          tuple_text(again.shape) + " at mins " + tuple_text(again.mins) + " for another); "
                          "pass an output buffer");
+    return r;
+}
+
+/// The output the bounds queries found (fixed_region()), allocated with its coordinates.
+Buffer allocate_queried(const std::string &where, const Query &first, const Query &second) {
+    Region r = fixed_region(where, region_of(first), region_of(second));
     return Buffer::allocate("aot", r.shape, *dtype_by_halide(first.buf.type)).with_mins(r.mins);
 }
+
+/// A bounds query's arguments with every output asked for empty at `min` in each dimension
+/// (kRequestMins), the rest as `args` gives them.
+class EmptyOutputsAt final : public QueryArguments {
+public:
+    EmptyOutputsAt(const AotPipeline &p, QueryArguments &args, int32_t min) : p_(p), args_(args), min_(min) {}
+    bool scalar(size_t i, halide_scalar_value_t &value) override { return args_.scalar(i, value); }
+    void unlocked(Step step) override { args_.unlocked(step); }
+    bool region(size_t i, std::vector<int64_t> &mins, std::vector<int64_t> &shape) override {
+        const halide_filter_argument_t &a = p_.metadata().arguments[i];
+        if (a.kind != halide_argument_kind_output_buffer) return args_.region(i, mins, shape);
+        mins.assign(size_t(a.dimensions), min_);
+        shape.assign(size_t(a.dimensions), 0);
+        return true;
+    }
+
+private:
+    const AotPipeline &p_;
+    QueryArguments &args_;
+    int32_t min_;
+};
 
 /// Halide's bounds query (host == NULL: the pipeline fills in the region it needs) for each
 /// output not given, every dimension asked for empty at `min`; the answers land in `queries`.
@@ -314,6 +340,25 @@ std::vector<std::pair<const char *, Region>> required_regions(const AotPipeline 
     std::vector<std::pair<const char *, Region>> out;
     for (size_t i = 0; i < n; ++i) {
         if (is_buffer(m.arguments[i])) out.emplace_back(m.arguments[i].name, region_of(queries[i]));
+    }
+    return out;
+}
+
+std::vector<std::pair<const char *, Region>> output_regions(const AotPipeline &p, QueryArguments &args) {
+    const halide_filter_metadata_t &m = p.metadata();
+    std::vector<std::pair<const char *, Region>> answers[2];
+    for (int r = 0; r < 2; ++r) {
+        EmptyOutputsAt asked(p, args, kRequestMins[r]);
+        answers[r] = required_regions(p, asked);
+    }
+    std::vector<std::pair<const char *, Region>> out;
+    for (size_t j = 0, i = 0; i < size_t(m.num_arguments); ++i) {
+        const halide_filter_argument_t &a = m.arguments[i];
+        if (!is_buffer(a)) continue;
+        if (a.kind == halide_argument_kind_output_buffer)
+            out.emplace_back(a.name, fixed_region(p.name() + "(): output '" + a.name + "'", answers[0][j].second,
+                                                  answers[1][j].second));
+        ++j;
     }
     return out;
 }

@@ -167,4 +167,11 @@ void run_call(const AotPipeline &p, CallScratch &s, CallArguments &args);
 /// pipeline's order. No memory is touched: every buffer is a query.
 std::vector<std::pair<const char *, Region>> required_regions(const AotPipeline &p, QueryArguments &args);
 
+/// The region of each output as a call sizes an output it is not given (the bounds queries asked
+/// twice, about different empty regions: ValueError naming the output when the answers differ,
+/// for a pipeline that does not fix it), for inputs covering the regions args.region() gives
+/// (outputs' regions are not asked for) and scalars from args.scalar(). What a caller
+/// allocating outputs itself (hb.torch's op, its fake kernel) sizes them by.
+std::vector<std::pair<const char *, Region>> output_regions(const AotPipeline &p, QueryArguments &args);
+
 }  // namespace hb

@@ -380,6 +380,16 @@ py::dict required_regions_of(const AotPipeline &p, py::dict scalars, py::dict ou
     return out;
 }
 
+/// Pipeline.output_regions(): output_regions() (interop/aot_call.h) for inputs covering `inputs`
+/// ({name: (mins, shape)}) and scalars by name. Returns {output name: (mins, shape)}.
+py::dict output_regions_of(const AotPipeline &p, py::dict scalars, py::dict inputs) {
+    PyQuery query(p, std::move(scalars), py::dict(), std::move(inputs));
+    py::dict out;
+    for (const auto &[name, r] : output_regions(p, query))
+        out[name] = py::make_tuple(to_tuple(r.mins), to_tuple(r.shape));
+    return out;
+}
+
 /// The type's call slot: `pipeline(...)` goes straight here (no pybind11 dispatch).
 PyObject *pipeline_call(PyObject *self, PyObject *args, PyObject *kwargs) {
     PyObject *result = nullptr;
@@ -426,6 +436,11 @@ void bind_aot(py::module_ &m) {
              "region of each output it writes (at least the one asked for); scalars by name ({name: "
              "value}; defaults where absent); inputs: the region each input covers ({name: (mins, "
              "shape)}), for pipelines that clamp to their inputs' own bounds.")
+        .def("output_regions", &output_regions_of, py::arg("scalars"), py::arg("inputs"),
+             "The region each output gets when a call allocates it ({output name: (mins, shape)}), for inputs "
+             "covering the regions in `inputs` ({name: (mins, shape)}) and scalars by name (defaults where "
+             "absent): Halide's bounds query asked twice, about two different empty regions; ValueError for an "
+             "output the pipeline does not fix (the answers differ).")
         .def("__repr__", [](const AotPipeline &p) {
             return "Pipeline(" + p.name() + ", target=" + p.metadata().target + ")";
         })

@@ -205,6 +205,11 @@ else
     echo "tests/test_cuda_glue.py: not run (it builds its pipeline with the halide wheel, missing here;"
     echo "the prebuilt *_glue libraries of test_cuda.py run the same glue)"
 fi
+# hb.torch.op on CUDA tensors, on torch's current stream (it builds its pipelines with the halide
+# wheel; skips without a CUDA build of torch).
+if importable halide && importable torch; then
+    GPU_TESTS+=("tests/test_torch_op.py::test_a_cuda_pipeline_on_cuda_tensors")
+fi
 rm -f "$RESULTS/gpu_tests.xml"
 # At the limit pytest is interrupted (SIGINT), so that it still writes the XML of what ran.
 timeout -s INT -k 10 $(($(left) - 10)) "$PY" -m pytest -q -p no:cacheprovider "${GPU_TESTS[@]}" -rfE --durations=8 \
