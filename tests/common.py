@@ -85,15 +85,16 @@ def counts(t):
 
 
 class Moves:
-    """What a buffer's storage moved since this object was made: `moves()` gives
-    (to_device, to_device_bytes, to_host, to_host_bytes) and restarts the count."""
+    """What a buffer's storage moved since this object was made (without a buffer: the whole
+    process, hb.transfers()): `moves()` gives (to_device, to_device_bytes, to_host,
+    to_host_bytes) and restarts the count."""
 
-    def __init__(self, b):
-        self.b = b
-        self.last = b.transfers
+    def __init__(self, b=None):
+        self.read = hb.transfers if b is None else (lambda: b.transfers)
+        self.last = self.read()
 
     def __call__(self):
-        now = self.b.transfers
+        now = self.read()
         delta, self.last = counts(now - self.last), now
         return delta
 

@@ -23,7 +23,7 @@ import torch
 
 import halide_buffer as hb
 
-from common import NONE, HalideBufferT, counts, down, halide_dims, up
+from common import NONE, HalideBufferT, Moves, down, halide_dims, up
 from pipelines import (OPENCL_TARGET, affine_bf16_func, c_compiler, compile_and_load, gpuadd_func, random_bf16,
                        random_u8)
 
@@ -50,19 +50,6 @@ def built(tmp_path_factory):
 def add(request, built):
     """The add, on the host and on OpenCL."""
     return built[request.param]
-
-
-class Moved:
-    """Every host<->device copy of the process since the last call, as hb.transfers() counts
-    them: (uploads, bytes, downloads, bytes)."""
-
-    def __init__(self):
-        self.last = hb.transfers()
-
-    def __call__(self):
-        now = hb.transfers()
-        delta, self.last = counts(now - self.last), now
-        return delta
 
 
 def on_opencl(p):
@@ -160,7 +147,7 @@ HOST_OUTPUTS = {"ndarray": ndarray_output, "memoryview of a bytearray": memoryvi
 def test_a_host_memory_output_holds_the_result_when_the_call_returns(add, kind, result):
     src = image(1)
     out, memory = HOST_OUTPUTS[kind]()
-    moved = Moved()
+    moved = Moves()
     if result == "not bound":
         add(src, OFFSET, out)
     else:
@@ -182,7 +169,7 @@ def test_several_host_outputs_of_several_kinds_each_hold_their_result(built):
     p = built["opencl"]
     src = image(2)
     outs = [maker() for maker in HOST_OUTPUTS.values()]
-    moved = Moved()
+    moved = Moves()
     for out, _ in outs:
         p(src, OFFSET, out)
     assert moved() == (len(outs), len(outs) * NBYTES, len(outs), len(outs) * NBYTES)
@@ -230,7 +217,7 @@ def test_an_input_of_every_host_kind_is_read(add, kind):
     src = image(3)
     given = INPUTS[kind](src)
     out = np.zeros(SHAPE, np.uint8)
-    moved = Moved()
+    moved = Moves()
     add(given, OFFSET, out)
     np.testing.assert_array_equal(out, added(src))
     assert moved() == ((1, NBYTES, 1, NBYTES) if on_opencl(add) else NONE)
@@ -256,7 +243,7 @@ def test_bfloat16_tensors_match_torch_bit_for_bit(built):
     out = torch.full(SHAPE, float("nan"), dtype=torch.bfloat16)
     x = torch.arange(SHAPE[1], dtype=torch.float32)[None, :]  # Halide's x runs along the last axis
     expected = (t.to(torch.float32) * 3 + x * 0.25).to(torch.bfloat16)
-    moved = Moved()
+    moved = Moves()
     p(t, out)
     assert moved() == NONE
     assert torch.equal(out.view(torch.int16), expected.view(torch.int16))
@@ -277,7 +264,7 @@ def test_pyopencl_arrays_in_and_out_of_an_opencl_pipeline_move_nothing(built, qu
     src = image(5)
     inp, out = cla.to_device(queue, src), cla.zeros(queue, SHAPE, np.uint8)
     queue.finish()
-    moved = Moved()
+    moved = Moves()
     p(inp, OFFSET, out)
     assert moved() == NONE  # computed where both already are
     np.testing.assert_array_equal(out.get(queue=queue), added(src))
@@ -298,7 +285,7 @@ def test_a_pyopencl_output_of_a_host_pipeline_is_uploaded_once(built, queue):
     src = image(6)
     out = cla.zeros(queue, SHAPE, np.uint8)
     queue.finish()
-    moved = Moved()
+    moved = Moves()
     p(src, OFFSET, out)
     uploads = moved()[:2]
     # (The host pipeline is given a current host copy of the output first, as of any buffer: a
@@ -315,7 +302,7 @@ def test_a_pyopencl_input_of_a_host_pipeline_comes_down_once(built, queue):
     inp = cla.to_device(queue, src)
     queue.finish()
     out = np.zeros(SHAPE, np.uint8)
-    moved = Moved()
+    moved = Moves()
     p(inp, OFFSET, out)
     assert moved() == down(NBYTES)
     np.testing.assert_array_equal(out, added(src))
@@ -330,7 +317,7 @@ def test_our_buffer_output_stays_on_the_device_until_read(built):
     p = built["opencl"]
     src = image(8)
     out = hb.Buffer(SHAPE, "uint8")
-    moved = Moved()
+    moved = Moves()
     assert p(src, OFFSET, out) is out
     assert moved() == up(NBYTES) and out.device_dirty()
     np.testing.assert_array_equal(np.asarray(out), added(src))
@@ -344,7 +331,7 @@ def test_an_hl_buffer_output_keeps_its_own_residency(add, route):
     src = image(9)
     h = hl.Buffer(hl.UInt(8), [SHAPE[1], SHAPE[0]])
     given = h if route == "hl.Buffer" else HandsOnCapsule(h)
-    moved = Moved()
+    moved = Moves()
     returned = add(src, OFFSET, given)
     assert isinstance(returned, hb.Buffer) and returned.shape == SHAPE
     if on_opencl(add):
@@ -363,7 +350,7 @@ def test_our_buffer_handed_on_as_a_capsule_is_that_buffer(built):
     p = built["opencl"]
     src = image(10)
     out = hb.Buffer(SHAPE, "uint8")
-    moved = Moved()
+    moved = Moves()
     returned = p(src, OFFSET, HandsOnCapsule(out))
     assert moved() == up(NBYTES)
     assert out.device_dirty() and returned.shares_storage_with(out)

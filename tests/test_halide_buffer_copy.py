@@ -23,7 +23,7 @@ import pytest
 import halide_buffer as hb
 
 import opencl_interposer
-from common import (DEVICE_DIRTY, HOST_DIRTY, NONE, HalideBufferT, HalideDimension, Moves, bits_of, counts, down,
+from common import (DEVICE_DIRTY, HOST_DIRTY, NONE, HalideBufferT, HalideDimension, Moves, bits_of, down,
                     opencl_handle, random_bits, raw_buffer, up)
 from pipelines import TARGET, brighter_func, build, c_compiler
 
@@ -96,18 +96,6 @@ def device_newer(array, device_values, host_values):
     return b
 
 
-class Totals:
-    """hb.transfers() since this object was made, as (to_device, bytes, to_host, bytes)."""
-
-    def __init__(self):
-        self.last = hb.transfers()
-
-    def __call__(self):
-        now = hb.transfers()
-        delta, self.last = counts(now - self.last), now
-        return delta
-
-
 @pytest.mark.parametrize("dtype", DTYPES)
 def test_host_to_device_writes_the_common_box_and_moves_its_bytes_only(runtime, dtype):
     src_values = random_bits((9, 11), dtype, seed=1)
@@ -117,7 +105,7 @@ def test_host_to_device_writes_the_common_box_and_moves_its_bytes_only(runtime, 
     src = hb.Buffer.from_host(src_values.copy(), external_writes=False).cropped(0, 2, 6).cropped(1, 1, 8)
     dst = parent.cropped(0, 4, 5).cropped(1, 3, 9)
     assert src.mins == (2, 1) and dst.mins == (4, 3) and not src.has_device_allocation()
-    moves, totals = Moves(parent), Totals()
+    moves, totals = Moves(parent), Moves()
     rc, flags, errors = runtime.copy(src, dst, to_device=True)
     assert (rc, errors) == (0, [])
     assert flags == DEVICE_DIRTY  # Halide's: the destination's device copy is the newer one
@@ -141,7 +129,7 @@ def test_device_to_host_reads_the_common_box_from_the_device(runtime, dtype):
     dst_values = random_bits((5, 10), dtype, seed=5)
     dst = hb.Buffer.from_host(dst_values.copy(), external_writes=False).cropped(0, 0, 5)
     dst = dst[:, 2:]  # rows [0, 5), columns [2, 10)
-    moves, totals = Moves(src_parent), Totals()
+    moves, totals = Moves(src_parent), Moves()
     rc, flags, errors = runtime.copy(src, dst, to_device=False)
     assert (rc, errors) == (0, [])
     assert flags & HOST_DIRTY and not flags & DEVICE_DIRTY
@@ -164,7 +152,7 @@ def test_device_to_device_moves_nothing_through_the_host(runtime, dtype):
     # Partial overlap: src rows [0, 7), dst rows [3, 9); columns shifted the other way.
     src = src_parent[:, 2:]
     dst = dst_parent.cropped(0, 3, 6)[:, :6]
-    src_moves, dst_moves, totals = Moves(src_parent), Moves(dst_parent), Totals()
+    src_moves, dst_moves, totals = Moves(src_parent), Moves(dst_parent), Moves()
     before = dst_host.copy()
     rc, flags, errors = runtime.copy(src, dst, to_device=True)
     assert (rc, errors, flags) == (0, [], DEVICE_DIRTY)
@@ -180,7 +168,7 @@ def test_device_to_device_through_reversed_and_transposed_views(runtime):
     on_device = random_bits((6, 8), "float32", seed=9)
     src_parent = device_newer(np.empty_like(on_device), on_device, np.zeros((6, 8), np.float32))
     dst_parent = in_sync(np.zeros((8, 6), np.float32))
-    totals = Totals()
+    totals = Moves()
     # dst[i, j] = src.T[i, j] = on_device[j, i], read backwards along the rows of src.
     rc, flags, errors = runtime.copy(src_parent[::-1].transposed(1, 0), dst_parent[:, ::-1], to_device=True)
     assert (rc, errors, flags) == (0, [], DEVICE_DIRTY)
@@ -188,7 +176,7 @@ def test_device_to_device_through_reversed_and_transposed_views(runtime):
     np.testing.assert_array_equal(np.asarray(dst_parent)[:, ::-1], on_device[::-1].T)
     # A strided, reversed crop into a transposed one: every other column only.
     dst2 = in_sync(np.full((8, 6), -1, np.float32))
-    totals = Totals()
+    totals = Moves()
     rc, flags, errors = runtime.copy(src_parent[::-1, ::2].transposed(1, 0), dst2.transposed(1, 0)[:, ::2].transposed(1, 0),
                                      to_device=True)
     assert (rc, errors) == (0, [])
@@ -341,7 +329,7 @@ def test_a_copy_between_two_parts_of_one_device_allocation_is_one_rectangle_per_
     parent = in_sync(values.copy())
     src, dst = parent[0:2, ::2, :, :2], parent[2:6:2, ::2, :, :2]  # disjoint bytes of one storage
     assert src.mins == dst.mins == (0, 0, 0, 0) and src.shape == dst.shape == (2, 2, 2, 2)
-    totals, before = Totals(), opencl_interposer.counts()
+    totals, before = Moves(), opencl_interposer.counts()
     rc, flags, errors = runtime.copy(src, dst, to_device=True)
     assert (rc, errors, flags) == (0, [], DEVICE_DIRTY)
     assert opencl_interposer.counts()["copies"] - before["copies"] == 2
@@ -354,7 +342,7 @@ def test_a_copy_between_two_parts_of_one_device_allocation_is_one_rectangle_per_
 def test_no_common_coordinates_copy_nothing(runtime):
     src = in_sync(np.ones((4, 4), np.float32))
     dst = in_sync(np.zeros((8, 4), np.float32))
-    totals = Totals()
+    totals = Moves()
     rc, flags, errors = runtime.copy(src, dst.cropped(0, 4, 4), to_device=True)
     assert (rc, errors) == (0, [])
     assert totals() == NONE

@@ -96,11 +96,8 @@ Buffer named_wrap(const ArgumentName &name, Wrap &&wrap) {
     }
 }
 
-/// A Buffer of someone else's made for a package function (halide_buffer.opencl.wrap, .cuda.wrap).
-Buffer wrapped_by(const char *module, py::handle obj) {
-    py::object wrap = py::module_::import(module).attr("wrap");
-    return buffer_of(wrap(obj).ptr()).view();
-}
+/// The Buffer the package's `wrap` (halide_buffer.opencl.wrap, .cuda.wrap) made of `obj`.
+Buffer wrapped_by(py::object wrap, py::handle obj) { return buffer_of(wrap(obj).ptr()).view(); }
 
 /// The Argument of `obj` as found (the kinds in the order the file's head gives).
 Argument find_argument(py::handle obj, const ArgumentName &name, bool input, bool borrow) {
@@ -113,7 +110,8 @@ Argument find_argument(py::handle obj, const ArgumentName &name, bool input, boo
     if (py::object method = optional_attr(obj, capsule_method))
         return Argument{from_typed_capsule(obj, method, name), Home::own_rule};
     if (is_halide_buffer(obj)) return Argument{buffer_from_halide(obj), Home::own_rule};
-    if (is_pyopencl_array(obj)) return Argument{wrapped_by("halide_buffer.opencl", obj), Home::device};
+    if (is_pyopencl_array(obj))
+        return Argument{wrapped_by(py::module_::import("halide_buffer.opencl").attr("wrap"), obj), Home::device};
     if (optional_attr(obj, dlpack)) {
         if (borrow) {
             if (std::optional<Buffer> b = exchange_borrow(obj, name.pipeline)) return Argument{std::move(*b), Home::host};
@@ -123,7 +121,8 @@ Argument find_argument(py::handle obj, const ArgumentName &name, bool input, boo
         Home home = b.has_device_allocation() ? Home::device : Home::host;
         return Argument{std::move(b), home};
     }
-    if (optional_attr(obj, cuda_interface)) return Argument{wrapped_by("halide_buffer.cuda", obj), Home::device};
+    if (optional_attr(obj, cuda_interface))
+        return Argument{wrapped_by(py::module_::import("halide_buffer.cuda").attr("wrap"), obj), Home::device};
     if (PyObject_CheckBuffer(obj.ptr()) || optional_attr(obj, array_method))
         return Argument{named_wrap(name, [&] { return buffer_from_host(obj, false, true); }), Home::host};
     throw TypeError(name.text() + ": " + type_name(obj) + " holds no memory a pipeline can take; " + kinds_taken());

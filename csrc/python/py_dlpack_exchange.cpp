@@ -127,11 +127,13 @@ const DLPackExchangeAPI *table_of(PyTypeObject *type) {
 
 /// Objects a producer's __dlpack__ refuses but its exchange API exports as they are: PyTorch
 /// tensors that require grad, or whose memory does not hold their values (a lazy conjugate or
-/// negation). They take the __dlpack__ path, and get the producer's own error.
-bool needs_producer_checks(py::handle obj) {
+/// negation). They take the __dlpack__ path, and get the producer's own error. `complex`: the
+/// elements may be complex (only those have a lazy conjugate; false skips asking).
+bool needs_producer_checks(py::handle obj, bool complex = true) {
     // Names interned once: this runs on every tensor a pipeline call is given.
     static PyObject *const grad = PyUnicode_InternFromString("requires_grad");
-    static PyObject *const methods[] = {PyUnicode_InternFromString("is_conj"), PyUnicode_InternFromString("is_neg")};
+    static PyObject *const is_neg = PyUnicode_InternFromString("is_neg");
+    static PyObject *const is_conj = PyUnicode_InternFromString("is_conj");
     auto truth = [](PyObject *value) {
         if (!value) {
             PyErr_Clear();  // a producer without the attribute has nothing to check
@@ -142,10 +144,8 @@ bool needs_producer_checks(py::handle obj) {
         return is;
     };
     if (truth(PyObject_GetAttr(obj.ptr(), grad))) return true;
-    for (PyObject *name : methods) {
-        if (truth(PyObject_CallMethodNoArgs(obj.ptr(), name))) return true;
-    }
-    return false;
+    if (truth(PyObject_CallMethodNoArgs(obj.ptr(), is_neg))) return true;
+    return complex && truth(PyObject_CallMethodNoArgs(obj.ptr(), is_conj));
 }
 
 }  // namespace
@@ -182,13 +182,14 @@ std::optional<Buffer> exchange_import(py::handle obj, int copy) {
 
 std::optional<Buffer> exchange_borrow(py::handle obj, const char *entry) {
     const DLPackExchangeAPI *api = table_of(Py_TYPE(obj.ptr()));
-    if (!api || !api->dltensor_from_py_object_no_sync || needs_producer_checks(obj)) return std::nullopt;
+    if (!api || !api->dltensor_from_py_object_no_sync) return std::nullopt;
     DLTensor t{};
     if (api->dltensor_from_py_object_no_sync(obj.ptr(), &t) != 0) {
         PyErr_Clear();  // refused: the owning ways, which raise the producer's own error
         return std::nullopt;
     }
     if (t.device.device_type != kDLCPU) return std::nullopt;  // a device tensor: ordered on streams
+    if (needs_producer_checks(obj, t.dtype.code == kDLComplex)) return std::nullopt;
     // No flags come with a borrowed description: it is taken as writable, as every tensor of the
     // producers offering it is (PyTorch has no read-only tensors).
     DLImport in = check_import(entry, t, 0, DLPackVersion{kDLPackMajor, kDLPackMinor});

@@ -38,7 +38,8 @@ constexpr const char *kToHalide = "to_halide";
 PyObject *halide_buffer_class(const char *entry) {
     static PyObject *type = nullptr;  // a strong reference, never released
     if (type) return type;
-    py::object halide = py::reinterpret_steal<py::object>(PyImport_GetModule(py::str("halide").ptr()));
+    static PyObject *const name = PyUnicode_InternFromString("halide");  // asked on every argument: made once
+    py::object halide = py::reinterpret_steal<py::object>(PyImport_GetModule(name));
     if (!halide && PyErr_Occurred()) throw py::error_already_set();
     bool imported = halide && !halide.is_none();  // None in sys.modules: its import was blocked
     if (!imported && !entry) return nullptr;
