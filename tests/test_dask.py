@@ -197,6 +197,20 @@ def test_a_stencil_over_irregular_chunks_equals_one_whole_call(pipes, dtype, bou
     same_bits(out.compute(), whole_call(pipes[dtype], {"inp": a}, boundary))
 
 
+def test_a_bfloat16_torch_tensor_is_an_input_as_a_call_takes_it(pipes):
+    """Anything a call takes goes to map_pipeline too: a bfloat16 tensor (which NumPy's __array__
+    path refuses) is read through DLPack, its exact dtype kept."""
+    torch = pytest.importorskip("torch")
+    a = random_bits((40, 37), "bfloat16", seed=5)
+    a = np.nan_to_num(a.astype(np.float32), nan=0, posinf=1, neginf=-1).clip(-1e4, 1e4).astype(a.dtype)
+    t = torch.from_numpy(a.view(np.int16).copy()).view(torch.bfloat16)
+    out = hb.dask.map_pipeline(pipes["bfloat16"], t, boundary="nearest")
+    assert out.dtype == a.dtype
+    same_bits(out.compute(), whole_call(pipes["bfloat16"], {"inp": a}, "nearest"))
+    with pytest.raises(TypeError, match=r"^hb.dask.map_pipeline\(\): argument 'inp': object holds no memory"):
+        hb.dask.map_pipeline(pipes["bfloat16"], object())
+
+
 def test_a_transposed_input_reaches_the_pipeline_with_dense_rows(pipes):
     a = random_bits((70, 90), "uint8", seed=10) % 255
     x = da.from_array(a, chunks=(30, 40)).T  # each chunk a transposed view: rows not dense

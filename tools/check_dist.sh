@@ -48,10 +48,11 @@ SUBSET=(tests/test_cli.py tests/test_stubs.py tests/test_exports.py tests/test_e
     tests/test_aot_metadata.py tests/test_aot_pickle.py tests/test_raw_halide_buffer_t.py
     tests/test_halide_bridge.py tests/test_wheel_symbols.py)
 # And under the Pythons with PyTorch and JAX: DLPack both ways, every dtype, and the long tests
-# of code that is the same C++ under every Python: the AOT tests that build many pipelines and
+# of code that is the same C++ under every Python: the AOT tests that build many pipelines (every
+# argument kind, tensors among them; Halide's own runtime's scenarios) and
 # the residency model's random operations (a minute or more each).
 WITH_TORCH=(tests/test_dlpack.py tests/test_aot.py tests/test_aot_outputs.py
-    tests/test_residency_model.py)
+    tests/test_aot_arguments.py tests/test_aot_upstream.py tests/test_residency_model.py)
 # The Pythons whose environment is not pinned: many of constraints.txt's releases need 3.11 or
 # newer (numpy 2.4.6, hypothesis 6.170.17, scipy, jax, ...); pip takes the newest each has.
 UNPINNED_PYTHONS="3.10"
