@@ -738,3 +738,36 @@ def test_an_export_racing_a_move_to_opencl_leaks_nothing(gpu, export):
     assert refs == 2, refs  # the storage's own and the view just taken
     assert re.fullmatch(rf"{re.escape(export)}\(\): the buffer left {re.escape(gpu.name)} \(CUDA device 0\) meanwhile "
                         rf"\(another thread moved it to {re.escape(ocl.name)}.*\); export it again", str(info.value))
+
+
+# ---------------------------------------------------------------------------------------------
+# A pipeline call given __cuda_array_interface__ objects (bookkeeping on the stand-in)
+# ---------------------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def host_affine(tmp_path_factory):
+    pytest.importorskip("halide")
+    from pipelines import affine_u8_func, c_compiler, compile_and_load
+
+    func, args = affine_u8_func(False)
+    return compile_and_load(tmp_path_factory.mktemp("cai_call"), c_compiler(), func, args, "hb_cai_affine")
+
+
+def test_a_pipeline_call_takes_cuda_array_interface_objects_and_leaves_an_output_in_their_memory(gpu,
+                                                                                              host_affine):
+    """A host pipeline given a producer's device array: the input comes down once; an output
+    given as one holds the result in its device memory when the call returns (one upload), and is
+    what the call returns."""
+    from pipelines import expected_affine_u8
+
+    src = random_bits((8, 32), "uint8", seed=40)
+    before = hb.transfers()
+    out = np.zeros_like(src)
+    assert host_affine(Producer(src), out) is out
+    np.testing.assert_array_equal(out, expected_affine_u8(src))
+    target = Producer(np.zeros_like(src))
+    assert host_affine(src, target) is target
+    np.testing.assert_array_equal(target.get(), expected_affine_u8(src))
+    moved = hb.transfers() - before
+    assert (moved.to_host, moved.to_host_bytes, moved.to_device, moved.to_device_bytes) == (1, src.nbytes, 1, src.nbytes)
