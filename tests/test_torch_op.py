@@ -107,6 +107,17 @@ def prefix_func():
     return out, [inp, n]
 
 
+def ramp_func():
+    """out(x, y) = x + y * k (int32) over the constant region 16 x 8: an op with no input tensor."""
+    x, y = hl.Var("x"), hl.Var("y")
+    k = hl.Param(hl.Int(32), "k")
+    out = hl.Func("ramp")
+    out[x, y] = x + y * k
+    out.output_buffer().dim(0).set_bounds(0, 16)
+    out.output_buffer().dim(1).set_bounds(0, 8)
+    return out, [k]
+
+
 def tiled_func():
     """out = inp + 1 vectorized by 16, its bounds not fixed: it computes whatever it is asked for."""
     x, y = hl.Var("x"), hl.Var("y")
@@ -159,6 +170,7 @@ def pipes(tmp_path_factory):
         ("constant_region", constant_region_func(), TARGET),
         ("constant_region_opencl", constant_region_func(gpu=True), OPENCL_TARGET),
         ("prefix", prefix_func(), TARGET),
+        ("ramp", ramp_func(), TARGET),
         ("tiled", tiled_func(), TARGET),
         ("split", split_pipeline(), TARGET),
         ("add", add_func(), TARGET),
@@ -264,6 +276,17 @@ def test_a_scalar_that_sizes_the_output_is_asked_about_every_time(ops):
     assert torch.equal(ops["prefix"](t, 3), t[:3] + 1)
     assert torch.equal(ops["prefix"](t, 7), t[:7] + 1)  # same input shape, another scalar
     assert torch.equal(ops["prefix"](t, 3), t[:3] + 1)
+
+
+def test_an_op_of_scalars_alone_allocates_on_the_cpu(ops):
+    """No input tensor names a device: a host pipeline's outputs go to the CPU."""
+    got = ops["ramp"](3)
+    assert got.device == torch.device("cpu") and got.shape == (8, 16) and got.dtype == torch.int32
+    same_bits(got, torch.arange(16, dtype=torch.int32)[None, :] + 3 * torch.arange(8, dtype=torch.int32)[:, None])
+    torch.library.opcheck(ops["ramp"], (3,))  # the fake kernel too: a CPU output of the same shape
+    with FakeTensorMode():
+        fake = ops["ramp"](3)
+    assert fake.device == torch.device("cpu") and fake.shape == (8, 16)
 
 
 def test_two_outputs_come_back_as_a_tuple(ops):
