@@ -300,8 +300,7 @@ def _host_array(value: Any, name: str) -> np.ndarray:
     """Any argument a pipeline call takes (a tensor of any dtype, an hl.Buffer, a pyopencl array, an
     object with Halide's typed capsule, ...), as an ndarray of its exact dtype: its memory when it
     is on the host, else a copy brought home."""
-    buffer, _ = _argument(value, "hb.dask.map_pipeline", name)
-    return np.asarray(buffer)
+    return np.asarray(_argument(value, "hb.dask.map_pipeline", name))
 
 
 def _boundaries(boundary: Any, ndim: int) -> tuple:

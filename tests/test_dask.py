@@ -209,6 +209,14 @@ def test_a_bfloat16_torch_tensor_is_an_input_as_a_call_takes_it(pipes):
     same_bits(out.compute(), whole_call(pipes["bfloat16"], {"inp": a}, "nearest"))
     with pytest.raises(TypeError, match=r"^hb.dask.map_pipeline\(\): argument 'inp': object holds no memory"):
         hb.dask.map_pipeline(pipes["bfloat16"], object())
+    # Inputs are only read: read-only memory and immutable JAX arrays are taken.
+    frozen = a.copy()
+    frozen.flags.writeable = False
+    same_bits(hb.dask.map_pipeline(pipes["bfloat16"], frozen, boundary="nearest").compute(),
+              whole_call(pipes["bfloat16"], {"inp": a}, "nearest"))
+    jnp = pytest.importorskip("jax.numpy")
+    same_bits(hb.dask.map_pipeline(pipes["bfloat16"], jnp.asarray(a), boundary="nearest").compute(),
+              whole_call(pipes["bfloat16"], {"inp": a}, "nearest"))
 
 
 def test_a_transposed_input_reaches_the_pipeline_with_dense_rows(pipes):

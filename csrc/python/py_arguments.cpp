@@ -154,21 +154,13 @@ void bring_home(Buffer &b, Home home) {
 }
 
 void bind_arguments(py::module_ &m) {
-    m.def("_argument", [](py::handle obj, const std::string &entry, const std::string &argument) -> py::tuple {
-        ArgumentName name{entry.c_str(), argument.c_str()};
-        if (is_buffer(obj)) return py::make_tuple(py::reinterpret_borrow<py::object>(obj), py::str("own_rule"));
-        Argument a = adopt_argument(obj, name, false, false);
-        static const char *const homes[] = {"own_rule", "host", "device"};
-        return py::make_tuple(py::cast(std::move(a.buffer)), py::str(homes[int(a.home)]));
+    m.def("_argument", [](py::handle obj, const std::string &entry, const std::string &argument) -> py::object {
+        if (is_buffer(obj)) return py::reinterpret_borrow<py::object>(obj);
+        // Owned, not borrowed: the Buffer outlives this call.
+        return py::cast(adopt_argument(obj, ArgumentName{entry.c_str(), argument.c_str()}, true, false).buffer);
     }, py::arg("obj"), py::arg("entry"), py::arg("argument"),
-       "(Buffer, home): any object a pipeline takes as a Buffer, and where its own memory is ('host', "
-       "'device', or 'own_rule' for a Buffer, an hl.Buffer or a typed capsule, which keep their own "
-       "residency state).");
-    m.def("_bring_home", [](py::handle obj, const std::string &home) {
-        Buffer &b = buffer_of(obj.ptr());
-        bring_home(b, home == "host" ? Home::host : home == "device" ? Home::device : Home::own_rule);
-    }, py::arg("buffer"), py::arg("home"), "A result written into a Buffer over someone else's memory, made "
-       "current in that memory (one counted copy when it is elsewhere).");
+       "Any object a pipeline takes as an input, as a Buffer (the object itself when it is one): "
+       "hb.dask's inputs that are not dask arrays.");
 }
 
 }  // namespace hb

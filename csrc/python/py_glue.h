@@ -234,7 +234,7 @@ void refuse_read_only_output(const Buffer &b, const ArgumentName &name);
 /// The data of `b`, written by a pipeline, made current in its home: one counted copy when it is
 /// elsewhere, nothing for Home::own_rule.
 void bring_home(Buffer &b, Home home);
-/// _argument() and _bring_home(), for the package's Python callers (hb.dask, hb.torch).
+/// _argument(), for the package's Python callers (hb.dask).
 void bind_arguments(py::module_ &m);
 
 // py_cuda.cpp
