@@ -758,7 +758,8 @@ def test_a_pipeline_call_takes_cuda_array_interface_objects_and_leaves_an_output
                                                                                               host_affine):
     """A host pipeline given a producer's device array: the input comes down once; an output
     given as one holds the result in its device memory when the call returns (one upload), and is
-    what the call returns."""
+    what the call returns. Its old contents come down first (a host pipeline's write lease), so a
+    call that fails leaves the producer's data the valid copy."""
     from pipelines import expected_affine_u8
 
     src = random_bits((8, 32), "uint8", seed=40)
@@ -770,4 +771,5 @@ def test_a_pipeline_call_takes_cuda_array_interface_objects_and_leaves_an_output
     assert host_affine(src, target) is target
     np.testing.assert_array_equal(target.get(), expected_affine_u8(src))
     moved = hb.transfers() - before
-    assert (moved.to_host, moved.to_host_bytes, moved.to_device, moved.to_device_bytes) == (1, src.nbytes, 1, src.nbytes)
+    assert (moved.to_host, moved.to_host_bytes, moved.to_device, moved.to_device_bytes) == (2, 2 * src.nbytes, 1,
+                                                                                             src.nbytes)

@@ -533,10 +533,6 @@ private:
     /// The view's halide_buffer_t would show the storage's whole root: the same elements at the
     /// same addresses, whatever its mins.
     bool view_covers_root() const;
-    /// A host pipeline's output covering its storage: marked host dirty with no download (the
-    /// pipeline writes every element); false, with nothing done, for any other view or a bound
-    /// storage.
-    bool overwrite_on_host();
     /// A new halide_buffer_t describing this view (raw()'s and lend()'s), registered with the storage.
     std::unique_ptr<RawView> new_raw_view() const;
     /// Publishes `view` for `shown_as` and the pipeline call running now (TargetDevice).

@@ -401,7 +401,6 @@ void Buffer::prepare_for_pipeline(const char *entry, const halide_device_interfa
     if (output && storage_->readonly)
         throw read_only_output(entry);
     if (!interface) {  // a host-only pipeline reads and writes the host copy
-        if (output && overwrite_on_host()) return;
         if (output) begin_host_write(entry);
         else begin_host_read();
         return;
@@ -409,17 +408,6 @@ void Buffer::prepare_for_pipeline(const char *entry, const halide_device_interfa
     StorageOp op(*storage_);
     Storage &s = *storage_;
     if (s.root.device && s.root.device_interface != interface) op.defer(s.free_device(entry));
-}
-
-bool Buffer::overwrite_on_host() {
-    StorageOp op(*storage_);
-    Storage &s = *storage_;
-    // A host pipeline writes every element of its output: one covering its storage needs no
-    // newer device copy brought home first, only the host copy marked the current one. (A bound
-    // hl.Buffer's storage, whose device copy its runtime may hold, takes the usual write lease.)
-    if (s.bound || !view_covers_root()) return false;
-    s.root.flags = (s.root.flags & ~kDeviceDirty) | kHostDirty;
-    return true;
 }
 
 bool Buffer::view_covers_root() const {
