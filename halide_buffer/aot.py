@@ -55,7 +55,8 @@ def load(library_path: str | os.PathLike[str], function_name: str | None = None)
 def _only_pipeline(path: str) -> str:
     """The name of the one pipeline the library at ``path`` exports (see load())."""
     exported = set(_elf.exported_names(path)) if os.path.isfile(path) else set()
-    names = sorted(n[:-len("_argv")] for n in exported if n.endswith("_argv") and n[:-len("_argv")] + "_metadata" in exported)
+    stems = (n.removesuffix("_argv") for n in exported if n.endswith("_argv"))
+    names = sorted(stem for stem in stems if stem + "_metadata" in exported)
     if len(names) == 1:
         return names[0]
     if names:

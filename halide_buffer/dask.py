@@ -50,8 +50,9 @@ def map_pipeline(pipeline: Pipeline, *inputs: Any, chunks: Any = None, boundary:
     Arguments go by position (the pipeline's inputs and scalars, in its order) or by name, as
     for a call of the pipeline; input buffers are dask arrays, or anything else a call of the
     pipeline takes (NumPy arrays, tensors of any dtype, hl.Buffers, ...: wrapped, its host data
-    brought home when it is on a device), scalars pass through. Every output has the shape of the first input buffer, chunked as ``chunks``
-    (default: that input's chunks), and the dtype the pipeline declares. ``boundary``:
+    brought home when it is on a device), scalars pass through. Every output has the shape of the
+    first input buffer, chunked as ``chunks`` (default: that input's chunks), and the dtype the
+    pipeline declares. ``boundary``:
     ``"none"`` (a region leaving an input is an error; ``None`` means it too), ``"nearest"``,
     ``"reflect"``, ``"periodic"``, or a constant; or one of those per axis, as a tuple or a dict
     of axis -> boundary (axes not in the dict: ``"none"``), as dask's ``map_overlap`` takes them.

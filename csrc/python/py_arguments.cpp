@@ -114,7 +114,8 @@ Argument find_argument(py::handle obj, const ArgumentName &name, bool input, boo
         return Argument{wrapped_by(py::module_::import("halide_buffer.opencl").attr("wrap"), obj), Home::device};
     if (optional_attr(obj, dlpack)) {
         if (borrow) {
-            if (std::optional<Buffer> b = exchange_borrow(obj, name.pipeline)) return Argument{std::move(*b), Home::host};
+            std::optional<Buffer> b = exchange_borrow(obj, name.pipeline);
+            if (b) return Argument{std::move(*b), Home::host};
         }
         refuse_grad(obj, name);
         Buffer b = named_wrap(name, [&] { return buffer_from_dlpack(obj, -1, !input); });
