@@ -22,8 +22,8 @@ run; its figure is ours / peer, and its goal the largest ratio the project aims 
 * ``np.asarray(b)`` against ``np.asarray(n)``: goal <= 1.0.
 * Informational: ``id(b)``, the floor of the loop.
 
-The pipeline is built when the script runs (``compile_to`` for ``bench_pipelines.py``'s target,
-linked with its compiler helpers), and so is the extension; the nanobind peer is
+The pipeline and the extension are built when the script runs, by ``bench_pipelines.py`` (its
+``add_k_func`` on float32); the nanobind peer is
 ``bench_dlpack.py``'s. A row whose peer cannot be built (no ``halide`` wheel, no compiler, no
 nanobind) is reported skipped, with the reason; the rest still runs.
 
@@ -122,48 +122,25 @@ ROWS = [
 # --------------------------------------------------------------------------------------------
 
 
-def add_k_func(hl, name):
-    """out(x, y) = in(x, y) + k on float32, k an int32 scalar."""
-    x, y = hl.Var("x"), hl.Var("y")
-    inp = hl.ImageParam(hl.Float(32), 2, "inp")
-    k = hl.Param(hl.Int(32), "k")
-    out = hl.Func(name)
-    out[x, y] = inp[x, y] + hl.cast(hl.Float(32), k)
-    return out, [inp, k]
-
-
 def build_pipeline(hl, workdir):
-    """The pipeline as a shared library (for hb.aot) and as Halide's generated extension, built
-    with bench_pipelines.py's target and compiler helpers. Returns {"library", "extension"} paths
-    (None where one could not be built) and {"pipeline", "extension"} reasons."""
-    from bench_pipelines import TARGET, BuildError, build_extension, c_compiler, run_tool
+    """The pipeline ``out(x, y) = in(x, y) + k`` on float32, as a shared library (for hb.aot) and
+    as Halide's generated extension, built by bench_pipelines.py. Returns {"library",
+    "extension"} paths (None where one could not be built) and {"pipeline", "extension"} reasons."""
+    from bench_pipelines import BuildError, add_k_func
+    from bench_pipelines import build_pipeline as build
 
     paths, reasons = {"library": None, "extension": None}, {}
-    cc = c_compiler()
-    if not cc:
-        reasons["pipeline"] = "no C compiler (gcc, cc, clang or $CC) to link the pipeline"
-        return paths, reasons
-    func, args = add_k_func(hl, PIPELINE)
-    obj, src = workdir / f"{PIPELINE}.o", workdir / f"{PIPELINE}.py.cpp"
     try:
-        func.compile_to({hl.OutputFileType.object: str(obj), hl.OutputFileType.python_extension: str(src)},
-                        args, PIPELINE, hl.Target(TARGET))
-        library = workdir / f"lib{PIPELINE}.so"
-        run_tool([*cc, "-shared", "-o", str(library), str(obj), "-lpthread", "-ldl", "-lm"],
-                 f"linking lib{PIPELINE}.so")
+        built = build(hl, workdir, PIPELINE, False, True,
+                      lambda hl, name, gpu: add_k_func(hl, name, gpu, hl.Float(32)))
     except BuildError as e:
         reasons["pipeline"] = str(e)
         return paths, reasons
-    except Exception as e:  # noqa: BLE001 - Halide raises its own error types
-        reasons["pipeline"] = f"Halide's compile_to failed: {type(e).__name__}: {e}"
-        return paths, reasons
-    paths["library"] = str(library)
-    try:
-        paths["extension"] = build_extension(hl, workdir, PIPELINE, obj, src).__file__
-    except BuildError as e:
-        reasons["extension"] = str(e)
-    except Exception as e:  # noqa: BLE001 - any import failure means "peer unavailable"
-        reasons["extension"] = f"importing the generated extension failed: {type(e).__name__}: {e}"
+    paths["library"] = str(built.library)
+    if built.extension is None:
+        reasons["extension"] = built.extension_reason
+    else:
+        paths["extension"] = built.extension.__file__
     return paths, reasons
 
 

@@ -1,6 +1,7 @@
-"""The AOT benchmarks' pipelines: ``out(x, y) = in(x, y) + 1`` on uint8, built for ``hb.aot.load``
-and as the Python extension Halide generates for it (the peer), plus the compiler helpers that
-build them (also used by ``bench_dask.py``), on top of the tests' ``tests/pipelines.py``.
+"""The AOT benchmarks' pipelines: ``out(x, y) = in(x, y) + 1`` on uint8 and ``out(x, y) = in(x, y)
++ k`` with an int32 scalar ``k``, built for ``hb.aot.load`` and as the Python extension Halide
+generates for them (the peer), plus the compiler helpers that build them and other extension
+modules (also used by ``bench_dask.py``), on top of the tests' ``tests/pipelines.py``.
 
 Every pipeline is compiled with ``Func.compile_to`` for the explicit target ``TARGET`` (Halide
 21 mis-detects AVX-512 on some CPUs, so the host target is never used), into an object and
@@ -72,16 +73,34 @@ def import_from(path: Path, name: str):
 # --------------------------------------------------------------------------------------------
 
 
+def in_gpu_tiles(hl, out, gpu):
+    """`out` scheduled in 8x8 GPU tiles when `gpu`."""
+    if gpu:
+        x, y = out.args()
+        xo, yo, xi, yi = (hl.Var(n) for n in ("xo", "yo", "xi", "yi"))
+        out.gpu_tile(x, y, xo, yo, xi, yi, 8, 8)
+    return out
+
+
 def add_one_func(hl, name, gpu):
     """out(x, y) = in(x, y) + 1 on uint8 (wrapping); in 8x8 GPU tiles when `gpu`."""
     x, y = hl.Var("x"), hl.Var("y")
     inp = hl.ImageParam(hl.UInt(8), 2, "inp")
     out = hl.Func(name)
     out[x, y] = inp[x, y] + hl.u8(1)
-    if gpu:
-        xo, yo, xi, yi = (hl.Var(n) for n in ("xo", "yo", "xi", "yi"))
-        out.gpu_tile(x, y, xo, yo, xi, yi, 8, 8)
-    return out, [inp]
+    return in_gpu_tiles(hl, out, gpu), [inp]
+
+
+def add_k_func(hl, name, gpu, element=None):
+    """out(x, y) = in(x, y) + k, k an int32 scalar (the entry point ``name(in, k, out)``), on
+    `element` (an hl.Type; uint8, wrapping, by default); in 8x8 GPU tiles when `gpu`."""
+    element = element or hl.UInt(8)
+    x, y = hl.Var("x"), hl.Var("y")
+    inp = hl.ImageParam(element, 2, "inp")
+    k = hl.Param(hl.Int(32), "k")
+    out = hl.Func(name)
+    out[x, y] = inp[x, y] + hl.cast(element, k)
+    return in_gpu_tiles(hl, out, gpu), [inp, k]
 
 
 class Built:
@@ -94,11 +113,13 @@ class Built:
         self.extension_reason = extension_reason
 
 
-def build_pipeline(hl, workdir: Path, name, gpu, want_extension):
+def build_pipeline(hl, workdir: Path, name, gpu, want_extension, define=add_one_func):
+    """The pipeline `define(hl, name, gpu)` returns, as a shared library and (if
+    `want_extension`) Halide's generated extension; BuildError if the library cannot be built."""
     cc = c_compiler()
     if not cc:
         raise BuildError("no C compiler (gcc, cc, clang or $CC) to link the pipeline")
-    func, args = add_one_func(hl, name, gpu)
+    func, args = define(hl, name, gpu)
     obj, src = workdir / f"{name}.o", workdir / f"{name}.py.cpp"
     outputs = {hl.OutputFileType.object: str(obj)}
     if want_extension:
@@ -127,9 +148,15 @@ def build_extension(hl, workdir, name, obj, src):
     """Compiles Halide's generated extension source and links it with the pipeline's object."""
     if not src.is_file():
         raise BuildError("compile_to wrote no python_extension source")
+    return build_module(hl, workdir, name, [src, obj], f"compiling the generated extension {src.name}")
+
+
+def build_module(hl, workdir, name, inputs, what):
+    """Compiles and links C++ sources and objects `inputs` against Python's and Halide's headers
+    into the extension module `name` in `workdir`, and imports it. BuildError says why not."""
     cxx = cxx_compiler()
     if not cxx:
-        raise BuildError("no C++ compiler (g++, c++, clang++ or $CXX) to build the generated extension")
+        raise BuildError(f"no C++ compiler (g++, c++, clang++ or $CXX): {what}")
     halide_include = Path(hl.__file__).resolve().parent / "include"
     if not (halide_include / "HalideRuntime.h").is_file():
         raise BuildError("HalideRuntime.h not found in the halide package's include directory")
@@ -137,9 +164,9 @@ def build_extension(hl, workdir, name, obj, src):
     target = workdir / (name + (sysconfig.get_config_var("EXT_SUFFIX") or ".so"))
     # -O3 -DNDEBUG: the optimisation level setuptools gives the halide_buffer extension.
     run_tool([*cxx, "-O3", "-DNDEBUG", "-std=c++17", "-shared", "-fPIC", f"-I{py_include}",
-              f"-I{halide_include}", str(src), str(obj), "-o", str(target),
+              f"-I{halide_include}", *map(str, inputs), "-o", str(target),
               "-lpthread", "-ldl", "-lm"],
-             f"compiling the generated extension {src.name}")
+             what)
     return import_from(target, name)
 
 
