@@ -259,6 +259,19 @@ def affine_offset_func():
     return out, [inp, offset]
 
 
+def plus_and_half_pipeline():
+    """hl.Pipeline([plus, half]): the same two results as two Funcs of one function."""
+    x, y = hl.Var("x"), hl.Var("y")
+    inp = hl.ImageParam(hl.UInt(8), 2, "inp")
+    plus, half = hl.Func("plus"), hl.Func("half")
+    plus[x, y] = inp[x, y] + hl.u8(1)
+    half[x, y] = hl.f32(inp[x, y]) * 0.5
+    for f in (plus, half):
+        f.vectorize(x, 8)
+        output_bounds_follow(f, inp)
+    return hl.Pipeline([plus, half]), [inp], (plus, half)
+
+
 def brighter_func():
     """out(x, y) = in(x, y) + 10 (uint8, wrapping), computed on the GPU target in 8x8 tiles."""
     x, y, xo, yo, xi, yi = (hl.Var(n) for n in ("x", "y", "xo", "yo", "xi", "yi"))

@@ -28,8 +28,8 @@ import opencl_interposer
 from common import NONE, Moves, down
 from pipelines import (OPENCL_TARGET, TARGET, affine_bf16_func, affine_offset_func, affine_u8_func,
                        brighter_opencl_func, build, c_compiler, compile_and_load, crop2, cxx_compiler,
-                       expected_affine, expected_affine_bf16, expected_affine_u8, output_bounds_follow, random_bf16,
-                       random_u8)
+                       expected_affine, expected_affine_bf16, expected_affine_u8, output_bounds_follow,
+                       plus_and_half_pipeline, random_bf16, random_u8)
 
 pytestmark = pytest.mark.needs_halide
 
@@ -63,19 +63,6 @@ def pair_func():
     for i in range(2):
         out.output_buffers()[0].dim(i).set_bounds(inp.dim(i).min(), inp.dim(i).extent())
     return out, [inp]
-
-
-def plus_and_half_pipeline():
-    """hl.Pipeline([plus, half]): the same two results as two Funcs of one function."""
-    x, y = hl.Var("x"), hl.Var("y")
-    inp = hl.ImageParam(hl.UInt(8), 2, "inp")
-    plus, half = hl.Func("plus"), hl.Func("half")
-    plus[x, y] = inp[x, y] + hl.u8(1)
-    half[x, y] = hl.f32(inp[x, y]) * 0.5
-    for f in (plus, half):
-        f.vectorize(x, 8)
-        output_bounds_follow(f, inp)
-    return hl.Pipeline([plus, half]), [inp], (plus, half)
 
 
 def unsigned_params_func():

@@ -85,3 +85,34 @@ def test_a_row_outside_the_section_does_not_count(tmp_path):
     doc = DOC.replace("### Calls up a layer", "### Something else")
     found = check_layers.breaches(make_tree(tmp_path, CLEAN, doc))
     assert len(found) == 1 and "calls halide_buffer.opencl.device up a layer" in found[0]
+
+
+@pytest.mark.parametrize("name, text, words", [
+    ("csrc/interop/i.h", "class Caller {\npublic:\n    virtual int device() = 0;\n};\n",
+     "csrc/interop/i.h: declares a virtual function"),
+    ("csrc/storage/t.h", "#include <functional>\nvoid set_waiter(std::function<void()> w);\n",
+     "csrc/storage/t.h: set_waiter() takes a callable"),
+    ("csrc/storage/t.h", "using Waiter = void (*)(int);\nvoid set_waiter(Waiter w);\n",
+     "csrc/storage/t.h: set_waiter() takes a callable"),
+    ("csrc/core/t.h", "void install_hook(int (*hook)(void *));\n", "csrc/core/t.h: install_hook() takes a callable"),
+])
+def test_a_way_up_from_the_core_besides_its_embedder_is_found(tmp_path, name, text, words):
+    found = check_layers.breaches(make_tree(tmp_path, {**CLEAN, name: text}))
+    assert len(found) >= 1 and all(f.startswith(words) and "device/embedder.h" in f for f in found)
+
+
+def test_the_embedder_and_calls_down_are_no_way_up(tmp_path):
+    files = {**CLEAN,
+             "csrc/device/embedder.h": "struct Embedder { void (*run_unlocked)(int); };\n"
+                                       "void install_embedder(void (*run)(int));\n",
+             "csrc/device/device.h": "class Device {\npublic:\n    virtual int fill() = 0;\n};\n",
+             "csrc/device/copy.h": "int for_each(int (*command)(long));  // a visitor: called now, kept nowhere\n"}
+    assert check_layers.breaches(make_tree(tmp_path, files)) == []
+
+
+def test_a_binding_class_deriving_from_a_core_class_is_found(tmp_path):
+    files = {**CLEAN, "csrc/python/py_b.cpp": "class PyCall final : public CallArguments {};\n"
+                                              "class Kept {};\nclass KeptMore : public Kept {};\n"}
+    found = check_layers.breaches(make_tree(tmp_path, files))
+    assert found == ["csrc/python/py_b.cpp: derives from the core's CallArguments; the core reaches up only through "
+                     "its embedder (device/embedder.h)"]

@@ -10,6 +10,11 @@ Three rules, each read from the sources:
 - **Calls up to the package.** Every ``py::module_::import("halide_buffer...")`` in the binding
   layer is listed in docs/architecture.md's table of calls up a layer, and every row of that
   table is in the code: the document and the code cannot drift apart.
+- **One way up from the core.** The core reaches the binding only through its embedder
+  (``device/embedder.h``): outside it, no core file declares a ``virtual`` function (a hook
+  a layer above would fill by deriving; ``Device`` is a call down, to the backends) or a
+  setter (``set_*``, ``install_*``) taking a callable (``std::function``, a function pointer
+  or an alias of one) to call later; no binding class derives from a core class.
 
 Run it from anywhere: ``python tools/check_layers.py`` prints each breach and exits 1, or exits 0.
 """
@@ -27,6 +32,15 @@ LAYERS = ("abi", "core", "device", "storage", "backends", "interop", "python")
 # Folders that may not include another one although it lies below them.
 FORBIDDEN = {"backends": {"storage"}}
 STANDALONE = "hooks"  # a library of its own: includes nothing of the project
+# The one way up from the core: the embedder's answers, installed by the binding.
+EMBEDDER = ("csrc/device/embedder.h", "csrc/device/embedder.cpp")
+# Core files whose virtual functions are calls down: the abstract device the rules call.
+CALLS_DOWN = ("csrc/device/device.h",)
+# A function-pointer alias: `using Name = int (*)(void *);`.
+POINTER_ALIAS = re.compile(r"\busing\s+(\w+)\s*=\s*[^;]*\(\s*\*\s*\)")
+# A setter: `set_x(` or `install_x(` and its parameters.
+SETTER = re.compile(r"\b((?:set|install)_\w+)\s*\(([^;{)]*(?:\([^)]*\)[^;{)]*)*)\)")
+DERIVES = re.compile(r"\b(?:class|struct)\s+\w+(?:\s+final)?\s*:\s*(?:public|private|protected)\s+([\w:]+)")
 
 INCLUDE = re.compile(r'^\s*#\s*include\s*([<"])([^>"]+)[>"]', re.MULTILINE)
 PACKAGE_IMPORT = re.compile(r'module_::import\("(halide_buffer[\w.]*)"\)\s*\.attr\("(\w+)"\)')
@@ -94,8 +108,42 @@ def call_breaches(root: Path) -> list[str]:
     return breaches
 
 
+def binding_classes(root: Path) -> set[str]:
+    """The names of the classes and structs the binding layer declares."""
+    names = set()
+    for path in sorted((root / "csrc" / "python").glob("*")):
+        names.update(re.findall(r"\b(?:class|struct)\s+(\w+)", path.read_text()))
+    return names
+
+
+def seam_breaches(root: Path) -> list[str]:
+    """Ways up from the core other than its embedder: hooks declared below the binding, and
+    binding classes deriving from core classes."""
+    core = [(p, p.relative_to(root).as_posix()) for p, folder in sources(root)
+            if folder not in ("python", STANDALONE)]
+    texts = {name: re.sub(r"//[^\n]*", "", p.read_text()) for p, name in core}  # comments may speak of hooks
+    aliases = {a for text in texts.values() for a in POINTER_ALIAS.findall(text)}
+    callable_type = re.compile(r"std::function|\(\s*\*" + "".join(rf"|\b{a}\b" for a in sorted(aliases)))
+    hint = "; the core reaches up only through its embedder (device/embedder.h)"
+    breaches = []
+    for name, text in texts.items():
+        if name in EMBEDDER:
+            continue
+        if re.search(r"\bvirtual\b", text) and name not in CALLS_DOWN:
+            breaches.append(f"{name}: declares a virtual function, a hook for a layer above to fill{hint}")
+        for setter, params in SETTER.findall(text):
+            if callable_type.search(params):
+                breaches.append(f"{name}: {setter}() takes a callable for a layer above to install{hint}")
+    ours = binding_classes(root)
+    for path in sorted((root / "csrc" / "python").glob("*")):
+        for base in DERIVES.findall(path.read_text()):
+            if base.split("::")[-1] not in ours and not base.startswith(("py::", "pybind11::", "std::")):
+                breaches.append(f"{path.relative_to(root).as_posix()}: derives from the core's {base}{hint}")
+    return breaches
+
+
 def breaches(root: Path = ROOT) -> list[str]:
-    return include_breaches(root) + call_breaches(root)
+    return include_breaches(root) + call_breaches(root) + seam_breaches(root)
 
 
 def main() -> int:

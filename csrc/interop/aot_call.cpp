@@ -4,14 +4,18 @@
 #include "interop/aot_call.h"
 
 #include <algorithm>
+#include <atomic>
 #include <cstring>
 #include <utility>
 
 #include "backends/opencl_api.h"
 #include "backends/opencl_context.h"
+#include "core/constants.h"
 #include "core/dtype.h"
 #include "core/errors.h"
+#include "core/live_counts.h"
 #include "core/text.h"
+#include "device/embedder.h"
 #include "interop/cuda_interop.h"
 
 namespace hb {
@@ -33,8 +37,10 @@ std::string where_of(const AotPipeline &p, const halide_filter_argument_t &a) {
 
 void CallScratch::start(size_t n) {
     buffers.assign(n, nullptr);
-    lent.assign(n, nullptr);
     scalars.assign(n, halide_scalar_value_t{});
+    scalar_given.assign(n, 0);
+    allocated.clear();  // made room in when the call allocates an output (few calls do)
+    lent.assign(n, nullptr);
     argv.assign(n, nullptr);
     outputs.clear();
     missing.clear();
@@ -58,23 +64,24 @@ namespace {
 // The argument vector
 // ---------------------------------------------------------------------------------------------
 
-/// The argument vector of a call or a bounds query, in s.argv: a null user context, each scalar
+/// The argument vector of a call or a bounds query, in `argv`: a null user context, each scalar
 /// as given (its default when none was; TypeError without one), each buffer argument as
-/// `buffer(i)` passes it.
+/// `buffer(i)` passes it. `scalars` holds the values given, and the defaults taken.
 template <typename OnBuffer>
-void build_argv(const AotPipeline &p, CallScratch &s, Arguments &args, OnBuffer &&buffer) {
+void build_argv(const AotPipeline &p, std::vector<void *> &argv, std::vector<halide_scalar_value_t> &scalars,
+                const std::vector<uint8_t> &scalar_given, OnBuffer &&buffer) {
     const halide_filter_metadata_t &m = p.metadata();
-    for (size_t i = 0; i < s.argv.size(); ++i) {
+    for (size_t i = 0; i < argv.size(); ++i) {
         const halide_filter_argument_t &a = m.arguments[i];
         if (is_user_context(a)) {
-            s.argv[i] = &s.scalars[i];  // a null user_context
+            argv[i] = &scalars[i];  // a null user_context
         } else if (!is_buffer(a)) {
-            if (!args.scalar(i, s.scalars[i])) {
+            if (!scalar_given[i]) {
                 if (!a.scalar_def)
                     throw TypeError(where_of(p, a) + " is missing; pass a value of type " + type_text(a.type));
-                s.scalars[i] = *a.scalar_def;
+                scalars[i] = *a.scalar_def;
             }
-            s.argv[i] = &s.scalars[i];
+            argv[i] = &scalars[i];
         } else {
             buffer(i, a);
         }
@@ -83,10 +90,8 @@ void build_argv(const AotPipeline &p, CallScratch &s, Arguments &args, OnBuffer 
 
 /// A call's buffer argument i: the buffer given, else an output noted as missing (allocated by
 /// enter_buffers()); TypeError for a missing input.
-void call_buffer(CallScratch &s, CallArguments &args, const AotPipeline &p, size_t i,
-                 const halide_filter_argument_t &a) {
+void call_buffer(CallScratch &s, const AotPipeline &p, size_t i, const halide_filter_argument_t &a) {
     bool output = a.kind == halide_argument_kind_output_buffer;
-    s.buffers[i] = args.buffer(i);
     if (!s.buffers[i] && !output)
         throw TypeError(where_of(p, a) + " is missing; pass a " + type_text(a.type) + " buffer of " +
                         std::to_string(a.dimensions) + " axes");
@@ -115,10 +120,10 @@ Region region_of(const Query &q) {
     return r;
 }
 
-/// Runs the bounds query in s.argv; a failure's PipelineError says which query it was (`what`).
-void run_query(const AotPipeline &p, CallScratch &s, Arguments &args, const char *what) {
+/// Runs the bounds query in `argv`; a failure's PipelineError says which query it was (`what`).
+void run_query(const AotPipeline &p, std::vector<void *> &argv, const char *what) {
     try {
-        args.unlocked([&] { p.call(s.argv.data()); });
+        embedder().run_unlocked([&] { p.call(argv.data()); });
     } catch (const PipelineError &e) {
         throw PipelineError(std::string(e.what()) + "; this was the bounds query for " + what, e.code);
     }
@@ -153,31 +158,9 @@ Buffer allocate_queried(const std::string &where, const Query &first, const Quer
     return Buffer::allocate("aot", r.shape, *dtype_by_halide(first.buf.type)).with_mins(r.mins);
 }
 
-/// A bounds query's arguments with every output asked for empty at `min` in each dimension
-/// (kRequestMins), the rest as `args` gives them.
-class EmptyOutputsAt final : public QueryArguments {
-public:
-    EmptyOutputsAt(const AotPipeline &p, QueryArguments &args, int32_t min) : p_(p), args_(args), min_(min) {}
-    bool scalar(size_t i, halide_scalar_value_t &value) override { return args_.scalar(i, value); }
-    void unlocked(Step step) override { args_.unlocked(step); }
-    bool region(size_t i, std::vector<int64_t> &mins, std::vector<int64_t> &shape) override {
-        const halide_filter_argument_t &a = p_.metadata().arguments[i];
-        if (a.kind != halide_argument_kind_output_buffer) return args_.region(i, mins, shape);
-        mins.assign(size_t(a.dimensions), min_);
-        shape.assign(size_t(a.dimensions), 0);
-        return true;
-    }
-
-private:
-    const AotPipeline &p_;
-    QueryArguments &args_;
-    int32_t min_;
-};
-
 /// Halide's bounds query (host == NULL: the pipeline fills in the region it needs) for each
 /// output not given, every dimension asked for empty at `min`; the answers land in `queries`.
-void ask_bounds(const AotPipeline &p, CallScratch &s, CallArguments &args, std::vector<Query> &queries,
-                int32_t min) {
+void ask_bounds(const AotPipeline &p, CallScratch &s, std::vector<Query> &queries, int32_t min) {
     const halide_filter_metadata_t &m = p.metadata();
     queries.resize(size_t(m.num_arguments));
     for (size_t i : s.missing) {
@@ -186,21 +169,21 @@ void ask_bounds(const AotPipeline &p, CallScratch &s, CallArguments &args, std::
         point_query(q, m.arguments[i]);
         s.argv[i] = &q.buf;
     }
-    run_query(p, s, args, "the outputs not given: pass output buffers");
+    run_query(p, s.argv, "the outputs not given: pass output buffers");
 }
 
 // ---------------------------------------------------------------------------------------------
 // The device of a call
 // ---------------------------------------------------------------------------------------------
 
-/// The CUDA device of a call: that of the first buffer argument on one, else the default
-/// device (DeviceError without a driver). Remembered for the runtime's calls outside ours.
-std::shared_ptr<CudaDevice> cuda_call_device(const CallScratch &s, CallArguments &args) {
+/// The CUDA device of a call: that of the first buffer argument on one, else the embedder's
+/// device 0 (DeviceError without a driver). Remembered for the runtime's calls outside ours.
+std::shared_ptr<CudaDevice> cuda_call_device(const CallScratch &s) {
     std::shared_ptr<CudaDevice> device;
     for (size_t i = 0; i < s.buffers.size() && !device; ++i) {
         if (s.buffers[i]) device = cuda_device_of(*s.buffers[i]);
     }
-    if (!device) device = args.default_cuda_device();
+    if (!device) device = std::dynamic_pointer_cast<CudaDevice>(embedder().cuda_device(0, "hb.aot"));
     remember_pipeline_device(device);
     return device;
 }
@@ -226,8 +209,8 @@ std::shared_ptr<OpenCLDevice> opencl_call_device(const AotPipeline &p, const Cal
 /// The device a call computes on, in our memory: a CUDA pipeline's (always), an OpenCL
 /// pipeline's whose runtime asks us for its context; null for a host pipeline, or one whose
 /// runtime keeps memory of its own.
-std::shared_ptr<Device> call_device(const AotPipeline &p, const CallScratch &s, CallArguments &args) {
-    if (p.uses_cuda()) return cuda_call_device(s, args);
+std::shared_ptr<Device> call_device(const AotPipeline &p, const CallScratch &s) {
+    if (p.uses_cuda()) return cuda_call_device(s);
     if (p.uses_opencl() && p.device_interface()) return opencl_call_device(p, s);
     return nullptr;
 }
@@ -239,35 +222,29 @@ std::shared_ptr<Device> call_device(const AotPipeline &p, const CallScratch &s, 
 /// Prepares buffer argument i for the call and passes a halide_buffer_t lent to the call alone:
 /// on `device` when there is one (shown to the pipeline as on its device interface), else as
 /// the pipeline needs it.
-void enter_buffer(const AotPipeline &p, CallScratch &s, CallArguments &args, size_t i,
-                  const std::shared_ptr<Device> &device) {
+void enter_buffer(const AotPipeline &p, CallScratch &s, size_t i, const std::shared_ptr<Device> &device) {
     Buffer &b = *s.buffers[i];
     bool output = p.metadata().arguments[i].kind == halide_argument_kind_output_buffer;
-    if (device) {  // places the buffer on the device: may allocate and copy, whatever it held before
-        args.unlocked([&] { b.prepare_for_pipeline(p.name().c_str(), p.device_interface(), output, device); });
-    } else {
-        auto prepare = [&] { b.prepare_for_pipeline(p.name().c_str(), p.device_interface(), output); };
-        if (b.may_hold_device_copy()) args.unlocked(prepare);  // a lease that may move data
-        else prepare();
-    }
+    if (device) b.prepare_for_pipeline(p.name().c_str(), p.device_interface(), output, device);
+    else b.prepare_for_pipeline(p.name().c_str(), p.device_interface(), output);
     s.lent[i] = b.lend(p.name().c_str(), device ? p.device_interface() : nullptr);
     s.argv[i] = &s.lent[i]->buf;
 }
 
 /// Enters every buffer given, then allocates the outputs not given (bounds queries) and
 /// enters them.
-void enter_buffers(const AotPipeline &p, CallScratch &s, CallArguments &args, const std::shared_ptr<Device> &gpu) {
+void enter_buffers(const AotPipeline &p, CallScratch &s, const std::shared_ptr<Device> &gpu) {
     const halide_filter_metadata_t &m = p.metadata();
     for (size_t i = 0; i < s.buffers.size(); ++i) {
-        if (s.buffers[i]) enter_buffer(p, s, args, i, gpu);
+        if (s.buffers[i]) enter_buffer(p, s, i, gpu);
     }
     if (s.missing.empty()) return;
-    for (int r = 0; r < 2; ++r) ask_bounds(p, s, args, s.queries[r], kRequestMins[r]);
+    for (int r = 0; r < 2; ++r) ask_bounds(p, s, s.queries[r], kRequestMins[r]);
+    s.allocated.resize(s.buffers.size());
     for (size_t i : s.missing) {
-        Buffer output = allocate_queried(p.name() + "(): output '" + m.arguments[i].name + "'", s.queries[0][i],
-                                         s.queries[1][i]);
-        s.buffers[i] = &args.keep_output(i, std::move(output));
-        enter_buffer(p, s, args, i, gpu);
+        s.buffers[i] = &s.allocated[i].emplace(allocate_queried(
+            p.name() + "(): output '" + m.arguments[i].name + "'", s.queries[0][i], s.queries[1][i]));
+        enter_buffer(p, s, i, gpu);
     }
 }
 
@@ -295,35 +272,71 @@ bool nothing_to_compute(const CallScratch &s) {
     return true;
 }
 
-}  // namespace
-
-void run_call(const AotPipeline &p, CallScratch &s, CallArguments &args) {
-    build_argv(p, s, args, [&](size_t i, const halide_filter_argument_t &a) { call_buffer(s, args, p, i, a); });
-    // A device pipeline runs on the device of its first argument on one, else the default device,
-    // and its arguments are placed there: it reads and writes our device copies as they are.
-    std::shared_ptr<Device> device = call_device(p, s, args);
-    TargetDevice target(device.get());  // the device our hooks give the pipeline's runtime
-    enter_buffers(p, s, args, device);
-    if (nothing_to_compute(s)) return;
-    expect_transfers(p, s);
-    args.unlocked([&] { p.call(s.argv.data()); });
+/// Calls a host pipeline on small buffers nothing has touched (kDirectCallBytes) directly: each
+/// buffer described by a halide_buffer_t made for the call alone, on the calling thread as it
+/// is. Nothing needs publishing, lending or taking back: such a storage has no device copy and
+/// no halide_buffer_t out, and is host dirty since it was made, as a host pipeline leaves its
+/// outputs; the calling thread keeps every other operation off it meanwhile (the binding: it
+/// holds the GIL, which an operation on such a storage never lets go). False, having done
+/// nothing, for any other call.
+bool call_directly(const AotPipeline &p, CallScratch &s) {
+    if (p.device_interface() || p.uses_cuda() || p.uses_opencl() || !s.missing.empty()) return false;
+    int64_t bytes = 0;
+    for (Buffer *b : s.buffers) {
+        if (!b) continue;
+        if (!b->residency_untouched()) return false;
+        bytes += b->size() * b->dtype().itemsize;
+        if (bytes > kDirectCallBytes) return false;
+    }
+    size_t n = s.buffers.size();
+    s.direct.resize(n);
+    s.direct_dims.resize(n * kMaxDims);
+    for (size_t i = 0; i < n; ++i) {
+        if (!s.buffers[i]) continue;
+        s.buffers[i]->describe(s.direct[i], &s.direct_dims[i * kMaxDims]);
+        s.direct[i].flags = kHostDirty;  // the state it has had since it was made
+        s.argv[i] = &s.direct[i];
+    }
+    std::atomic<int64_t> &counted = live_counts().direct_calls;
+    counted.store(counted.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
+    if (!nothing_to_compute(s)) p.call(s.argv.data());
+    return true;
 }
 
-std::vector<std::pair<const char *, Region>> required_regions(const AotPipeline &p, QueryArguments &args) {
+}  // namespace
+
+void run_call(const AotPipeline &p, CallScratch &s) {
+    build_argv(p, s.argv, s.scalars, s.scalar_given,
+               [&](size_t i, const halide_filter_argument_t &a) { call_buffer(s, p, i, a); });
+    if (call_directly(p, s)) return;
+    // The rest is one step that may copy, wait on a device or compute: other threads go on.
+    embedder().run_unlocked([&] {
+        // A device pipeline runs on the device of its first argument on one, else the default
+        // device, and its arguments are placed there: it reads and writes our device copies as
+        // they are.
+        std::shared_ptr<Device> device = call_device(p, s);
+        TargetDevice target(device.get());  // the device our hooks give the pipeline's runtime
+        enter_buffers(p, s, device);
+        if (nothing_to_compute(s)) return;
+        expect_transfers(p, s);
+        p.call(s.argv.data());
+    });
+}
+
+std::vector<std::pair<const char *, Region>> required_regions(const AotPipeline &p, const QueryRequest &args) {
     const halide_filter_metadata_t &m = p.metadata();
     size_t n = size_t(m.num_arguments);
-    CallScratch s;
-    s.start(n);
-    std::vector<Query> &queries = s.queries[0];
-    queries.resize(n);
-    build_argv(p, s, args, [&](size_t i, const halide_filter_argument_t &a) {
+    std::vector<Query> queries(n);
+    std::vector<void *> argv(n, nullptr);
+    std::vector<halide_scalar_value_t> scalars = args.scalars;
+    build_argv(p, argv, scalars, args.scalar_given, [&](size_t i, const halide_filter_argument_t &a) {
         Query &q = queries[i];
         q.dims.assign(size_t(a.dimensions), halide_dimension_t{0, 0, 0, 0});
-        std::vector<int64_t> mins, shape;
-        bool asked = args.region(i, mins, shape);
+        const std::optional<Region> &asked = args.regions[i];
         if (!asked && a.kind == halide_argument_kind_output_buffer)
             throw TypeError(where_of(p, a) + ": no region asked for; pass the output's (mins, shape)");
         if (asked) {
+            const std::vector<int64_t> &mins = asked->mins, &shape = asked->shape;
             if (mins.size() != size_t(a.dimensions) || shape.size() != size_t(a.dimensions))
                 throw ValueError(where_of(p, a) + ": a region of " + std::to_string(shape.size()) +
                                  " axes for a buffer of " + std::to_string(a.dimensions) + "; pass one min and "
@@ -334,9 +347,9 @@ std::vector<std::pair<const char *, Region>> required_regions(const AotPipeline 
                 q.dims[shape.size() - 1 - d] = halide_dimension_t{int32_t(mins[d]), int32_t(shape[d]), 0, 0};
         }
         point_query(q, a);
-        s.argv[i] = &q.buf;
+        argv[i] = &q.buf;
     });
-    run_query(p, s, args, "the output regions asked for");
+    run_query(p, argv, "the output regions asked for");
     std::vector<std::pair<const char *, Region>> out;
     for (size_t i = 0; i < n; ++i) {
         if (is_buffer(m.arguments[i])) out.emplace_back(m.arguments[i].name, region_of(queries[i]));
@@ -344,11 +357,19 @@ std::vector<std::pair<const char *, Region>> required_regions(const AotPipeline 
     return out;
 }
 
-std::vector<std::pair<const char *, Region>> output_regions(const AotPipeline &p, QueryArguments &args) {
+std::vector<std::pair<const char *, Region>> output_regions(const AotPipeline &p, const QueryRequest &args) {
     const halide_filter_metadata_t &m = p.metadata();
+    size_t n = size_t(m.num_arguments);
     std::vector<std::pair<const char *, Region>> answers[2];
     for (int r = 0; r < 2; ++r) {
-        EmptyOutputsAt asked(p, args, kRequestMins[r]);
+        // Every output asked for empty at kRequestMins[r] in each dimension, the rest as given.
+        QueryRequest asked = args;
+        for (size_t i = 0; i < n; ++i) {
+            const halide_filter_argument_t &a = m.arguments[i];
+            if (a.kind != halide_argument_kind_output_buffer) continue;
+            asked.regions[i] = Region{std::vector<int64_t>(size_t(a.dimensions), 0),
+                                      std::vector<int64_t>(size_t(a.dimensions), kRequestMins[r])};
+        }
         answers[r] = required_regions(p, asked);
     }
     std::vector<std::pair<const char *, Region>> out;

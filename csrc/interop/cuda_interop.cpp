@@ -2,37 +2,16 @@
 // lease of a consumer of it.
 #include "interop/cuda_interop.h"
 
-#include <atomic>
-#include <functional>
-
 #include "core/errors.h"
 #include "core/layout.h"
+#include "device/embedder.h"
 
 namespace hb {
-
-namespace {
-
-std::atomic<bool> &lookup_hook_set() {
-    static std::atomic<bool> set{false};
-    return set;
-}
-std::function<void()> &lookup_hook() {
-    static auto *hook = new std::function<void()>();  // never destroyed: may hold a Python object
-    return *hook;
-}
-
-}  // namespace
-
-void set_after_device_lookup(std::function<void()> hook) {
-    lookup_hook_set().store(false);
-    lookup_hook() = std::move(hook);
-    lookup_hook_set().store(bool(lookup_hook()));
-}
 
 std::shared_ptr<CudaDevice> cuda_device_of(Buffer &b) {
     if (!b.may_hold_device_copy()) return nullptr;  // never on a device: no lock needed
     std::shared_ptr<CudaDevice> device = std::dynamic_pointer_cast<CudaDevice>(b.device());
-    if (device && lookup_hook_set().load(std::memory_order_relaxed)) lookup_hook()();
+    if (device) embedder().after_device_lookup();
     return device;
 }
 

@@ -3,7 +3,6 @@
 // interface and DLPack imports).
 #pragma once
 
-#include <functional>
 #include <memory>
 #include <vector>
 
@@ -14,12 +13,8 @@ namespace hb {
 
 /// The CUDA device holding the buffer's device copy, or null (no device copy, or another kind).
 /// Exports lease it afterwards with DeviceChoice::same_kind: another thread may move the
-/// storage in between.
+/// storage in between (the embedder's after_device_lookup() runs there, for tests to force it).
 std::shared_ptr<CudaDevice> cuda_device_of(Buffer &b);
-
-/// Tests only: `hook` runs (on the looking thread, GIL held) right after cuda_device_of(Buffer&)
-/// found a CUDA device, to force the interleaving above; an empty function removes it.
-void set_after_device_lookup(std::function<void()> hook);
 
 /// What a consumer of a buffer's CUDA device copy is handed (lease_cuda()).
 struct CudaLease {

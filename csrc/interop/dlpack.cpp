@@ -11,6 +11,7 @@
 #include "core/errors.h"
 #include "core/layout.h"
 #include "core/text.h"
+#include "device/embedder.h"
 #include "interop/cuda_interop.h"
 
 namespace hb {
@@ -317,19 +318,21 @@ constexpr const char *kImport = "from_dlpack";
 
 /// A CUDA tensor: wrapped as the device copy of a new buffer (the host copy follows on the
 /// first host read), or, for copy=1, downloaded into a host copy of our own.
-Buffer adopt_cuda(const DLImport &in, std::shared_ptr<void> owner, int copy, bool producer_copied,
-                  ImportCaller &caller) {
+Buffer adopt_cuda(const DLImport &in, std::shared_ptr<void> owner, int copy, bool producer_copied) {
     if (in.packed_lanes)
         throw BufferError(std::string(kImport) + "(): packed " + in.dtype->name + " values on a CUDA device "
                           "cannot be wrapped; unpack them there first, or copy the tensor to the CPU");
     if (in.readonly && copy != 1)
         throw BufferError(std::string(kImport) + "(): the CUDA tensor is read-only, and a buffer's device "
                           "copy is written by uploads; pass copy=True for a copy of its values");
-    std::shared_ptr<CudaDevice> device = caller.cuda_device(in.device.device_id, kImport);
+    auto device = std::dynamic_pointer_cast<CudaDevice>(embedder().cuda_device(in.device.device_id, kImport));
+    if (!device)
+        throw BufferError(std::string(kImport) + "(): the data is on CUDA device " + str(in.device.device_id) +
+                          ", and no CUDA device of that ordinal was found");
     std::vector<int64_t> bytes = byte_strides(in.strides, in.dtype->itemsize);
     bool copy_now = copy == 1 && !in.copied && !producer_copied;
     std::optional<Buffer> out;
-    caller.unlocked([&] {
+    embedder().run_unlocked([&] {
         // The wrapped memory's owner is the tensor's: device_detach_native() hands back its
         // producer object (none for a raw capsule), and the tensor is deleted when it is let go.
         Buffer wrapped = wrap_cuda(kImport, device, reinterpret_cast<uint64_t>(in.data), in.shape, bytes,
@@ -342,9 +345,8 @@ Buffer adopt_cuda(const DLImport &in, std::shared_ptr<void> owner, int copy, boo
 
 }  // namespace
 
-Buffer adopt_import(const DLImport &in, std::shared_ptr<void> owner, int copy, bool producer_copied,
-                    ImportCaller &caller) {
-    if (in.device.device_type == kDLCUDA) return adopt_cuda(in, std::move(owner), copy, producer_copied, caller);
+Buffer adopt_import(const DLImport &in, std::shared_ptr<void> owner, int copy, bool producer_copied) {
+    if (in.device.device_type == kDLCUDA) return adopt_cuda(in, std::move(owner), copy, producer_copied);
     if (in.packed_lanes && copy != 1)
         throw BufferError(std::string(kImport) + "(): the " + in.dtype->name + " values are packed (" +
                           str(in.dtype->dlpack.bits) + " bits each, several to a byte), which no "

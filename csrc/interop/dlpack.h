@@ -84,28 +84,13 @@ Buffer wrap_import(const char *entry, const DLImport &in, std::shared_ptr<void> 
 /// An owned copy; packed sub-byte values are unpacked one per byte (lanes become a last axis).
 Buffer copy_import(const char *entry, const DLImport &in);
 
-/// What an import asks of the code that called it (the binding: Python and its GIL).
-class ImportCaller {
-public:
-    /// The CUDA device of `ordinal` (the package's default device of it); BufferError naming
-    /// `entry` when this machine has none.
-    virtual std::shared_ptr<CudaDevice> cuda_device(int ordinal, const char *entry) = 0;
-    /// Runs `step`, which may copy, so that other threads go on meanwhile (the binding: without
-    /// the GIL).
-    virtual void unlocked(const std::function<void()> &step) = 0;
-
-protected:
-    ~ImportCaller() = default;
-};
-
 /// What an import makes of a checked tensor, kept alive by `owner` (which the tensor's deleter
 /// runs with): host memory is wrapped, or copied when `copy` (from_dlpack's copy=: -1 None,
 /// 0 False, 1 True) is 1 unless the producer copied it for us already (its flag, or
 /// `producer_copied`: it was asked to copy), and when the values are packed (unpacked one per
 /// byte; refused unless copy is 1), releasing `owner`. CUDA memory becomes the device copy of a
-/// new buffer on caller.cuda_device() (the host copy follows on the first host read), downloaded
+/// new buffer on the embedder's cuda_device() (the host copy follows on the first host read), downloaded
 /// at once into a host copy of our own for copy=1. Errors name from_dlpack.
-Buffer adopt_import(const DLImport &in, std::shared_ptr<void> owner, int copy, bool producer_copied,
-                    ImportCaller &caller);
+Buffer adopt_import(const DLImport &in, std::shared_ptr<void> owner, int copy, bool producer_copied);
 
 }  // namespace hb

@@ -161,7 +161,7 @@ void Buffer::unbind_halide(const char *entry, std::unique_ptr<RawView> view) {
         forget_view(s, view.get());
     };
     try {
-        if (view->external && s.device_ownership == DeviceOwnership::runtime && view->buf.device == s.root.device) {
+        if (view->external && s.runtime_memory() && view->buf.device == s.root.device) {
             // A pipeline runtime's device copy (the JIT's) that Halide would free with the struct:
             // it lives as long as the hl.Buffer, its data coming home first.
             op.defer(s.free_device(entry));
@@ -177,7 +177,7 @@ void Buffer::unbind_halide(const char *entry, std::unique_ptr<RawView> view) {
 
 std::shared_ptr<void> Buffer::halide_owner() {
     if (!storage_->bound || !view_covers_root() || !bound_struct()) return nullptr;
-    return storage_->owner;
+    return std::get<host_memory::Borrowed>(storage_->host_memory).owner;  // a bound storage's is its owner's
 }
 
 }  // namespace hb

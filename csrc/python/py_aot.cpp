@@ -1,8 +1,9 @@
 // py_aot.cpp: halide_buffer.aot: the Pipeline type. A call's Python side: arguments by
 // position or name, scalars converted and checked against the pipeline's metadata, buffer
 // arguments as Buffer objects, the outputs the call allocated as Python objects, the result.
-// The plan of the call (bounds queries, output allocation, the device, placement) is
-// interop/aot_call.cpp's; the GIL is released where it runs a step through unlocked().
+// Every argument is converted before the plan of the call (bounds queries, output allocation,
+// the device, placement: interop/aot_call.cpp) runs, which it does without the GIL, through
+// the embedder, but for a direct call.
 #include <string>
 #include <vector>
 
@@ -227,77 +228,69 @@ struct PyCallScratch {
     void start(size_t n) {
         plan.start(n);
         given.assign(n, py::object());
-        wrapped.clear();
-        wrapped.resize(n);
+        wrapped.clear();  // made room in for the first argument that is no Buffer
         foreign_outputs.clear();
     }
     void finish() {
         plan.finish();  // takes the lent views back into the buffers `given` and `wrapped` hold
+        plan.allocated.clear();  // outputs of a call that failed
         wrapped.clear();
         given.clear();
         foreign_outputs.clear();
     }
 };
 
-/// Runs a step of the plan without the GIL, so other Python threads go on meanwhile.
-void without_gil(Step step) {
-    py::gil_scoped_release nogil;
-    step();
-}
-
-/// Scalar argument i's value `v`, converted; false when none was given (None, or nothing).
+/// Scalar argument i's value `v`, converted into `value`; false when none was given (None, or
+/// nothing).
 bool scalar_given(const AotPipeline &p, size_t i, py::handle v, halide_scalar_value_t &value) {
     if (!v || v.is_none()) return false;
     value = to_scalar(p, v, p.metadata().arguments[i]);
     return true;
 }
 
-/// A call's arguments, as the plan asks for them: from the Python objects passed.
-class PyCall final : public CallArguments {
-public:
-    PyCall(const AotPipeline &p, PyCallScratch &s) : p_(p), s_(s) {}
-
-    bool scalar(size_t i, halide_scalar_value_t &value) override { return scalar_given(p_, i, s_.given[i], value); }
-    void unlocked(Step step) override { without_gil(step); }
-    Buffer *buffer(size_t i) override {
-        py::object &v = s_.given[i];
-        if (!v || v.is_none()) {
-            v = py::object();  // None: an output the plan allocates (keep_output())
-            return nullptr;
-        }
-        const halide_filter_argument_t &a = p_.metadata().arguments[i];
-        Buffer *b;
-        if (is_buffer(v)) {
+/// Buffer argument i as given (a Buffer, or a Buffer over what the user brought: see
+/// adopt_argument()), its element type and dimensions checked; null when none was given.
+Buffer *given_buffer(const AotPipeline &p, PyCallScratch &s, size_t i) {
+    py::object &v = s.given[i];
+    if (!v || v.is_none()) {
+        v = py::object();  // None: an output the plan allocates
+        return nullptr;
+    }
+    const halide_filter_argument_t &a = p.metadata().arguments[i];
+    bool output = a.kind == halide_argument_kind_output_buffer;
+    Buffer *b;
+    if (is_buffer(v)) {
+        b = &buffer_of(v.ptr());
+        if (output) refuse_read_only_output(*b, ArgumentName{p.name().c_str(), a.name});
+    } else {
+        Argument arg = adopt_argument(v, ArgumentName{p.name().c_str(), a.name}, !output, true);
+        if (output && arg.home == Home::own_rule) {
+            // An hl.Buffer or a typed capsule's struct: its state is the Buffer's, returned.
+            v = py::cast(std::move(arg.buffer));
             b = &buffer_of(v.ptr());
-            if (a.kind == halide_argument_kind_output_buffer)
-                refuse_read_only_output(*b, ArgumentName{p_.name().c_str(), a.name});
         } else {
-            Argument arg = adopt_argument(v, ArgumentName{p_.name().c_str(), a.name},
-                                          a.kind == halide_argument_kind_input_buffer, true);
-            if (a.kind == halide_argument_kind_output_buffer && arg.home == Home::own_rule) {
-                // An hl.Buffer or a typed capsule's struct: its state is the Buffer's, returned.
-                v = py::cast(std::move(arg.buffer));
-                b = &buffer_of(v.ptr());
-            } else {
-                // Memory of someone else's: the object itself is returned (an output is made
-                // current in it first), the Buffer over it lives for the call alone.
-                if (a.kind == halide_argument_kind_output_buffer) s_.foreign_outputs.emplace_back(i, arg.home);
-                b = &s_.wrapped[i].emplace(std::move(arg.buffer));
-            }
+            // Memory of someone else's: the object itself is returned (an output is made current
+            // in it first), the Buffer over it lives for the call alone.
+            if (output) s.foreign_outputs.emplace_back(i, arg.home);
+            s.wrapped.resize(s.given.size());  // no reallocation once made: `b` points into it
+            b = &s.wrapped[i].emplace(std::move(arg.buffer));
         }
-        check_buffer(p_, *b, a);
-        return b;
     }
-    Buffer &keep_output(size_t i, Buffer output) override {
-        s_.given[i] = py::cast(std::move(output));
-        return buffer_of(s_.given[i].ptr());
-    }
-    std::shared_ptr<CudaDevice> default_cuda_device() override { return cuda_device(0, "hb.aot"); }
+    check_buffer(p, *b, a);
+    return b;
+}
 
-private:
-    const AotPipeline &p_;
-    PyCallScratch &s_;
-};
+/// Converts every argument given into the plan's scratch, in the pipeline's order: the plan
+/// then runs without asking anything of Python.
+void convert_arguments(const AotPipeline &p, PyCallScratch &s) {
+    const halide_filter_metadata_t &m = p.metadata();
+    for (size_t i = 0; i < s.given.size(); ++i) {
+        const halide_filter_argument_t &a = m.arguments[i];
+        if (is_user_context(a)) continue;
+        if (is_buffer(a)) s.plan.buffers[i] = given_buffer(p, s, i);
+        else s.plan.scalar_given[i] = scalar_given(p, i, s.given[i], s.plan.scalars[i]);
+    }
+}
 
 /// What a call returns: its one output, or a tuple of its outputs in the pipeline's order.
 py::object call_outputs(const PyCallScratch &s) {
@@ -314,13 +307,15 @@ py::object call_with(const AotPipeline &p, PyObject *const *pos, size_t npos, Py
     scratch.start(size_t(p.metadata().num_arguments));
     take_positional(p, pos, npos, scratch.given);
     take_keywords(p, kwargs, scratch.given);
-    PyCall call(p, scratch);
-    run_call(p, scratch.plan, call);
-    if (!scratch.foreign_outputs.empty()) {
+    convert_arguments(p, scratch);
+    run_call(p, scratch.plan);  // without the GIL, but for a direct call
+    if (!scratch.foreign_outputs.empty() || !scratch.plan.missing.empty()) {
+        scratch.plan.finish();  // the lent views taken back: the flags say where the result is
         // The user looks for the result in the memory they passed, whether or not they keep what
         // the call returns: it is made current there now (Buffers keep the lazy rule).
-        scratch.plan.finish();  // the lent views taken back: the flags say where the result is
         for (const auto &[i, home] : scratch.foreign_outputs) bring_home(*scratch.wrapped[i], home);
+        // The outputs the plan allocated become Python Buffers.
+        for (size_t i : scratch.plan.missing) scratch.given[i] = py::cast(std::move(*scratch.plan.allocated[i]));
     }
     return call_outputs(scratch);
 }
@@ -344,38 +339,35 @@ void region_arg(const AotPipeline &p, const halide_filter_argument_t &a, py::han
     }
 }
 
-/// A bounds query's arguments, as the plan asks for them: from required_regions()' dicts.
-class PyQuery final : public QueryArguments {
-public:
-    PyQuery(const AotPipeline &p, py::dict scalars, py::dict outputs, py::dict inputs)
-        : p_(p), scalars_(std::move(scalars)), outputs_(std::move(outputs)), inputs_(std::move(inputs)) {}
-
-    bool scalar(size_t i, halide_scalar_value_t &value) override {
-        const char *name = p_.metadata().arguments[i].name;
-        return scalar_given(p_, i, scalars_.contains(name) ? py::object(scalars_[name]) : py::object(), value);
+/// A bounds query's arguments, converted: scalars by name from `scalars`, the regions of
+/// outputs from `outputs` and of inputs from `inputs` ({name: (mins, shape)}).
+QueryRequest query_request(const AotPipeline &p, const py::dict &scalars, const py::dict &outputs,
+                           const py::dict &inputs) {
+    const halide_filter_metadata_t &m = p.metadata();
+    QueryRequest q(size_t(m.num_arguments));
+    for (size_t i = 0; i < q.regions.size(); ++i) {
+        const halide_filter_argument_t &a = m.arguments[i];
+        if (is_user_context(a)) continue;
+        if (!is_buffer(a)) {
+            py::object v = scalars.contains(a.name) ? py::object(scalars[a.name]) : py::object();
+            q.scalar_given[i] = scalar_given(p, i, v, q.scalars[i]);
+            continue;
+        }
+        const py::dict &given = a.kind == halide_argument_kind_output_buffer ? outputs : inputs;
+        if (!given.contains(a.name)) continue;
+        Region &r = q.regions[i].emplace();
+        region_arg(p, a, given[a.name], r.mins, r.shape);
     }
-    void unlocked(Step step) override { without_gil(step); }
-    bool region(size_t i, std::vector<int64_t> &mins, std::vector<int64_t> &shape) override {
-        const halide_filter_argument_t &a = p_.metadata().arguments[i];
-        py::dict &given = a.kind == halide_argument_kind_output_buffer ? outputs_ : inputs_;
-        if (!given.contains(a.name)) return false;
-        region_arg(p_, a, given[a.name], mins, shape);
-        return true;
-    }
-
-private:
-    const AotPipeline &p_;
-    py::dict scalars_, outputs_, inputs_;
-};
+    return q;
+}
 
 /// Pipeline.required_regions(): the plan's bounds query (interop/aot_call.h) for the output
 /// regions in `outputs` ({name: (mins, shape)}, NumPy's axis order), scalars by name (their
 /// defaults where absent), the regions `inputs` cover (optional, same form). Returns
 /// {buffer name: (mins, shape)}.
 py::dict required_regions_of(const AotPipeline &p, py::dict scalars, py::dict outputs, py::dict inputs) {
-    PyQuery query(p, std::move(scalars), std::move(outputs), std::move(inputs));
     py::dict out;
-    for (const auto &[name, r] : required_regions(p, query))
+    for (const auto &[name, r] : required_regions(p, query_request(p, scalars, outputs, inputs)))
         out[name] = py::make_tuple(to_tuple(r.mins), to_tuple(r.shape));
     return out;
 }
@@ -383,9 +375,8 @@ py::dict required_regions_of(const AotPipeline &p, py::dict scalars, py::dict ou
 /// Pipeline.output_regions(): output_regions() (interop/aot_call.h) for inputs covering `inputs`
 /// ({name: (mins, shape)}) and scalars by name. Returns {output name: (mins, shape)}.
 py::dict output_regions_of(const AotPipeline &p, py::dict scalars, py::dict inputs) {
-    PyQuery query(p, std::move(scalars), py::dict(), std::move(inputs));
     py::dict out;
-    for (const auto &[name, r] : output_regions(p, query))
+    for (const auto &[name, r] : output_regions(p, query_request(p, scalars, py::dict(), inputs)))
         out[name] = py::make_tuple(to_tuple(r.mins), to_tuple(r.shape));
     return out;
 }

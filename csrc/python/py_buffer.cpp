@@ -104,8 +104,8 @@ std::string residency_of(const Buffer::MemoryFacts &f) {
 /// Whose the host memory is, for repr: ours (shared with other processes or not), or the
 /// Python object it was wrapped from.
 std::string host_memory_of(const Buffer::MemoryFacts &f) {
-    if (f.host_ownership == HostOwnership::shared) return "shared";
-    Kept *kept = f.host_ownership == HostOwnership::borrowed ? kept_in(f.host_owner) : nullptr;
+    if (f.host_shared) return "shared";
+    Kept *kept = f.host_owner ? kept_in(f.host_owner) : nullptr;
     py::handle origin = kept ? kept->origin() : py::handle();
     // Borrowed memory with no Python object behind it is another storage of ours (the host
     // copy of wrapped CUDA memory).
@@ -123,12 +123,7 @@ std::string repr_of(Buffer &b) {
     out += ", data=" + residency_of(f);
     if (f.device) out += ", device=" + f.device->description();
     out += ", memory=" + host_memory_of(f);
-    switch (f.device_ownership) {
-        case DeviceOwnership::none: break;
-        case DeviceOwnership::owned: out += ", device_memory=owned"; break;
-        case DeviceOwnership::wrapped: out += ", device_memory=wrapped"; break;
-        case DeviceOwnership::runtime: out += ", device_memory=a pipeline runtime's"; break;
-    }
+    if (f.device_memory) out += std::string(", device_memory=") + f.device_memory;
     if (b.readonly()) out += ", readonly";
     return out + ")";
 }

@@ -85,14 +85,6 @@ void bind_cuda(py::module_ &m, py::class_<Buffer> &cls) {
         });
 
     m.def("_cuda_available", &cu::available);
-    m.def("_set_after_device_lookup", [](py::object hook) {
-        if (hook.is_none()) return set_after_device_lookup(nullptr);
-        auto held = std::make_shared<py::object>(std::move(hook));
-        set_after_device_lookup([held] {
-            py::gil_scoped_acquire gil;
-            (*held)();
-        });
-    }, py::arg("hook"), "Tests only: calls hook() right after an export found the buffer's CUDA device.");
     m.def("_cuda_loaded_library", &cu::loaded_library);
     m.def("_cuda_error_name", [](int code) { return cu::error_name(code); });
     m.def("_cuda_open", [](int ordinal, uintptr_t stream, py::object stream_owner) {

@@ -258,27 +258,6 @@ std::shared_ptr<CudaDevice> cuda_device(int ordinal, const char *entry) {
     }
 }
 
-namespace {
-
-/// What an import asks of the binding: the package's CUDA devices, and the GIL released for a
-/// step that may copy.
-class PythonImports final : public ImportCaller {
-public:
-    std::shared_ptr<CudaDevice> cuda_device(int ordinal, const char *entry) override {
-        return hb::cuda_device(ordinal, entry);
-    }
-    void unlocked(const std::function<void()> &step) override {
-        py::gil_scoped_release nogil;
-        step();
-    }
-};
-
-}  // namespace
-
-ImportCaller &python_imports() {
-    static PythonImports caller;
-    return caller;
-}
 
 namespace {
 
@@ -298,8 +277,7 @@ Buffer from_capsule(py::handle capsule, py::object producer, int copy, bool prod
         }
         DLImport in = check_import(kImport, m->dl_tensor, m->flags, m->version);
         PyCapsule_SetName(capsule.ptr(), kUsedDLTensorVersionedCapsule);
-        return adopt_import(in, import_owner(m, nullptr, std::move(producer)), copy, producer_copied,
-                            python_imports());
+        return adopt_import(in, import_owner(m, nullptr, std::move(producer)), copy, producer_copied);
     }
     if (n == kDLTensorCapsule) {
         auto *m = static_cast<DLManagedTensor *>(PyCapsule_GetPointer(capsule.ptr(), name));
@@ -311,8 +289,7 @@ Buffer from_capsule(py::handle capsule, py::object producer, int copy, bool prod
                               "one allocated");
         DLImport in = check_import(kImport, m->dl_tensor, 0, DLPackVersion{0, 0});
         PyCapsule_SetName(capsule.ptr(), kUsedDLTensorCapsule);
-        return adopt_import(in, import_owner(nullptr, m, std::move(producer)), copy, producer_copied,
-                            python_imports());
+        return adopt_import(in, import_owner(nullptr, m, std::move(producer)), copy, producer_copied);
     }
     if (n == kUsedDLTensorCapsule || n == kUsedDLTensorVersionedCapsule)
         throw BufferError(std::string(kImport) + "(): the capsule was already consumed (named '" + n +

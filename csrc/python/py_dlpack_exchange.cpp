@@ -18,8 +18,7 @@ constexpr const char *kAttribute = "__dlpack_c_exchange_api__";
 Buffer adopt_owned(const char *entry, DLManagedTensorVersioned *m, py::object producer, int copy) {
     if (m->version.major != kDLPackMajor) refuse_major(entry, m);
     std::shared_ptr<void> owner = import_owner(m, nullptr, std::move(producer));  // deletes it, however this ends
-    return adopt_import(check_import(entry, m->dl_tensor, m->flags, m->version), std::move(owner), copy, false,
-                        python_imports());
+    return adopt_import(check_import(entry, m->dl_tensor, m->flags, m->version), std::move(owner), copy, false);
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -56,6 +56,10 @@ int c_call(F &&f) noexcept {
     return -1;
 }
 
+// py_embedder.cpp
+/// Installs the binding as the core's embedder (device/embedder.h), and its tests' hook.
+void bind_embedder(py::module_ &m);
+
 // py_dtype.cpp
 void bind_dtype(py::module_ &m);
 /// Any dtype spelling a user may pass (name, NumPy or ml_dtypes dtype, torch/jax dtype).
@@ -176,9 +180,6 @@ int tri_state(py::handle value, const char *entry);
 /// once, with the GIL, when the last buffer over it dies.
 std::shared_ptr<void> import_owner(DLManagedTensorVersioned *versioned, DLManagedTensor *legacy,
                                    py::object producer);
-/// What adopt_import() asks of the binding: the package's CUDA devices (cuda_device()), the
-/// GIL released for a step that may copy.
-ImportCaller &python_imports();
 /// A Buffer over a DLPack producer's tensor (not a Buffer, not a raw capsule): its C exchange
 /// API where its type has one, else __dlpack__; `copy` as tri_state() gives it. `for_writing`:
 /// memory a pipeline will write, refused when the producer cannot say it is writable (a legacy

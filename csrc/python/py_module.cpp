@@ -149,14 +149,7 @@ PYBIND11_MODULE(_core, m) {
         "A write refused because the buffer wraps read-only memory: a BufferError, and a ValueError "
         "as NumPy raises for a write into a read-only array.",
         read_only_bases.ptr());
-    // A thread waiting for a storage's lock lets the others run: the holder may need the GIL
-    // (a pipeline's error handler written in Python, an owner released in a callback).
-    hb::set_lock_waiter([](std::unique_lock<std::mutex> &lock) {
-        if (!PyGILState_Check()) return lock.lock();
-        PyThreadState *state = PyEval_SaveThread();
-        lock.lock();
-        PyEval_RestoreThread(state);
-    });
+    hb::bind_embedder(m);  // first: the core asks it from the first buffer on
     hb::bind_dtype(m);
     hb::bind_device(m);
     hb::bind_transfer_totals(m);
@@ -170,6 +163,8 @@ PYBIND11_MODULE(_core, m) {
         d["storages"] = hb::live_counts().storages.load();
         d["exports"] = hb::live_counts().exports.load();
         d["device_allocations"] = hb::live_counts().device_allocations.load();
+        d["direct_calls"] = hb::live_counts().direct_calls.load();
         return d;
-    }, "Live storages, unreleased buffer-protocol exports and device allocations (for leak tests).");
+    }, "Live storages, unreleased buffer-protocol exports and device allocations (for leak tests), and "
+       "the pipeline calls made directly so far.");
 }

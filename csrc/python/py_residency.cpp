@@ -166,7 +166,7 @@ void bind_residency(py::class_<Buffer> &cls) {
             Buffer::DeviceView v;
             {
                 py::gil_scoped_release release;
-                v = b.begin_device_use(entry.c_str(), on, writable);
+                v = b.lease_device(entry.c_str(), on, writable ? Access::write : Access::read);
             }
             return py::make_tuple(reinterpret_cast<uintptr_t>(v.native), v.offset, v.device);
         }, py::arg("device"), py::arg("writable"), py::arg("entry"),

@@ -188,14 +188,15 @@ Buffer Buffer::allocate_packed(const char *entry, Axes shape, const DType &dtype
         // (page-aligned on PoCL) avoid memcpy's slow path for sources and destinations 4 KiB
         // apart modulo a few cache lines (measured: 256 MiB uploads about 20% slower at page
         // offset 0x80), and share_memory() can put a segment in their place.
-        host = map_private_pages(bytes, storage->mapped_bytes);
+        size_t mapped = 0;
+        host = map_private_pages(bytes, mapped);
         if (!host) throw out_of_memory(entry, shape, dtype, bytes);
-        advise_huge_pages(host, storage->mapped_bytes);
-        storage->allocation = host;
+        advise_huge_pages(host, mapped);
+        storage->host_memory = host_memory::Owned{host, mapped};
     } else {
         void *allocation = std::calloc(bytes + kAlignment, 1);
         if (!allocation) throw out_of_memory(entry, shape, dtype, bytes);
-        storage->allocation = allocation;
+        storage->host_memory = host_memory::Owned{allocation, 0};
         host = aligned(allocation);
     }
     normalize_strides(entry, shape, strides, dtype.itemsize, "use a smaller shape");
@@ -238,8 +239,7 @@ Buffer Buffer::wrap(const char *entry, uint8_t *data, Axes shape, Axes strides,
     auto storage = std::make_shared<Storage>();
     ++live_counts().storages;
     storage->host = data;
-    storage->ownership = HostOwnership::borrowed;
-    storage->owner = std::move(owner);
+    storage->host_memory = host_memory::Borrowed{std::move(owner)};
     storage->readonly = readonly;
     storage->external_writes = external_writes && !readonly;
     return adopt_storage(std::move(storage), dtype, data, std::move(shape), std::move(strides));

@@ -10,6 +10,7 @@
 #include <cstdint>
 #include <memory>
 #include <mutex>
+#include <variant>
 #include <vector>
 
 #include "abi/halide_abi.h"
@@ -23,21 +24,58 @@
 
 namespace hb {
 
-/// Who frees a Storage's host memory.
-enum class HostOwnership : uint8_t {
-    owned,     ///< allocated here (128-byte aligned, zero-filled); freed with the Storage
-    borrowed,  ///< someone else's; `owner` keeps it alive until the Storage dies
-    shared,    ///< a shared-memory segment (`segment`) other processes may map; unmapped with the Storage
+/// Whose a storage's host memory is: each kind holds what only it needs, and what it holds
+/// goes with the storage (~Storage).
+namespace host_memory {
+/// Allocated here (128-byte aligned, zero-filled): `allocation` freed, or its `mapped_bytes` of
+/// pages of its own unmapped; neither for a small block in the storage's own allocation.
+struct Owned {
+    void *allocation = nullptr;
+    size_t mapped_bytes = 0;
 };
+/// Someone else's: `owner` keeps it alive until the storage dies.
+struct Borrowed {
+    std::shared_ptr<void> owner;
+};
+/// A shared-memory segment other processes may map: unmapped with the storage.
+struct Shared {
+    std::unique_ptr<SharedSegment> segment;
+};
+}  // namespace host_memory
+using HostMemory = std::variant<host_memory::Owned, host_memory::Borrowed, host_memory::Shared>;
 
-/// Whose a Storage's device allocation is: the one state Storage::release_device() frees by.
-enum class DeviceOwnership : uint8_t {
-    none,     ///< no device allocation: the host copy is the only one
-    owned,    ///< allocated by us on `device`; freed through our interface (retired while lent)
-    wrapped,  ///< someone else's native memory (device_wrap_native) on `device`, kept alive by
-              ///< `device_owner`; freed or detached through our interface, the owner handed back
-    runtime,  ///< allocated by a pipeline's own Halide runtime; freed through the interface it set,
-              ///< with `runtime_device` (or by the runtime itself, or by a bound hl.Buffer)
+/// Whose a storage's device allocation is: the one state Storage::release_device() frees by.
+namespace device_memory {
+/// No device allocation: the host copy is the only one.
+struct None {};
+/// Allocated by us on `device`; freed through our interface (retired while lent).
+struct Owned {
+    std::shared_ptr<Device> device;
+};
+/// Someone else's native memory (device_wrap_native) on `device`, kept alive by `owner`; freed
+/// or detached through our interface, the owner handed back.
+struct Wrapped {
+    std::shared_ptr<Device> device;
+    std::shared_ptr<void> owner;
+};
+/// Allocated by a pipeline's own Halide runtime; freed through the interface it set, with
+/// `call_device`, the device of the call whose runtime made it (null: none known), or by the
+/// runtime itself, or by a bound hl.Buffer.
+struct Runtime {
+    std::shared_ptr<Device> call_device;
+};
+}  // namespace device_memory
+using DeviceMemory =
+    std::variant<device_memory::None, device_memory::Owned, device_memory::Wrapped, device_memory::Runtime>;
+
+/// What a storage holds of devices, made on its first device operation (Storage::device_side()):
+/// a storage that never meets a device carries none of it.
+struct DeviceSide {
+    DeviceMemory memory;
+    /// Device memory consumers were handed without a reference of their own, freed since:
+    /// released when the storage dies (see Device::retire_lent).
+    std::vector<std::shared_ptr<void>> lent_memory;
+    Transfers transfers;  ///< every copy of this storage's bytes
 };
 
 /// Why a storage's device allocation ends (Storage::release_device()).
@@ -100,11 +138,7 @@ struct DeviceChoice {
 /// it (and every view's published halide_buffer_t): one lock per storage.
 struct Storage {
     uint8_t *host = nullptr;          ///< element at index 0 of the first view (owned: aligned start)
-    void *allocation = nullptr;       ///< what to free (owned storage only; null for a small block in the storage's own allocation)
-    size_t mapped_bytes = 0;          ///< owned: pages of its own this long (unmapped, not freed); 0: a heap block
-    std::unique_ptr<SharedSegment> segment;  ///< shared storage: the segment `host` points into
-    HostOwnership ownership = HostOwnership::owned;
-    std::shared_ptr<void> owner;      ///< borrowed storage: releasing it releases the exporter
+    HostMemory host_memory;           ///< whose `host` is
     bool readonly = false;            ///< the memory must not be written through us
     bool external_writes = false;     ///< borrowed writable memory its owner may write at any time
 
@@ -122,15 +156,24 @@ struct Storage {
     /// root.dimensions at them: in the storage itself for up to four, the usual case, else on
     /// the heap.
     halide_dimension_t *make_root_dims(int n);
-    DeviceOwnership device_ownership = DeviceOwnership::none;
-    std::shared_ptr<Device> device;  ///< owned / wrapped: the device it lives on
-    /// runtime: the device of the pipeline call whose runtime allocated it (null: none known).
-    std::shared_ptr<Device> runtime_device;
-    std::shared_ptr<void> device_owner;    ///< wrapped: the native handle's owner
-    /// Device memory consumers were handed without a reference of their own, freed since:
-    /// released when the storage dies (see Device::retire_lent).
-    std::vector<std::shared_ptr<void>> lent_memory;
-    Transfers transfers;                   ///< every copy of this storage's bytes
+    /// What the storage holds of devices, made on first use (the caller holds `mutex`).
+    DeviceSide &device_side() {
+        if (!device_side_) device_side_ = std::make_unique<DeviceSide>();
+        return *device_side_;
+    }
+    /// The device side, if made.
+    const DeviceSide *device_side_if_made() const { return device_side_.get(); }
+    /// Whose the device allocation is (None without a device side).
+    const DeviceMemory &device_memory() const;
+    /// The device our or wrapped device memory lives on; null for none, or a runtime's.
+    const std::shared_ptr<Device> &device() const;
+    /// The device allocation is a pipeline runtime's.
+    bool runtime_memory() const { return std::holds_alternative<device_memory::Runtime>(device_memory()); }
+    /// Copies and bytes moved for this storage so far (none without a device side).
+    const Transfers &transfers() const;
+    /// Our or wrapped device memory is the same memory on `to` from now on (another stream of
+    /// the device: Device::take_over()).
+    void move_device(std::shared_ptr<Device> to);
     std::atomic<bool> ever_on_device{false};  ///< read without the lock: may a lease copy?
     std::atomic<int> published_views{0};      ///< raw_views.size(), read without the lock
     std::atomic<bool> host_flag_cleared{false};  ///< host_dirty was ever cleared (read without the lock)
@@ -146,6 +189,7 @@ struct Storage {
     uint64_t generation = 0;               ///< counts residency operations (see HostWriteLease)
 
 private:
+    std::unique_ptr<DeviceSide> device_side_;
     halide_dimension_t root_dims_in_place_[4]{};
     std::unique_ptr<halide_dimension_t[]> root_dims_on_heap_;
 
@@ -170,7 +214,7 @@ public:
     /// Frees the device allocation (device_free()): refused while a running pipeline call computes
     /// in it (refuse_lent()); a newer device copy comes home first.
     std::shared_ptr<void> free_device(const char *entry);
-    /// The one place a device allocation ends, as its DeviceOwnership says, for `how`: after it
+    /// The one place a device allocation ends, as its DeviceMemory says, for `how`: after it
     /// the storage has none and no view shows it. Returns a wrapped allocation's owner, for the
     /// caller to drop after the lock (StorageOp::defer()).
     std::shared_ptr<void> release_device(const char *entry, DeviceRelease how);
@@ -178,7 +222,7 @@ public:
     /// The device every operation on the device copy runs with (TargetDevice): the one it lives
     /// on, or for a pipeline runtime's allocation the device of the call that made it, whose
     /// context that runtime's hooks must be given.
-    Device *operation_device() const { return device ? device.get() : runtime_device.get(); }
+    Device *operation_device() const;
     void forget_view_handles();
     /// BufferError naming `entry` while a running pipeline call computes in the device copy (a
     /// lent view shows it): it must not be freed or moved under the call.
@@ -223,11 +267,6 @@ struct RawView {
     void pull();
     void push() const;
 };
-
-/// How a residency operation waits for a storage's lock someone else holds (the bindings let
-/// other Python threads run meanwhile; storage_op.cpp). The default just waits.
-using LockWaiter = void (*)(std::unique_lock<std::mutex> &);
-void set_lock_waiter(LockWaiter waiter);
 
 /// One axis of an index expression, already normalised to positions by the caller.
 struct AxisIndex {
@@ -318,10 +357,13 @@ public:
         std::unique_lock<std::mutex> lock(storage_->mutex, std::try_to_lock);
         if (!lock.owns_lock()) return 0;
         const Storage &s = *storage_;
-        if (int r = visit(s.owner)) return r;
-        if (int r = visit(s.device_owner)) return r;
-        for (const std::shared_ptr<void> &lent : s.lent_memory)
-            if (int r = visit(lent)) return r;
+        if (auto *borrowed = std::get_if<host_memory::Borrowed>(&s.host_memory))
+            if (int r = visit(borrowed->owner)) return r;
+        if (auto *wrapped = std::get_if<device_memory::Wrapped>(&s.device_memory()))
+            if (int r = visit(wrapped->owner)) return r;
+        if (const DeviceSide *d = s.device_side_if_made())
+            for (const std::shared_ptr<void> &lent : d->lent_memory)
+                if (int r = visit(lent)) return r;
         return 0;
     }
 
@@ -355,7 +397,7 @@ public:
     Buffer dense_bytes(const char *entry) const;
 
     // --- shared memory (buffer_shared.cpp) ---------------------------------------------------
-    bool is_shared() const { return storage_->ownership == HostOwnership::shared; }
+    bool is_shared() const { return std::holds_alternative<host_memory::Shared>(storage_->host_memory); }
     /// Moves the storage into a shared-memory segment, once (a no-op when it is there); the
     /// host copy is made current first and the device copy released. Pages of its own are
     /// replaced in place, so every view, export and halide_buffer_t stays valid; a heap block
@@ -403,11 +445,6 @@ public:
                             std::shared_ptr<void> owner);
     /// Lets go of a wrapped allocation (downloading first if it is newer); returns its owner.
     std::shared_ptr<void> device_detach_native();
-    /// Lease for a reader of the host memory: the host copy becomes current.
-    void begin_host_read();
-    /// Lease for a writer of the host memory: current, then host dirty. The result can take the
-    /// mark back if the writer never comes (see HostWriteLease).
-    HostWriteLease begin_host_write(const char *entry);
     /// What a device consumer gets: the memory (with a reference it must release), the byte
     /// offset of this view's first element, the device.
     struct DeviceView {
@@ -415,9 +452,6 @@ public:
         int64_t offset;
         std::shared_ptr<Device> device;
     };
-    /// Lease for a device consumer: the device copy becomes current (as copy_to_device(on))
-    /// and, for a writer of writable memory, device dirty.
-    DeviceView begin_device_use(const char *entry, const DeviceChoice &on, bool write);
     // The leases of consumers (leases.cpp): every export, pickle, copy and hand-over takes one
     // of these, so each rule is written once. The bindings run them by run_lease()'s rule.
     /// Whether a consumer doing `access` gets a write lease: for Access::write, and for
@@ -473,10 +507,12 @@ public:
     struct MemoryFacts {
         uint64_t flags;                        ///< the effective flags (host_dirty, device_dirty)
         bool device_allocation;                ///< there is a device copy
-        DeviceOwnership device_ownership;
+        /// Whose the device memory is, in words ("owned", "wrapped", "a pipeline runtime's");
+        /// null without any.
+        const char *device_memory;
         std::shared_ptr<Device> device;        ///< its device; null without one, or a pipeline runtime's
-        HostOwnership host_ownership;
-        std::shared_ptr<void> host_owner;      ///< borrowed: what keeps the host memory alive
+        bool host_shared;                      ///< the host memory is a shared-memory segment
+        std::shared_ptr<void> host_owner;      ///< borrowed host memory: what keeps it alive; else null
     };
     MemoryFacts memory_facts();
     // --- data operations (buffer_data.cpp): the residency rules of a write ------------------
@@ -490,12 +526,16 @@ public:
     void copy_from(const char *entry, const Buffer &src);
 
     /// Copies and bytes moved for this buffer's storage so far.
-    const Transfers &transfers() const { return storage_->transfers; }
+    const Transfers &transfers() const { return storage_->transfers(); }
 
     /// The halide_buffer_t describing this view, flags refreshed from the shared state.
     /// `shown_as`: the interface a pipeline's runtime knows our device copy by (the same
     /// pointers under its own table), for a view covering its storage; null: ours.
     halide_buffer_t *raw(const char *entry, const halide_device_interface_t *shown_as = nullptr);
+    /// Describes this view in a fresh `buf` as raw() does (host, type, and the dimensions in
+    /// Halide's order, written to `dims`, room for ndim()), with no flags and no device: the
+    /// geometry alone, unpublished (what a direct pipeline call passes; raw() publishes it).
+    void describe(halide_buffer_t &buf, halide_dimension_t *dims) const;
     /// A halide_buffer_t of this view for one pipeline call alone, published as raw() publishes
     /// (`shown_as` likewise): raw()'s own when no other call has it, else one made for the call.
     /// Every other operation on the storage leaves it alone (RawView::lent) until take_back()
@@ -526,6 +566,17 @@ public:
     void unbind_halide(const char *entry, std::unique_ptr<RawView> view);
 
 private:
+    // The leases themselves (residency.cpp), reached through lease_host(), lease_device(),
+    // current_host_copy() and prepare_for_pipeline(): Access says which, in one place.
+    /// Lease for a reader of the host memory: the host copy becomes current.
+    void begin_host_read();
+    /// Lease for a writer of the host memory: current, then host dirty. The result can take the
+    /// mark back if the writer never comes (see HostWriteLease).
+    HostWriteLease begin_host_write(const char *entry);
+    /// Lease for a device consumer: the device copy becomes current (as copy_to_device(on))
+    /// and, for a writer of writable memory, device dirty.
+    DeviceView begin_device_use(const char *entry, const DeviceChoice &on, bool write);
+
     Buffer() = default;
     /// A view of the same storage, dtype and first element with no axes yet: what a view that
     /// builds its geometry axis by axis starts from.

@@ -22,7 +22,7 @@ namespace {
 /// Our backend holds the storage's device copy (not a pipeline runtime's), so its data
 /// primitives can reach parts of it.
 bool ours(const Storage &s) {
-    return s.root.device && s.device && s.device_ownership != DeviceOwnership::runtime;
+    return s.root.device && s.device();  // a runtime's memory has no device of ours
 }
 
 /// The device copy is ours and current (the host's is not newer): a write goes there.
@@ -69,9 +69,9 @@ void copy_to_host_side(const char *entry, const Side &dst, const Side &src, cons
     dst.storage.download(entry);
     bool done = false;
     if (&src.storage != &dst.storage && device_newer(src.storage) && ours(src.storage)) {
-        DeviceCall call(entry, src.storage.device.get());
+        DeviceCall call(entry, src.storage.device().get());
         done = call("reading the source's device copy",
-                    [&] { return src.storage.device->read(src.region(shape, item), dst.host()); }) == 0;
+                    [&] { return src.storage.device()->read(src.region(shape, item), dst.host()); }) == 0;
     }
     if (!done) {
         src.storage.download(entry);
@@ -87,13 +87,13 @@ void copy_to_host_side(const char *entry, const Side &dst, const Side &src, cons
 bool copy_to_device_side(const char *entry, const Side &dst, const Side &src, const Axes &shape,
                          int64_t item) {
     Storage &d = dst.storage, &s = src.storage;
-    const Device &device = *d.device;
+    const Device &device = *d.device();
     DeviceRegion to = dst.region(shape, item);
-    DeviceCall call(entry, d.device.get());
+    DeviceCall call(entry, d.device().get());
     auto write = [&](const HostRegion &from) {
         return call("writing the device copy", [&] { return device.write(from, to); }) == 0;
     };
-    if (our_device_copy_current(s) && device.shares_memory_with(*s.device))
+    if (our_device_copy_current(s) && device.shares_memory_with(*s.device()))
         return call("copying on the device", [&] { return device.copy(src.region(shape, item), to); }) == 0;
     if (!device_newer(s)) return write(src.host());
     if (!ours(s)) {
@@ -105,7 +105,7 @@ bool copy_to_device_side(const char *entry, const Side &dst, const Side &src, co
     std::vector<uint8_t> staging(size_t(dense.empty() ? item : dense[0] * shape[0]));
     HostRegion middle{staging.data(), dense};
     if (call("reading the source's device copy",
-             [&] { return s.device->read(src.region(shape, item), middle); }) != 0)
+             [&] { return s.device()->read(src.region(shape, item), middle); }) != 0)
         return false;
     return write(middle);
 }
@@ -134,8 +134,8 @@ void Buffer::fill(const char *entry, const uint8_t *pattern) {
     Storage &s = *storage_;
     if (our_device_copy_current(s)) {
         DeviceRegion region{&s.root, data_ - s.root.host, shape_, strides_, dtype_->itemsize};
-        if (DeviceCall(entry, s.device.get())("filling on the device",
-                                               [&] { return s.device->fill(region, pattern); }) == 0) {
+        if (DeviceCall(entry, s.device().get())("filling on the device",
+                                                 [&] { return s.device()->fill(region, pattern); }) == 0) {
             mark_device_written(s);
             return;
         }

@@ -31,7 +31,7 @@ SharedTable &shared_table() {
 void remember(const std::shared_ptr<Storage> &storage) {
     SharedTable &t = shared_table();
     std::lock_guard<std::mutex> lock(t.mutex);
-    t.storages[storage->segment->identity()] = storage;
+    t.storages[std::get<host_memory::Shared>(storage->host_memory).segment->identity()] = storage;
 }
 
 std::shared_ptr<Storage> find_shared(uint64_t identity) {
@@ -45,9 +45,7 @@ std::shared_ptr<Storage> find_shared(uint64_t identity) {
 /// Makes a new storage over `segment` a shared one: other processes may write it at any time,
 /// so its host copy counts as newer unless the device holds newer data.
 void make_shared_storage(Storage &s, std::unique_ptr<SharedSegment> segment) {
-    s.ownership = HostOwnership::shared;
-    s.owner.reset();
-    s.segment = std::move(segment);
+    s.host_memory = host_memory::Shared{std::move(segment)};
     s.external_writes = !s.readonly;
 }
 
@@ -86,7 +84,7 @@ Buffer Buffer::from_shared(const char *entry, int fd, int64_t offset, const Axes
     std::unique_ptr<SharedSegment> opened;
     if (known) close(fd);
     else opened = SharedSegment::open(entry, fd);
-    const SharedSegment &segment = known ? *known->segment : *opened;
+    const SharedSegment &segment = known ? *std::get<host_memory::Shared>(known->host_memory).segment : *opened;
     // The geometry arrived from another process: it must lie inside the segment.
     int64_t count = checked_count(entry, shape, dtype.itemsize);
     int64_t lo = 0, hi = 0;
@@ -113,14 +111,15 @@ Buffer Buffer::from_shared(const char *entry, int fd, int64_t offset, const Axes
 void Buffer::share_memory(const char *entry) {
     StorageOp op(*storage_);
     Storage &s = *storage_;
-    if (s.ownership == HostOwnership::shared) return;
+    if (std::holds_alternative<host_memory::Shared>(s.host_memory)) return;
     s.refuse_bound(entry);
-    if (s.ownership == HostOwnership::borrowed)
+    if (std::holds_alternative<host_memory::Borrowed>(s.host_memory))
         throw BufferError(std::string(entry) + "(): the buffer borrows its memory (from_host, DLPack), "
                           "whose owner would stop seeing the buffer's writes if it moved; share a copy, "
                           "b.copy().share_memory(), or allocate shared memory: Buffer(shape, dtype, shared=True)");
     // A heap block moves: nothing else may point into it. Pages of its own are replaced in place.
-    if (!s.mapped_bytes && (storage_.use_count() > 1 || s.host_exports > 0 || s.ndarray_handed_out))
+    host_memory::Owned &owned = std::get<host_memory::Owned>(s.host_memory);
+    if (!owned.mapped_bytes && (storage_.use_count() > 1 || s.host_exports > 0 || s.ndarray_handed_out))
         throw BufferError(std::string(entry) + "(): other views or exports (NumPy arrays, memoryviews, "
                           "DLPack) may point into this buffer's memory, which would stop seeing its writes "
                           "if it moved; call share_memory() before making views, share a copy "
@@ -129,9 +128,8 @@ void Buffer::share_memory(const char *entry) {
     // Device copies are per process from here on: the host copy comes home, the device copy goes.
     op.defer(s.free_device(entry));
     std::unique_ptr<SharedSegment> segment;
-    if (s.mapped_bytes) {
-        segment = SharedSegment::replace(entry, static_cast<uint8_t *>(s.allocation), s.mapped_bytes);
-        s.mapped_bytes = 0;
+    if (owned.mapped_bytes) {
+        segment = SharedSegment::replace(entry, static_cast<uint8_t *>(owned.allocation), owned.mapped_bytes);
     } else {
         size_t bytes = storage_bytes(s);
         segment = SharedSegment::create(entry, bytes);
@@ -140,19 +138,19 @@ void Buffer::share_memory(const char *entry) {
         s.host = s.root.host = segment->base();
         data_ = s.host + (data_ - old);
         for (RawView *r : s.raw_views) r->buf.host = s.host + (r->buf.host - old);
-        std::free(s.allocation);
+        std::free(owned.allocation);  // null for a small block in the storage's own allocation
     }
-    s.allocation = nullptr;
-    make_shared_storage(s, std::move(segment));
+    make_shared_storage(s, std::move(segment));  // `owned` ends here
     remember(storage_);
 }
 
 Buffer::SharedHandle Buffer::shared_handle(const char *entry) const {
     StorageOp op(*storage_, false);
-    if (storage_->ownership != HostOwnership::shared)
+    auto *shared = std::get_if<host_memory::Shared>(&storage_->host_memory);
+    if (!shared)
         throw BufferError(std::string(entry) + "(): the buffer is not in shared memory; call "
                           "b.share_memory() first");
-    return SharedHandle{storage_->segment->fd(), int64_t(data_ - storage_->segment->base())};
+    return SharedHandle{shared->segment->fd(), int64_t(data_ - shared->segment->base())};
 }
 
 }  // namespace hb

@@ -68,8 +68,7 @@ void Storage::absorb(RawView &r) {
             // A pipeline's runtime allocated the whole storage: its allocation becomes ours to track.
             root.device = r.published_device = r.buf.device;
             root.device_interface = r.buf.device_interface;
-            device_ownership = DeviceOwnership::runtime;
-            runtime_device = r.call_device;
+            device_side().memory = device_memory::Runtime{r.call_device};
             ever_on_device = true;
         } else if (!bring_home(r)) {
             return;  // tried again by the next operation; until then its flags describe its own copy
@@ -84,7 +83,7 @@ void Storage::absorb(RawView &r) {
 }
 
 void Storage::let_go(RawView &r) {
-    bool whole = device_ownership == DeviceOwnership::runtime && r.published_device == root.device;
+    bool whole = runtime_memory() && r.published_device == root.device;
     r.published_device = 0;
     if (!whole) return;  // one of our view handles, forgotten by foreign code: republished on use
     release_device("let_go", DeviceRelease::gone);  // the runtime freed the storage's allocation through it
@@ -99,7 +98,7 @@ bool Storage::bring_home(RawView &r) {
     bool newer = r.buf.flags & kDeviceDirty;
     int64_t bytes = element_bytes(r.buf);  // what the runtime's copy moves: the elements, not the gaps
     if (call.attempt([&] { return interface->copy_to_host(nullptr, &r.buf); }) != 0) return false;
-    if (newer) record_transfer(&transfers, Direction::to_host, bytes);
+    if (newer) record_transfer(&device_side().transfers, Direction::to_host, bytes);
     interface->device_free(nullptr, &r.buf);  // a failure here strands the runtime's memory, not data
     r.published_device = r.buf.device;
     if (newer) root.flags = (root.flags & ~kDeviceDirty) | kHostDirty;
@@ -131,7 +130,7 @@ void Storage::publish(RawView &r, bool may_copy) {
     if (r.buf.device != r.published_device) return;  // a pipeline's allocation still to bring home
     uint64_t device_field = 0;
     const halide_device_interface_t *interface = nullptr;
-    if (root.device && device_ownership == DeviceOwnership::runtime) {
+    if (root.device && runtime_memory()) {
         if (raw_covers_root(r.buf, root)) {
             device_field = root.device;
             interface = root.device_interface;
@@ -139,10 +138,10 @@ void Storage::publish(RawView &r, bool may_copy) {
             download("_get_raw_halide_buffer_t");  // a view the pipeline's runtime cannot describe
         }
     } else if (root.device) {
-        device_field = device->view_field(root, r.buf.host - root.host, r.handle);
+        device_field = device()->view_field(root, r.buf.host - root.host, r.handle);
         if (device_field) interface = root.device_interface;
         if (device_field && r.shown_as) {
-            if (raw_covers_root(r.buf, root) || part_in_place(*device, r.buf.host - root.host, forward(r.buf))) {
+            if (raw_covers_root(r.buf, root) || part_in_place(*device(), r.buf.host - root.host, forward(r.buf))) {
                 interface = r.shown_as;  // the runtime computes in our memory as it is
             } else {
                 // A part of the storage: the pipeline's runtime cannot take our interface, so it
@@ -266,22 +265,27 @@ const halide_buffer_t *Buffer::bound_struct() {
     return storage_->bound ? storage_->bound->external : nullptr;
 }
 
-std::unique_ptr<RawView> Buffer::new_raw_view() const {
-    auto r = std::make_unique<RawView>();
+void Buffer::describe(halide_buffer_t &buf, halide_dimension_t *dims) const {
     int n = ndim();
-    r->dims.resize(size_t(n));
     for (int i = 0; i < n; ++i) {
         // NumPy axis i is Halide dimension n - 1 - i.
-        halide_dimension_t &d = r->dims[size_t(n - 1 - i)];
+        halide_dimension_t &d = dims[n - 1 - i];
         d.min = int32_t(mins_[size_t(i)]);
         d.extent = int32_t(shape_[size_t(i)]);
         d.stride = int32_t(strides_[size_t(i)] / dtype_->itemsize);
         d.flags = 0;
     }
-    r->buf.host = data_;
-    r->buf.type = dtype_->halide;
-    r->buf.dimensions = n;
-    r->buf.dim = n ? r->dims.data() : nullptr;
+    buf = halide_buffer_t{};
+    buf.host = data_;
+    buf.type = dtype_->halide;
+    buf.dimensions = n;
+    buf.dim = n ? dims : nullptr;
+}
+
+std::unique_ptr<RawView> Buffer::new_raw_view() const {
+    auto r = std::make_unique<RawView>();
+    r->dims.resize(size_t(ndim()));
+    describe(r->buf, r->dims.data());
     storage_->raw_views.push_back(r.get());
     ++storage_->published_views;
     return r;
@@ -341,7 +345,7 @@ void Buffer::take_back(RawView *view) {
     // call's runtime allocated for it and uploaded its elements (a copy of our bytes, counted).
     if (view->buf.device && !view->published_device && (view->published & kHostDirty) &&
         !(view->buf.flags & kHostDirty))
-        record_transfer(&s.transfers, Direction::to_device, element_bytes(view->buf));
+        record_transfer(&s.device_side().transfers, Direction::to_device, element_bytes(view->buf));
     uint64_t flags = s.root.flags, device = s.root.device;
     s.absorb(*view);
     if (s.root.flags != flags || s.root.device != device) s.publish_all();

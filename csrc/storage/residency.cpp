@@ -24,11 +24,45 @@ namespace hb {
 
 Storage::~Storage() {
     if (root.device) release_device("~Storage", DeviceRelease::dying);  // most storages never had one
-    if (ownership == HostOwnership::owned && mapped_bytes) unmap_pages(static_cast<uint8_t *>(allocation), mapped_bytes);
-    else if (ownership == HostOwnership::owned) std::free(allocation);
-    if (segment) forget_shared_storage(segment->identity());
+    if (auto *owned = std::get_if<host_memory::Owned>(&host_memory)) {
+        if (owned->mapped_bytes) unmap_pages(static_cast<uint8_t *>(owned->allocation), owned->mapped_bytes);
+        else std::free(owned->allocation);
+    } else if (auto *shared = std::get_if<host_memory::Shared>(&host_memory)) {
+        forget_shared_storage(shared->segment->identity());
+    }  // borrowed memory's owner goes with the variant
     --live_counts().storages;
 }
+
+namespace {
+
+const DeviceMemory kNoDeviceMemory{};
+const std::shared_ptr<Device> kNoDevice;
+const Transfers kNoTransfers;
+
+/// The device our or wrapped memory lives on (null for none, or a runtime's).
+std::shared_ptr<Device> *device_in(DeviceMemory &m) {
+    if (auto *owned = std::get_if<device_memory::Owned>(&m)) return &owned->device;
+    if (auto *wrapped = std::get_if<device_memory::Wrapped>(&m)) return &wrapped->device;
+    return nullptr;
+}
+
+}  // namespace
+
+const DeviceMemory &Storage::device_memory() const { return device_side_ ? device_side_->memory : kNoDeviceMemory; }
+
+const std::shared_ptr<Device> &Storage::device() const {
+    std::shared_ptr<Device> *d = device_side_ ? device_in(device_side_->memory) : nullptr;
+    return d ? *d : kNoDevice;
+}
+
+Device *Storage::operation_device() const {
+    if (auto *runtime = std::get_if<device_memory::Runtime>(&device_memory())) return runtime->call_device.get();
+    return device().get();
+}
+
+const Transfers &Storage::transfers() const { return device_side_ ? device_side_->transfers : kNoTransfers; }
+
+void Storage::move_device(std::shared_ptr<Device> to) { *device_in(device_side().memory) = std::move(to); }
 
 uint64_t Storage::effective_flags() const {
     // Borrowed memory its owner may write is a standing lease: its host copy counts as newer
@@ -42,8 +76,7 @@ int Storage::copy_root_home() {
     int64_t bytes = byte_span(&root).size();
     int rc = call.attempt([&] { return root.device_interface->copy_to_host(nullptr, &root); });
     // Our backend counts where the bytes move; a pipeline runtime's copies are counted here.
-    if (rc == 0 && device_ownership == DeviceOwnership::runtime)
-        record_transfer(&transfers, Direction::to_host, bytes);
+    if (rc == 0 && runtime_memory()) record_transfer(&device_side().transfers, Direction::to_host, bytes);
     return rc;
 }
 
@@ -58,8 +91,9 @@ void Storage::download(const char *entry) {
 
 void Storage::allocate_device(const char *entry, const DeviceChoice &on) {
     if (root.device) {
+        const std::shared_ptr<Device> &device = this->device();
         if (on.required && on.device != device && device && on.device->take_over(root, *device)) {
-            device = on.device;  // the same memory, used from another stream from now on
+            move_device(on.device);  // the same memory, used from another stream from now on
             return;
         }
         if (on.required && on.device != device) {
@@ -77,9 +111,8 @@ void Storage::allocate_device(const char *entry, const DeviceChoice &on) {
     const halide_device_interface_t *interface = on.device->interface();
     DeviceCall(entry, on.device.get())("allocating device memory",
                                        [&] { return interface->device_malloc(nullptr, &root, interface); });
-    device = on.device;
+    device_side().memory = device_memory::Owned{on.device};
     adopt_allocation();
-    device_ownership = DeviceOwnership::owned;
     ever_on_device = true;
     // The new device copy is empty: the host holds the data.
     root.flags |= kHostDirty;
@@ -94,7 +127,7 @@ void Storage::upload(const char *entry, const DeviceChoice &on) {
     DeviceCall(entry, operation_device())("copying to the device", [&] {
         return root.device_interface->copy_to_device(nullptr, &root, root.device_interface);
     });
-    if (device_ownership == DeviceOwnership::runtime) record_transfer(&transfers, Direction::to_device, bytes);
+    if (runtime_memory()) record_transfer(&device_side().transfers, Direction::to_device, bytes);
 }
 
 std::shared_ptr<void> Storage::free_device(const char *entry) {
@@ -127,18 +160,22 @@ std::shared_ptr<void> Storage::release_device(const char *entry, DeviceRelease h
             // of their own (lent) stays valid while the storage lives: its owner is kept (the caller
             // gets it too).
             forget_view_handles();
-            if (device->allocation(root)->lent() && device_owner) lent_memory.push_back(device_owner);
-            DeviceCall(entry, device.get())("detaching the device memory",
-                                            [&] { return root.device_interface->detach_native(nullptr, &root); });
+            if (const auto &owner = std::get<device_memory::Wrapped>(device_memory()).owner;
+                owner && device()->allocation(root)->lent())
+                device_side().lent_memory.push_back(owner);
+            DeviceCall(entry, device().get())("detaching the device memory",
+                                              [&] { return root.device_interface->detach_native(nullptr, &root); });
             break;
         case DeviceRelease::free: {
             // Ours or wrapped, through our interface; a runtime's, through the interface it set and
             // with the device of the call that made it (operation_device()).
             DeviceCall call(entry, operation_device());
-            if (std::shared_ptr<void> lent = device ? device->retire_lent(root) : nullptr) {
+            if (std::shared_ptr<void> lent = device() ? device()->retire_lent(root) : nullptr) {
                 // Consumers may still use it: freed with the storage, and whoever owns it kept till then.
-                lent_memory.push_back(std::move(lent));
-                if (device_owner) lent_memory.push_back(device_owner);
+                DeviceSide &d = device_side();
+                d.lent_memory.push_back(std::move(lent));
+                if (auto *wrapped = std::get_if<device_memory::Wrapped>(&d.memory); wrapped && wrapped->owner)
+                    d.lent_memory.push_back(wrapped->owner);
             } else {
                 // A failure keeps the allocation (and every view's handle into it): device_free() again.
                 call("freeing device memory", [&] { return root.device_interface->device_free(nullptr, &root); });
@@ -147,10 +184,12 @@ std::shared_ptr<void> Storage::release_device(const char *entry, DeviceRelease h
         }
     }
     forget_view_handles();
-    device_ownership = DeviceOwnership::none;
-    device.reset();
-    runtime_device.reset();
-    return std::exchange(device_owner, nullptr);  // the caller's: dropped after the lock is let go
+    if (!device_side_) return nullptr;
+    // A wrapped allocation's owner is the caller's: dropped after the lock is let go.
+    std::shared_ptr<void> owner;
+    if (auto *wrapped = std::get_if<device_memory::Wrapped>(&device_side_->memory)) owner = std::move(wrapped->owner);
+    device_side_->memory = device_memory::None{};
+    return owner;
 }
 
 void Storage::refuse_bound(const char *entry) const {
@@ -164,15 +203,15 @@ bool Storage::part_in_place(const Device &on, int64_t offset, bool forward) cons
     // Memory its owner may write at any time is newer on the host at every call: the whole of it
     // would go up for each part. Such parts go up alone, as the runtime uploads them.
     if (bound || external_writes || !forward) return false;
-    return on.shows_part(root.device && device.get() == &on ? &root : nullptr, offset);
+    return on.shows_part(root.device && device().get() == &on ? &root : nullptr, offset);
 }
 
 void Storage::adopt_allocation() {
     // Our backend's copies through any handle into this allocation move the whole storage
     // (one state covers it), and are counted as this storage's.
-    DeviceAllocation *a = device->allocation(root);
+    DeviceAllocation *a = device()->allocation(root);
     a->whole = &root;
-    a->transfers = &transfers;
+    a->transfers = &device_side().transfers;
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -250,13 +289,17 @@ bool Buffer::has_device_allocation() {
 
 std::shared_ptr<Device> Buffer::device() {
     StorageOp op(*storage_);
-    return storage_->device;
+    return storage_->device();
 }
 
 Buffer::MemoryFacts Buffer::memory_facts() {
     StorageOp op(*storage_);
     const Storage &s = *storage_;
-    return MemoryFacts{s.effective_flags(), s.root.device != 0, s.device_ownership, s.device, s.ownership, s.owner};
+    static constexpr const char *kDeviceMemory[] = {nullptr, "owned", "wrapped", "a pipeline runtime's"};
+    auto *borrowed = std::get_if<host_memory::Borrowed>(&s.host_memory);
+    return MemoryFacts{s.effective_flags(), s.root.device != 0, kDeviceMemory[s.device_memory().index()], s.device(),
+                       std::holds_alternative<host_memory::Shared>(s.host_memory),
+                       borrowed ? borrowed->owner : nullptr};
 }
 
 void Buffer::copy_to_host() {
@@ -323,10 +366,8 @@ void Buffer::device_wrap_native(const std::shared_ptr<Device> &on, uint64_t nati
                          std::to_string(offset) + "; wrap a larger allocation");
     }
     on->finish_wrap(s.root, offset);
-    s.device = on;
+    s.device_side().memory = device_memory::Wrapped{on, std::move(owner)};
     s.adopt_allocation();
-    s.device_owner = std::move(owner);
-    s.device_ownership = DeviceOwnership::wrapped;
     s.ever_on_device = true;
     // The wrapped memory is the current copy; the host's previous contents are superseded.
     s.root.flags = kDeviceDirty;
@@ -337,7 +378,7 @@ std::shared_ptr<void> Buffer::device_detach_native() {
     StorageOp op(*storage_);
     Storage &s = *storage_;
     if (!s.root.device) return nullptr;
-    if (s.device_ownership != DeviceOwnership::wrapped)
+    if (!std::holds_alternative<device_memory::Wrapped>(s.device_memory()))
         throw ValueError(std::string(entry) + "(): the device allocation was not wrapped with "
                          "device_wrap_native(); use device_free()");
     s.refuse_lent(entry);
@@ -382,19 +423,19 @@ Buffer::DeviceView Buffer::begin_device_use(const char *entry, const DeviceChoic
     StorageOp op(*storage_);
     Storage &s = *storage_;
     s.refuse_bound(entry);
-    if (s.device_ownership == DeviceOwnership::runtime)
+    if (s.runtime_memory())
         throw BufferError(std::string(entry) + "(): the device copy belongs to a pipeline's Halide "
                           "runtime; call copy_to_host() and device_free() first");
     if (write && s.readonly)
         throw ReadOnlyError(std::string(entry) + "(): the buffer wraps read-only memory; pass "
                           "writable=False for a device view to read");
-    if (on.same_kind && s.device && std::strcmp(s.device->kind(), on.device->kind()) != 0)
+    if (on.same_kind && s.device() && std::strcmp(s.device()->kind(), on.device->kind()) != 0)
         throw BufferError(std::string(entry) + "(): the buffer left " + on.device->description() + " meanwhile "
-                          "(another thread moved it to " + s.device->description() + "); export it again");
+                          "(another thread moved it to " + s.device()->description() + "); export it again");
     s.upload(entry, on);
     if (write) s.root.flags = kDeviceDirty;  // the consumer may write: a lease
-    Device::Lease l = s.device->lease(s.root, data_ - s.root.host);
-    return DeviceView{l.native, l.offset, s.device};
+    Device::Lease l = s.device()->lease(s.root, data_ - s.root.host);
+    return DeviceView{l.native, l.offset, s.device()};
 }
 
 void Buffer::prepare_for_pipeline(const char *entry, const halide_device_interface_t *interface, bool output) {
@@ -442,16 +483,16 @@ void Buffer::prepare_for_pipeline(const char *entry, const halide_device_interfa
         // after. Our device copy stays; one under another runtime's interface goes. So for an
         // hl.Buffer's storage, whose device copy only Halide's runtime makes, and an empty one
         // (nothing to place).
-        if (s.device_ownership == DeviceOwnership::runtime && s.root.device_interface != interface)
+        if (s.runtime_memory() && s.root.device_interface != interface)
             op.defer(s.free_device(entry));
         else
             s.download(entry);
         return;
     }
-    if (s.root.device && s.device != device) {
+    if (s.root.device && s.device() != device) {
         // The same memory used from another stream is taken over; elsewhere: home first, then placed.
-        if (s.device && s.root.device_interface == device->interface() && device->take_over(s.root, *s.device))
-            s.device = device;
+        if (s.device() && s.root.device_interface == device->interface() && device->take_over(s.root, *s.device()))
+            s.move_device(device);
         else
             op.defer(s.free_device(entry));
     }

@@ -1,10 +1,11 @@
-// storage_op.cpp: how every residency operation runs: the storage's lock (through the lock
-// waiter the bindings set), and the DeviceError of a failed device call.
+// storage_op.cpp: how every residency operation runs: the storage's lock (a contended one
+// waited for through the embedder), and the DeviceError of a failed device call.
 #include "storage/storage_op.h"
 
-#include <atomic>
 #include <string>
 #include <utility>
+
+#include "device/embedder.h"
 
 namespace hb {
 
@@ -22,15 +23,6 @@ void check(int rc, const char *entry, const char *operation) {
                       rc, "halide_error_code " + std::to_string(rc));
 }
 
-namespace {
-
-void plain_wait(std::unique_lock<std::mutex> &lock) { lock.lock(); }
-std::atomic<LockWaiter> g_waiter{plain_wait};
-
-}  // namespace
-
-void set_lock_waiter(LockWaiter waiter) { g_waiter = waiter ? waiter : plain_wait; }
-
-void wait_for_lock(std::unique_lock<std::mutex> &lock) { g_waiter.load()(lock); }
+void wait_for_lock(std::unique_lock<std::mutex> &lock) { embedder().wait_for_lock(lock); }
 
 }  // namespace hb

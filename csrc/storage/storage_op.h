@@ -17,7 +17,7 @@ namespace hb {
 /// one, else Halide's code.
 void check(int rc, const char *entry, const char *operation);
 
-/// Waits for a storage's lock someone else holds, through the lock waiter (set_lock_waiter()).
+/// Waits for a storage's lock someone else holds, through the embedder (device/embedder.h).
 void wait_for_lock(std::unique_lock<std::mutex> &lock);
 
 /// One residency operation on a storage: holds its lock (a contended one is waited for through

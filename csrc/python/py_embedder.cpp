@@ -1,0 +1,67 @@
+// py_embedder.cpp: the binding as the core's embedder (device/embedder.h), the one way up from
+// the core to Python: waits for a storage's lock and long steps let the other Python threads
+// run, CUDA devices are the package's (halide_buffer.cuda), and the tests' hook after a device
+// lookup is a Python callable.
+#include <atomic>
+#include <memory>
+
+#include "device/embedder.h"
+#include "python/py_glue.h"
+
+namespace hb {
+namespace {
+
+/// A thread waiting for a storage's lock lets the others run: the holder may need the GIL (a
+/// pipeline's error handler written in Python, an owner released in a callback).
+void wait_letting_others_run(std::unique_lock<std::mutex> &lock) {
+    if (!PyGILState_Check()) return lock.lock();
+    PyThreadState *state = PyEval_SaveThread();
+    lock.lock();
+    PyEval_RestoreThread(state);
+}
+
+/// A long step runs without the GIL; a step asked for by a thread without it (inside another
+/// step) just runs.
+void run_without_gil(Step step) {
+    if (!PyGILState_Check()) return step();
+    PyThreadState *state = PyEval_SaveThread();
+    try {
+        step();
+    } catch (...) {
+        PyEval_RestoreThread(state);
+        throw;
+    }
+    PyEval_RestoreThread(state);
+}
+
+std::shared_ptr<Device> package_cuda_device(int ordinal, const char *entry) {
+    py::gil_scoped_acquire gil;  // asked from inside a step run without it
+    return cuda_device(ordinal, entry);
+}
+
+/// The tests' hook (halide_buffer._core._set_after_device_lookup()); never destroyed: it may
+/// hold a Python object at exit.
+py::object &lookup_hook() {
+    static auto *hook = new py::object();
+    return *hook;
+}
+std::atomic<bool> g_lookup_hook_set{false};
+
+void run_lookup_hook() {
+    if (!g_lookup_hook_set.load(std::memory_order_relaxed)) return;
+    py::gil_scoped_acquire gil;
+    if (lookup_hook()) lookup_hook()();
+}
+
+}  // namespace
+
+void bind_embedder(py::module_ &m) {
+    install_embedder(Embedder{wait_letting_others_run, run_without_gil, package_cuda_device, run_lookup_hook});
+    m.def("_set_after_device_lookup", [](py::object hook) {
+        g_lookup_hook_set = false;
+        lookup_hook() = hook.is_none() ? py::object() : std::move(hook);
+        g_lookup_hook_set = bool(lookup_hook());
+    }, py::arg("hook"), "Tests only: calls hook() right after an export found the buffer's CUDA device.");
+}
+
+}  // namespace hb
