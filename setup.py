@@ -15,6 +15,10 @@ Two things make the build quick:
   command changed. `build_ext --force` compiles everything.
 
 HALIDE_BUFFER_BUILD_JOBS sets how many units compile at once (default 2).
+
+`python setup.py build_cpp_tests` builds the C++ core's test program, build/cpp_tests/core_tests:
+tests/cpp/ and every source of csrc/ but the bindings, with the extension's compiler and flags,
+compiled by the same incremental rule (tests/test_cpp_core.py builds and runs it).
 """
 
 import glob
@@ -162,6 +166,27 @@ class incremental_build_ext(build_ext):  # noqa: N801 (setuptools' command namin
         return [obj for _, obj in units]
 
 
+class build_cpp_tests(incremental_build_ext):  # noqa: N801 (setuptools' command naming)
+    """Builds the C++ test program (`cpp_tests` below) into build/cpp_tests/ (--build-temp DIR:
+    elsewhere): its units compiled as build_ext compiles the extension's, only the stale ones,
+    and linked again only when an object changed."""
+
+    description = "build the C++ core's test program (tests/cpp/) into build/cpp_tests/"
+
+    def finalize_options(self):
+        if self.build_temp is None:
+            self.build_temp = os.path.join("build", "cpp_tests")
+        super().finalize_options()
+        self.extensions = [cpp_tests]
+        self.include_dirs, self.library_dirs, self.rpath = [], [], []  # nothing of Python's
+
+    def build_extension(self, ext):
+        objects = self.compile_units(ext.sources, output_dir=self.build_temp, include_dirs=ext.include_dirs,
+                                     extra_postargs=ext.extra_compile_args, depends=ext.depends)
+        self.compiler.link_executable(objects, ext.name, output_dir=self.build_temp, libraries=ext.libraries,
+                                      extra_preargs=ext.extra_link_args, target_lang="c++")
+
+
 # --- the long description -----------------------------------------------------------------------
 
 # A Markdown link whose target has no scheme and is no anchor or absolute path: a repository file.
@@ -184,6 +209,20 @@ core = Pybind11Extension(
     cxx_std=17,
 )
 
+# The C++ core's test program: the core without its bindings (csrc/python/), and tests/cpp/.
+# Compiled with the extension's flags (core.extra_compile_args: the C++ standard, visibility,
+# debug info), without Python's or pybind11's headers: a core file that included them would not
+# compile here.
+cpp_tests = Extension(
+    "core_tests",  # the program's name
+    [*(s for s in core.sources if Path(s).parts[1] != "python"), *sorted(glob.glob("tests/cpp/*.cpp"))],
+    depends=[*core.depends, *sorted(glob.glob("tests/cpp/*.h"))],
+    include_dirs=["csrc"],
+    extra_compile_args=core.extra_compile_args,
+    extra_link_args=["-pthread"],
+    libraries=["dl"],  # the pipeline libraries and drivers are opened with dlopen()
+)
+
 # Loaded with RTLD_GLOBAL at import, before any pipeline library: Halide's OpenCL runtimes bind
 # their context hooks to it (csrc/hooks/opencl_context_hooks.c). No Python in it.
 opencl_hooks = Extension("halide_buffer._opencl_hooks", ["csrc/hooks/opencl_context_hooks.c"])
@@ -192,5 +231,5 @@ setup(
     long_description=index_readme(),
     long_description_content_type="text/markdown",
     ext_modules=[core, opencl_hooks],
-    cmdclass={"build_ext": incremental_build_ext},
+    cmdclass={"build_ext": incremental_build_ext, "build_cpp_tests": build_cpp_tests},
 )

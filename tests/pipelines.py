@@ -30,9 +30,10 @@ What it offers:
 - `ERROR_HANDLER`, the ctypes type of ``halide_error_handler_t``. (The halide_buffer_t as C
   sees it is in common.py.)
 - Funcs, each returning (func, [arguments]): `affine_u8_func(any_input_stride)`,
-  `affine_bf16_func()`, `affine_offset_func()` (an int16 Param), `brighter_func()` (in + 10 in
-  8x8 GPU tiles), `brighter_opencl_func()` (the same, sized like its input); and
-  `output_bounds_follow(func, inp)`, which fixes an output's bounds to its input's.
+  `affine_bf16_func()`, `affine_offset_func()` (an int16 Param), `stencil_func()` (an asymmetric
+  stencil), `brighter_func()` (in + 10 in 8x8 GPU tiles), `brighter_opencl_func()` (the same,
+  sized like its input); and `output_bounds_follow(func, inp)`, which fixes an output's bounds to
+  its input's.
 - The pipelines of Halide's own ``halide.runtime`` tests (python_bindings/halide-runtime/test),
   with their argument names: `runtimeadd_func()` (1-D uint8 ``input`` + int32 ``offset``),
   `gpuadd_func(gpu)` (the same in 2-D, in 8x8 GPU tiles when `gpu`), `callconv_pipeline(combine)`
@@ -270,6 +271,18 @@ def plus_and_half_pipeline():
         f.vectorize(x, 8)
         output_bounds_follow(f, inp)
     return hl.Pipeline([plus, half]), [inp], (plus, half)
+
+
+def stencil_func():
+    """out(x, y) = in(x - 1, y) + in(x + 2, y) + in(x, y + 1) (uint8, wrapping): an asymmetric
+    stencil, whose bounds query asks for more input than the output region (x from its min - 1
+    to its max + 2, y to its max + 1); the output's region is the caller's (the pipeline does not
+    fix it)."""
+    x, y = hl.Var("x"), hl.Var("y")
+    inp = hl.ImageParam(hl.UInt(8), 2, "inp")
+    out = hl.Func("stencil")
+    out[x, y] = inp[x - 1, y] + inp[x + 2, y] + inp[x, y + 1]
+    return out, [inp]
 
 
 def brighter_func():

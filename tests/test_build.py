@@ -10,6 +10,7 @@ import re
 import shutil
 import subprocess
 import sys
+import sysconfig
 from pathlib import Path
 
 import pytest
@@ -25,6 +26,8 @@ SOURCES = {
     "csrc/storage/b.cpp": "int b() { return 2; }\n",
     "csrc/hooks/opencl_context_hooks.c": "int hooks(void) { return 4; }\n",  # a library of its own, in C
     **{f"csrc/python/py_{n}.cpp": BINDING.format(n=n) for n in ("one", "two", "three", "four")},
+    # The C++ test program's own source: the core without its bindings links into it.
+    "tests/cpp/main.cpp": "int a();\nint b();\nint main() { return a() + b() == 3 ? 0 : 1; }\n",
 }
 
 
@@ -97,6 +100,30 @@ def test_force_compiles_every_unit_again(tree):
     before = objects(tree)
     build(tree, "--force")
     assert recompiled(before, objects(tree)) == sorted(Path(name).name for name in before)
+
+
+def test_the_cpp_test_program_is_the_core_without_its_bindings_built_incrementally(tree):
+    """setup.py build_cpp_tests: tests/cpp/ and csrc/ but csrc/python/, compiled without Python's or
+    pybind11's headers into build/cpp_tests/, linked as a program; again only what changed."""
+    folder = tree / "build/cpp_tests"
+
+    def build_program():
+        subprocess.run([sys.executable, "setup.py", "build_cpp_tests"], cwd=tree, check=True, capture_output=True)
+        return {p.relative_to(folder).as_posix(): p.stat().st_mtime_ns for p in folder.rglob("*.o")}
+
+    before = build_program()
+    assert sorted(before) == ["csrc/core/a.o", "csrc/storage/b.o", "tests/cpp/main.o"]
+    assert subprocess.run([folder / "core_tests"]).returncode == 0
+    stamp = (folder / "csrc/core/a.o.cmd").read_text()
+    assert "-Icsrc" in stamp.split("\n") and "-std=c++17" in stamp.split("\n")  # the extension's flags
+    assert "pybind11" not in stamp and sysconfig.get_paths()["include"] not in stamp
+    program = (folder / "core_tests").stat().st_mtime_ns
+    assert build_program() == before and (folder / "core_tests").stat().st_mtime_ns == program
+
+    os.utime(tree / "csrc/core/a.h")
+    after = build_program()
+    assert recompiled(before, after) == ["a.o"]
+    assert (folder / "core_tests").stat().st_mtime_ns > program
 
 
 def test_the_long_description_links_only_to_absolute_urls():
