@@ -18,6 +18,8 @@
 
 #include "core/dtype.h"
 #include "core/errors.h"
+#include "core/live_counts.h"
+#include "device/embedder.h"
 #include "harness.h"
 #include "interop/aot.h"
 #include "interop/aot_call.h"
@@ -29,8 +31,9 @@ using hb::Buffer;
 using Shape = std::vector<int64_t>;
 
 // ---------------------------------------------------------------------------------------------
-// Adapter: the plan's interfaces (CallArguments, QueryArguments, Step, CallScratch) as a caller
-// without Python fills them in: arguments by name, steps run as they are (and counted).
+// Adapter: what a caller without Python does: the arguments, by name, converted into the call's
+// scratch (or a QueryRequest) before the plan runs; this program as the core's embedder, its
+// steps run as they are and counted.
 // ---------------------------------------------------------------------------------------------
 
 /// The arguments of a call or a bounds query, by name; what the plan did with them.
@@ -39,74 +42,75 @@ struct Given {
     std::map<std::string, halide_scalar_value_t> scalars;
     std::map<std::string, std::pair<Shape, Shape>> regions;  ///< (mins, shape), NumPy's order
     std::vector<std::unique_ptr<Buffer>> allocated;           ///< the outputs the plan allocated
-    int unlocked_steps = 0;                                   ///< steps run through unlocked()
+    /// Steps the plan ran through the embedder's run_unlocked(), the outermost ones (those a
+    /// binding would let other threads go for); a step inside one runs as it is.
+    int unlocked_steps = 0;
 };
 
-template <typename Interface>
-class Adapter : public Interface {
-public:
-    Adapter(const AotPipeline &p, Given &given) : p_(p), given_(given) {}
-    bool scalar(size_t i, halide_scalar_value_t &value) override {
-        auto found = given_.scalars.find(name(i));
-        if (found == given_.scalars.end()) return false;
-        value = found->second;
-        return true;
-    }
-    void unlocked(hb::Step step) override {
-        ++given_.unlocked_steps;
+int *g_counted = nullptr;  // the Given whose steps are counted now
+int g_depth = 0;
+
+void run_counted(hb::Step step) {
+    if (g_depth++ == 0 && g_counted) ++*g_counted;
+    try {
         step();
+    } catch (...) {
+        --g_depth;
+        throw;
     }
+    --g_depth;
+}
 
-protected:
-    std::string name(size_t i) const { return p_.metadata().arguments[i].name; }
-    const AotPipeline &p_;
-    Given &given_;
-};
+/// Counts `given`'s steps from now on.
+void count_steps(Given &given) {
+    hb::install_embedder(hb::Embedder{nullptr, run_counted, nullptr, nullptr});
+    g_counted = &given.unlocked_steps;
+}
 
-class Call final : public Adapter<hb::CallArguments> {
-public:
-    using Adapter::Adapter;
-    Buffer *buffer(size_t i) override {
-        auto found = given_.buffers.find(name(i));
-        return found == given_.buffers.end() ? nullptr : found->second;
-    }
-    Buffer &keep_output(size_t, Buffer output) override {
-        given_.allocated.push_back(std::make_unique<Buffer>(std::move(output)));
-        return *given_.allocated.back();
-    }
-    std::shared_ptr<hb::CudaDevice> default_cuda_device() override {
-        throw hb::DeviceError("no CUDA device in this test", 0, "none");
-    }
-};
+std::string name_of(const AotPipeline &p, size_t i) { return p.metadata().arguments[i].name; }
 
-class Query final : public Adapter<hb::QueryArguments> {
-public:
-    using Adapter::Adapter;
-    bool region(size_t i, std::vector<int64_t> &mins, std::vector<int64_t> &shape) override {
-        auto found = given_.regions.find(name(i));
-        if (found == given_.regions.end()) return false;
-        std::tie(mins, shape) = found->second;
-        return true;
-    }
-};
-
-/// One call of `p`, its scratch finished (every lent view given back) when it returns; the
-/// indices of its outputs.
+/// One call of `p`: the arguments converted into the scratch, the plan run, its scratch
+/// finished (every lent view given back), the outputs it allocated taken; the indices of its
+/// outputs.
 std::vector<size_t> call(const AotPipeline &p, Given &given) {
-    Call args(p, given);
+    count_steps(given);
     hb::ScratchUse<hb::CallScratch> use;
-    use.scratch.start(size_t(p.metadata().num_arguments));
-    hb::run_call(p, use.scratch, args);
-    return use.scratch.outputs;
+    hb::CallScratch &s = use.scratch;
+    s.start(size_t(p.metadata().num_arguments));
+    for (size_t i = 0; i < s.buffers.size(); ++i) {
+        if (auto found = given.buffers.find(name_of(p, i)); found != given.buffers.end()) s.buffers[i] = found->second;
+        if (auto found = given.scalars.find(name_of(p, i)); found != given.scalars.end()) {
+            s.scalars[i] = found->second;
+            s.scalar_given[i] = 1;
+        }
+    }
+    hb::run_call(p, s);
+    s.finish();
+    for (size_t i : s.missing) given.allocated.push_back(std::make_unique<Buffer>(std::move(*s.allocated[i])));
+    return s.outputs;
+}
+
+/// A bounds query's arguments, converted.
+hb::QueryRequest request(const AotPipeline &p, Given &given) {
+    count_steps(given);
+    hb::QueryRequest q(size_t(p.metadata().num_arguments));
+    for (size_t i = 0; i < q.regions.size(); ++i) {
+        if (auto found = given.scalars.find(name_of(p, i)); found != given.scalars.end()) {
+            q.scalars[i] = found->second;
+            q.scalar_given[i] = 1;
+        }
+        if (auto found = given.regions.find(name_of(p, i)); found != given.regions.end())
+            q.regions[i] = hb::Region{found->second.second, found->second.first};
+    }
+    return q;
 }
 
 /// required_regions() or output_regions() as {name: (mins, shape)}.
 using Regions = std::map<std::string, std::pair<Shape, Shape>>;
 template <typename Ask>
 Regions regions(const AotPipeline &p, Given &given, Ask ask) {
-    Query args(p, given);
     Regions out;
-    for (const auto &[name, r] : ask(p, args)) out[name] = {r.mins, r.shape};
+    for (const auto &[name, r] : ask(p, request(p, given))) out[name] = {r.mins, r.shape};
     return out;
 }
 Regions required_regions(const AotPipeline &p, Given &given) { return regions(p, given, hb::required_regions); }
@@ -216,11 +220,29 @@ TEST_CASE(call_plan_computes_into_the_outputs_given) {
     Given given;
     given.buffers = {{"inp", &in}, {output_of(p), &out}};
     given.scalars = {{"offset", scalar_i16(-7)}};
+    int64_t direct = hb::live_counts().direct_calls;
     std::vector<size_t> outputs = call(p, given);
     CHECK_EQ(outputs, std::vector<size_t>{2});
     CHECK(given.allocated.empty());
-    CHECK_EQ(given.unlocked_steps, 1);  // the pipeline's run: host buffers move nothing
+    // Small host buffers nothing touched: called directly, on the caller's thread as it is.
+    CHECK_EQ(given.unlocked_steps, 0);
+    CHECK_EQ(hb::live_counts().direct_calls.load(), direct + 1);
     check_values(out, in, [](const Buffer &b, int64_t y, int64_t x) { return affine_value(b, y, x, -7); });
+}
+
+TEST_CASE(call_plan_lends_buffers_a_halide_buffer_t_was_handed_out_of) {
+    // Touched buffers go the other way: each lent its own halide_buffer_t, in one unlocked step.
+    const AotPipeline &p = affine();
+    Buffer in = input({4, 20}), out = Buffer::allocate("test", {4, 20}, u8());
+    in.raw("test");
+    Given given;
+    given.buffers = {{"inp", &in}, {output_of(p), &out}};
+    given.scalars = {{"offset", scalar_i16(5)}};
+    int64_t direct = hb::live_counts().direct_calls;
+    call(p, given);
+    CHECK_EQ(given.unlocked_steps, 1);
+    CHECK_EQ(hb::live_counts().direct_calls.load(), direct);
+    check_values(out, in, [](const Buffer &b, int64_t y, int64_t x) { return affine_value(b, y, x, 5); });
 }
 
 TEST_CASE(call_plan_allocates_an_omitted_output_where_the_bounds_query_puts_it) {
@@ -234,7 +256,7 @@ TEST_CASE(call_plan_allocates_an_omitted_output_where_the_bounds_query_puts_it) 
     const Buffer &out = *given.allocated[0];
     CHECK_EQ(axes(out.shape()), (Shape{5, 18}));
     CHECK_EQ(axes(out.mins()), (Shape{2, -3}));
-    CHECK_EQ(given.unlocked_steps, 3);  // two bounds queries, then the run
+    CHECK_EQ(given.unlocked_steps, 1);  // one step: the two bounds queries, then the run
     check_values(out, in, [](const Buffer &b, int64_t y, int64_t x) { return affine_value(b, y, x, 9); });
     // The region output_regions() gives for an input covering the same region.
     Given asked;
@@ -257,7 +279,7 @@ TEST_CASE(call_plan_runs_no_pipeline_for_empty_outputs) {
     call(p, given);
     CHECK_EQ(given.allocated.size(), size_t(1));
     CHECK_EQ(axes(given.allocated[0]->shape()), (Shape{0, 16}));
-    CHECK_EQ(given.unlocked_steps, 2);  // the bounds queries alone
+    CHECK_EQ(given.unlocked_steps, 1);  // the bounds queries alone, in the plan's one step
 }
 
 TEST_CASE(call_plan_refuses_to_allocate_an_output_the_pipeline_does_not_fix) {
@@ -298,7 +320,7 @@ TEST_CASE(call_plan_names_the_argument_missing) {
 }
 
 TEST_CASE(call_plan_reports_halides_refusal_of_a_wrong_buffer_as_a_pipeline_error) {
-    // The element type and axes are the caller's to check (CallArguments::buffer()); one that
+    // The element type and axes are the caller's to check (the binding's check_buffer()); one that
     // reaches the pipeline anyway is refused by Halide's own checks, named after the pipeline.
     const AotPipeline &p = affine();
     Buffer wide = Buffer::allocate("test", {4, 16}, *hb::dtype_by_name("int16"));

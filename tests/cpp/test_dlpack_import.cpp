@@ -28,14 +28,8 @@ using Shape = std::vector<int64_t>;
 
 constexpr const char *kEntry = "from_dlpack";
 
-/// What an import may ask of its caller: no CUDA device here, and steps run as they are.
-class PlainImports final : public hb::ImportCaller {
-public:
-    std::shared_ptr<hb::CudaDevice> cuda_device(int ordinal, const char *entry) override {
-        throw hb::BufferError(std::string(entry) + "(): no CUDA device " + std::to_string(ordinal) + " in this test");
-    }
-    void unlocked(const std::function<void()> &step) override { step(); }
-};
+// What an import may ask of the embedder (no CUDA device, steps run as they are): this program
+// installs none, so the core's defaults answer.
 
 template <typename Managed>
 std::shared_ptr<void> owner_of(Managed *m) {
@@ -47,17 +41,15 @@ std::shared_ptr<void> owner_of(Managed *m) {
 
 /// from_dlpack() of a versioned tensor; `copy` as from_dlpack's copy= (-1 None, 0 False, 1 True).
 Buffer import(DLManagedTensorVersioned *m, int copy = -1) {
-    static PlainImports imports;
     if (m->version.major != kDLPackMajor) hb::refuse_major(kEntry, m);
     hb::DLImport in = hb::check_import(kEntry, m->dl_tensor, m->flags, m->version);
-    return hb::adopt_import(in, owner_of(m), copy, false, imports);
+    return hb::adopt_import(in, owner_of(m), copy, false);
 }
 
 /// from_dlpack() of a legacy tensor.
 Buffer import(DLManagedTensor *m, int copy = -1) {
-    static PlainImports imports;
     hb::DLImport in = hb::check_import(kEntry, m->dl_tensor, 0, DLPackVersion{0, 0});
-    return hb::adopt_import(in, owner_of(m), copy, false, imports);
+    return hb::adopt_import(in, owner_of(m), copy, false);
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -1,7 +1,8 @@
 // test_main.cpp: the C++ core's test program (setup.py build_cpp_tests; tests/test_cpp_core.py
-// runs it). The core runs here without Python: the hooks the binding layer installs (the lock
-// waiter) keep their plain defaults, and a case that needs something from outside is given it
-// on the command line.
+// runs it). The core runs here without Python: this program is its embedder
+// (device/embedder.h), with the core's plain defaults unless a case installs its own (the call
+// plan's count the steps it runs unlocked), and a case that needs something from outside is
+// given it on the command line.
 //
 //   core_tests --list                      the cases' names, one a line
 //   core_tests [--pipelines LIB] [CASE...] the cases named (all without a name); exit status 1
