@@ -26,7 +26,7 @@ namespace {
 /// keeps the memory alive, and the shape and strides (in elements) right behind the struct.
 struct ExportContext {
     std::shared_ptr<const void> memory;
-    HostWriteLease lease;
+    HostWriteMark lease;
     DLManagedTensorVersioned versioned{};
     DLManagedTensor legacy{};
 

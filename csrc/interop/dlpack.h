@@ -29,7 +29,7 @@ DLDevice dlpack_device_of(Buffer &b);
 struct Placement {
     DLDevice device{kDLCPU, 0};
     void *data = nullptr;
-    HostWriteLease lease;  ///< the writable lease of a host export, withdrawn if never taken up
+    HostWriteMark lease;  ///< the writable lease of a host export, withdrawn if never taken up
     std::shared_ptr<CudaDevice> cuda;  ///< a CUDA export: the device its lease ended on
 };
 
@@ -37,7 +37,7 @@ struct Placement {
 /// exchange API alike), and where it places the elements: on the CUDA device copy when `cuda`
 /// is given (cuda_device_of(b), looked up before; lease_cuda()), else on the host copy, a
 /// writable lease unless the memory is read-only (Buffer::lease_host(), its mark kept in the
-/// placement). It may copy: the bindings run it by run_lease()'s rule.
+/// placement). It may copy: the bindings run it by without_gil_if_may_copy()'s rule.
 Placement lease_export(Buffer &b, const char *entry, const std::shared_ptr<CudaDevice> &cuda);
 
 /// The lowest version that describes tensors of a dtype: 1.0, or 1.1 for the codes DLPack 1.1
@@ -50,7 +50,7 @@ DLManagedTensorVersioned *export_versioned(const Buffer &view, bool copied, cons
 /// The same as an unversioned tensor (no flags: the caller refused what needs them).
 DLManagedTensor *export_legacy(const Buffer &view, const Placement &at = {});
 /// Deletes a managed tensor of ours that no consumer took (its capsule died unused): the
-/// writable lease it came with leaves no mark (HostWriteLease::withdraw).
+/// writable lease it came with leaves no mark (HostWriteMark::withdraw).
 void delete_unused(DLManagedTensorVersioned *m);
 void delete_unused(DLManagedTensor *m);
 

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "core/errors.h"
+#include "core/live_counts.h"
 #include "python/py_glue.h"
 
 namespace hb {
@@ -69,7 +70,7 @@ int buffer_getbuffer(PyObject *self, Py_buffer *view, int flags) {
             return -1;
         }
         bool writable = (flags & PyBUF_WRITABLE) == PyBUF_WRITABLE;
-        run_lease(b, [&] { return b.lease_host("__buffer__", writable ? Access::write : Access::read); });
+        without_gil_if_may_copy(b, [&] { return b.lease_host("__buffer__", writable ? Access::write : Access::read); });
 
         view->buf = b.data();
         view->obj = self;

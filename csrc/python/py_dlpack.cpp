@@ -186,8 +186,8 @@ py::capsule dlpack_export(py::handle self, const DLPackArgs &a) {
         throw BufferError(std::string(kExport) + "(): stream must be None for data on the CPU, not " +
                           py::repr(stream).cast<std::string>() + "; pass stream=None (host data has no stream to order)");
     if (copy == 1)
-        return capsule_for(run_lease(b, [&] { return b.current_host_copy(kExport); }), versioned, true, Placement{});
-    Placement at = run_lease(b, [&] { return lease_export(b, kExport, nullptr); });
+        return capsule_for(without_gil_if_may_copy(b, [&] { return b.current_host_copy(kExport); }), versioned, true, Placement{});
+    Placement at = without_gil_if_may_copy(b, [&] { return lease_export(b, kExport, nullptr); });
     return capsule_for(b, versioned, false, at);
 }
 
@@ -374,7 +374,7 @@ Buffer from_dlpack(py::handle obj, py::handle device, py::handle copy_arg) {
         if (is_buffer(obj)) {  // ours: the same storage (one residency state), or a copy
             Buffer &b = buffer_of(obj.ptr());
             if (copy != 1) return b.view();
-            return run_lease(b, [&] { return b.current_host_copy(kImport); });
+            return without_gil_if_may_copy(b, [&] { return b.current_host_copy(kImport); });
         }
         if (PyCapsule_CheckExact(obj.ptr())) return from_capsule(obj, py::none(), copy);
         if (!py::hasattr(obj, "__dlpack__"))

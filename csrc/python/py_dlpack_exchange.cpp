@@ -56,14 +56,14 @@ int from_py_object(void *py_object, DLManagedTensorVersioned **out) {
         Buffer &b = buffer_of(static_cast<PyObject *>(py_object));
         std::shared_ptr<CudaDevice> cuda = cuda_device_of(b);
         // What __dlpack__() does (the same lease), without a capsule: a host lease's mark stays.
-        Placement at = run_lease(b, [&] {
+        Placement at = without_gil_if_may_copy(b, [&] {
             Placement p = lease_export(b, "__dlpack__", cuda);
             // "No sync" leaves ordering to the consumer, who knows its stream only as the
             // current one: our stream's work is finished before the tensor is handed over.
             if (p.cuda) p.cuda->synchronize();
             return p;
         });
-        at.lease = HostWriteLease();
+        at.lease = HostWriteMark();
         *out = export_versioned(b, false, at);
         return 0;
     });

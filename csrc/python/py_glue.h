@@ -16,15 +16,16 @@
 namespace hb {
 namespace py = pybind11;
 
-/// Runs a residency lease of `b` (b.lease_host(), b.current_host_copy() and the like) and
-/// returns what it returns. One that may move data runs without the GIL, so other Python
-/// threads go on during the copy; one that cannot (never on a device) keeps it: exports of
-/// small buffers are hot paths.
+/// Runs a residency operation `op` on `b` (a lease: b.lease_host(), b.current_host_copy(); a
+/// binding of to_halide()) and returns what it returns. One on a storage that may hold a
+/// device copy may move data: it runs without the GIL, so other Python threads go on during
+/// the copy; one that cannot (never on a device) keeps it: exports of small buffers are hot
+/// paths.
 template <typename F>
-auto run_lease(const Buffer &b, F &&lease) -> decltype(lease()) {
-    if (!b.may_hold_device_copy()) return lease();
+auto without_gil_if_may_copy(const Buffer &b, F &&op) -> decltype(op()) {
+    if (!b.may_hold_device_copy()) return op();
     py::gil_scoped_release nogil;
-    return lease();
+    return op();
 }
 
 /// A tuple of Python ints: a shape, strides, mins (an Axes or a std::vector).

@@ -97,47 +97,47 @@ TypeError no_halide_type(const DType &t) {
 
 /// An hl.Buffer made by to_halide(), bound to its view's storage: the base of the ndarray the
 /// hl.Buffer holds, deleted (with the GIL) when the hl.Buffer releases that ndarray.
-struct HalideLease {
-    explicit HalideLease(Buffer v) : view(std::move(v)) {}
+struct HalideBinding {
+    explicit HalideBinding(Buffer v) : view(std::move(v)) {}
     Buffer view;                   ///< the view the hl.Buffer describes (mins aside); keeps the storage
     std::unique_ptr<RawView> raw;  ///< its struct's binding; null until bound
     halide_buffer_t *external = nullptr;
-    PyObject *object = nullptr;    ///< the hl.Buffer, borrowed: it lives while the lease does
+    PyObject *object = nullptr;    ///< the hl.Buffer, borrowed: it lives while the binding does
 };
 
-/// The live leases, by storage and by struct. Guarded by the GIL.
-struct Leases {
-    std::unordered_multimap<const void *, HalideLease *> by_storage;
-    std::unordered_map<const halide_buffer_t *, HalideLease *> by_struct;
+/// The live bindings, by storage and by struct. Guarded by the GIL.
+struct Bindings {
+    std::unordered_multimap<const void *, HalideBinding *> by_storage;
+    std::unordered_map<const halide_buffer_t *, HalideBinding *> by_struct;
 };
 
-Leases &leases() {
-    static Leases *l = new Leases;  // never destroyed: capsules may die at interpreter exit
+Bindings &bindings() {
+    static Bindings *l = new Bindings;  // never destroyed: capsules may die at interpreter exit
     return *l;
 }
 
-void forget_lease(HalideLease *lease) {
-    Leases &l = leases();
-    auto range = l.by_storage.equal_range(lease->view.keep_alive().get());
+void forget_binding(HalideBinding *binding) {
+    Bindings &l = bindings();
+    auto range = l.by_storage.equal_range(binding->view.keep_alive().get());
     for (auto it = range.first; it != range.second; ++it) {
-        if (it->second == lease) {
+        if (it->second == binding) {
             l.by_storage.erase(it);
             break;
         }
     }
-    auto it = l.by_struct.find(lease->external);
-    if (it != l.by_struct.end() && it->second == lease) l.by_struct.erase(it);
+    auto it = l.by_struct.find(binding->external);
+    if (it != l.by_struct.end() && it->second == binding) l.by_struct.erase(it);
 }
 
 /// The capsule's destructor: the hl.Buffer lets go of the memory, so the binding ends now,
 /// before its Halide::Buffer frees what its struct shows.
-void end_lease(void *p) {
-    std::unique_ptr<HalideLease> lease(static_cast<HalideLease *>(p));
-    if (lease->object) forget_lease(lease.get());
-    if (!lease->raw) return;
+void end_binding(void *p) {
+    std::unique_ptr<HalideBinding> binding(static_cast<HalideBinding *>(p));
+    if (binding->object) forget_binding(binding.get());
+    if (!binding->raw) return;
     std::exception_ptr error;
     try {
-        run_lease(lease->view, [&] { lease->view.unbind_halide(kToHalide, std::move(lease->raw)); });
+        without_gil_if_may_copy(binding->view, [&] { binding->view.unbind_halide(kToHalide, std::move(binding->raw)); });
     } catch (...) {
         error = std::current_exception();
     }
@@ -147,7 +147,7 @@ void end_lease(void *p) {
     }
 }
 
-/// Whether `h` (a lease's struct) still describes `b` exactly: its owner moved no coordinate.
+/// Whether `h` (a binding's struct) still describes `b` exactly: its owner moved no coordinate.
 bool describes(const halide_buffer_t &h, const Buffer &b) {
     int n = b.ndim();
     if (h.dimensions != n) return false;
@@ -159,23 +159,23 @@ bool describes(const halide_buffer_t &h, const Buffer &b) {
 
 /// The live hl.Buffer to_halide() made for a view with b's geometry and mins, still bound; null
 /// when there is none.
-py::object live_lease(const Buffer &b) {
+py::object live_binding(const Buffer &b) {
     // The candidates first, each hl.Buffer held: checking one may let other threads run (the
-    // GIL released around the storage's lock), which may end other leases meanwhile.
-    std::vector<std::pair<py::object, HalideLease *>> candidates;
-    auto range = leases().by_storage.equal_range(b.keep_alive().get());
+    // GIL released around the storage's lock), which may end other bindings meanwhile.
+    std::vector<std::pair<py::object, HalideBinding *>> candidates;
+    auto range = bindings().by_storage.equal_range(b.keep_alive().get());
     for (auto it = range.first; it != range.second; ++it) {
-        HalideLease *lease = it->second;
-        const Buffer &v = lease->view;
+        HalideBinding *binding = it->second;
+        const Buffer &v = binding->view;
         if (v.data() != b.data() || &v.dtype() != &b.dtype() || v.shape() != b.shape() || v.strides() != b.strides())
             continue;
-        if (describes(*lease->external, b))
-            candidates.emplace_back(py::reinterpret_borrow<py::object>(lease->object), lease);
+        if (describes(*binding->external, b))
+            candidates.emplace_back(py::reinterpret_borrow<py::object>(binding->object), binding);
     }
     for (auto &[h, held] : candidates) {  // each alive while h is held
-        HalideLease *lease = held;  // a variable of its own: C++17 lambdas cannot capture a structured binding
+        HalideBinding *binding = held;  // a variable of its own: C++17 lambdas cannot capture a structured binding
         bool bound = false;
-        run_lease(lease->view, [&] { bound = lease->view.halide_bound(*lease->raw); });
+        without_gil_if_may_copy(binding->view, [&] { bound = binding->view.halide_bound(*binding->raw); });
         if (bound) return h;
     }
     return py::object();
@@ -191,14 +191,14 @@ py::object to_halide_object(py::handle self) {
             throw ValueError(std::string(kToHalide) + "(): min " + std::to_string(m) + " is outside Halide's "
                              "int32 coordinates; pass a view whose mins lie within -2**31 .. 2**31 - 1");
     }
-    if (py::object h = live_lease(b)) return h;  // bound already: one object, one state
+    if (py::object h = live_binding(b)) return h;  // bound already: one object, one state
     py::handle halide_buffer = halide_buffer_class(kToHalide);
     // Every refusal came first: the lease is the first change (a new hl.Buffer may be written on
     // the host before Halide marks anything).
-    run_lease(b, [&] { return b.lease_host(kToHalide, Access::write); });
-    auto owned = std::make_unique<HalideLease>(b.view());
-    HalideLease *lease = owned.get();
-    py::capsule base(owned.release(), &end_lease);  // from here the capsule owns the lease
+    without_gil_if_may_copy(b, [&] { return b.lease_host(kToHalide, Access::write); });
+    auto owned = std::make_unique<HalideBinding>(b.view());
+    HalideBinding *binding = owned.get();
+    py::capsule base(owned.release(), &end_binding);  // from here the capsule owns the binding
     std::vector<py::ssize_t> shape(b.shape().begin(), b.shape().end());
     std::vector<py::ssize_t> strides(b.strides().begin(), b.strides().end());
     py::object h;
@@ -217,11 +217,11 @@ py::object to_halide_object(py::handle self) {
         for (size_t i = b.mins().size(); i-- > 0;) mins.append(b.mins()[i]);
         h.attr("set_min")(mins);
     }
-    run_lease(b, [&] { lease->raw = lease->view.bind_halide(kToHalide, raw); });
-    lease->external = raw;
-    lease->object = h.ptr();
-    leases().by_storage.emplace(lease->view.keep_alive().get(), lease);
-    leases().by_struct[raw] = lease;
+    without_gil_if_may_copy(b, [&] { binding->raw = binding->view.bind_halide(kToHalide, raw); });
+    binding->external = raw;
+    binding->object = h.ptr();
+    bindings().by_storage.emplace(binding->view.keep_alive().get(), binding);
+    bindings().by_struct[raw] = binding;
     return h;
 }
 
@@ -242,16 +242,16 @@ Buffer buffer_from_halide(py::handle obj) {
                              "[640, 480])");
         throw;
     }
-    auto it = leases().by_struct.find(raw);
-    if (it != leases().by_struct.end()) {
+    auto it = bindings().by_struct.find(raw);
+    if (it != bindings().by_struct.end()) {
         // An hl.Buffer to_halide() made: a view of the storage it is bound to, with its mins.
-        HalideLease *lease = it->second;
+        HalideBinding *binding = it->second;
         bool bound = false;
-        run_lease(lease->view, [&] { bound = lease->view.halide_bound(*lease->raw); });
+        without_gil_if_may_copy(binding->view, [&] { bound = binding->view.halide_bound(*binding->raw); });
         if (bound) {
             std::vector<int64_t> mins(size_t(raw->dimensions));
             for (int i = 0; i < raw->dimensions; ++i) mins[size_t(raw->dimensions - 1 - i)] = raw->dim[i].min;
-            return lease->view.with_mins(mins);
+            return binding->view.with_mins(mins);
         }
     }
     return Buffer::from_halide(kFromHalide, raw, keep_object(obj));

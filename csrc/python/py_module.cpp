@@ -3,6 +3,7 @@
 #include <cstring>
 
 #include "core/errors.h"
+#include "core/live_counts.h"
 #include "python/py_glue.h"
 
 namespace hb {

@@ -78,9 +78,9 @@ py::handle rebuild_function() {
 
 /// The elements as one dense run: the view itself, or a copy in its memory order.
 Buffer dense_source(Buffer &b, bool out_of_band) {
-    if (!b.is_dense()) return run_lease(b, [&] { return b.current_host_copy("__reduce_ex__", CopyLayout::same_order); });
+    if (!b.is_dense()) return without_gil_if_may_copy(b, [&] { return b.current_host_copy("__reduce_ex__", CopyLayout::same_order); });
     // Out of band, the consumer gets our memory, writable unless it is read-only.
-    run_lease(b, [&] { return b.lease_host("__reduce_ex__", out_of_band ? Access::may_write : Access::read); });
+    without_gil_if_may_copy(b, [&] { return b.lease_host("__reduce_ex__", out_of_band ? Access::may_write : Access::read); });
     return b.view();
 }
 
@@ -142,7 +142,7 @@ Buffer rebuild_shared(int fd, int64_t offset, py::handle dtype, py::handle shape
 
 Buffer copy_of_buffer(py::handle self) {
     Buffer &b = buffer_of(self.ptr());
-    return run_lease(b, [&] { return b.current_host_copy("__deepcopy__", CopyLayout::same_order); });
+    return without_gil_if_may_copy(b, [&] { return b.current_host_copy("__deepcopy__", CopyLayout::same_order); });
 }
 
 /// A class whose objects belong to this process (a device's context and queue, a process's

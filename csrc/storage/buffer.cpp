@@ -14,6 +14,7 @@
 #include <unistd.h>
 
 #include "core/errors.h"
+#include "core/live_counts.h"
 #include "core/strided.h"
 #include "core/text.h"
 

@@ -6,266 +6,26 @@
 // raw() publishes lists the same axes reversed (dim 0 innermost), strides in elements.
 #pragma once
 
-#include <atomic>
 #include <cstdint>
 #include <memory>
 #include <mutex>
-#include <variant>
 #include <vector>
 
 #include "abi/halide_abi.h"
 #include "core/axes.h"
 #include "core/dtype.h"
 #include "core/layout.h"
-#include "core/live_counts.h"
 #include "device/device.h"
-#include "device/device_interface.h"
-#include "storage/shared_segment.h"
+#include "storage/lease.h"
+#include "storage/raw_view.h"
+#include "storage/storage.h"
 
 namespace hb {
-
-/// Whose a storage's host memory is: each kind holds what only it needs, and what it holds
-/// goes with the storage (~Storage).
-namespace host_memory {
-/// Allocated here (128-byte aligned, zero-filled): `allocation` freed, or its `mapped_bytes` of
-/// pages of its own unmapped; neither for a small block in the storage's own allocation.
-struct Owned {
-    void *allocation = nullptr;
-    size_t mapped_bytes = 0;
-};
-/// Someone else's: `owner` keeps it alive until the storage dies.
-struct Borrowed {
-    std::shared_ptr<void> owner;
-};
-/// A shared-memory segment other processes may map: unmapped with the storage.
-struct Shared {
-    std::unique_ptr<SharedSegment> segment;
-};
-}  // namespace host_memory
-using HostMemory = std::variant<host_memory::Owned, host_memory::Borrowed, host_memory::Shared>;
-
-/// Whose a storage's device allocation is: the one state Storage::release_device() frees by.
-namespace device_memory {
-/// No device allocation: the host copy is the only one.
-struct None {};
-/// Allocated by us on `device`; freed through our interface (retired while lent).
-struct Owned {
-    std::shared_ptr<Device> device;
-};
-/// Someone else's native memory (device_wrap_native) on `device`, kept alive by `owner`; freed
-/// or detached through our interface, the owner handed back.
-struct Wrapped {
-    std::shared_ptr<Device> device;
-    std::shared_ptr<void> owner;
-};
-/// Allocated by a pipeline's own Halide runtime; freed through the interface it set, with
-/// `call_device`, the device of the call whose runtime made it (null: none known), or by the
-/// runtime itself, or by a bound hl.Buffer.
-struct Runtime {
-    std::shared_ptr<Device> call_device;
-};
-}  // namespace device_memory
-using DeviceMemory =
-    std::variant<device_memory::None, device_memory::Owned, device_memory::Wrapped, device_memory::Runtime>;
-
-/// What a storage holds of devices, made on its first device operation (Storage::device_side()):
-/// a storage that never meets a device carries none of it.
-struct DeviceSide {
-    DeviceMemory memory;
-    /// Device memory consumers were handed without a reference of their own, freed since:
-    /// released when the storage dies (see Device::retire_lent).
-    std::vector<std::shared_ptr<void>> lent_memory;
-    Transfers transfers;  ///< every copy of this storage's bytes
-};
-
-/// Why a storage's device allocation ends (Storage::release_device()).
-enum class DeviceRelease : uint8_t {
-    free,    ///< device_free(), a switch of device or interface: freed now, or retired while lent
-    detach,  ///< device_detach_native(): wrapped memory handed back to its owner, not freed
-    gone,    ///< the pipeline runtime that made it freed it through a view (let_go()): forgotten
-    dying,   ///< the storage dies: freed, failures ignored, unless its hl.Buffer's struct shows it
-};
-
-struct RawView;
-struct Storage;
-
-/// The mark a writable host lease left (host_dirty set), for a lease nobody may take up: a
-/// DLPack capsule no consumer took. withdraw() takes the mark back when nothing has happened
-/// to the storage since; otherwise (or when the lease set nothing) it does nothing.
-class HostWriteLease {
-public:
-    void withdraw();
-
-private:
-    friend class Buffer;
-    std::shared_ptr<Storage> storage_;  ///< null: nothing to withdraw
-    uint64_t generation_ = 0;           ///< the storage's generation right after the lease
-};
-
-/// What a consumer handed a buffer's memory does with it, which picks its lease
-/// (Buffer::lease_host(), Buffer::lease_device()).
-enum class Access : uint8_t {
-    read,       ///< reads only: a read lease
-    write,      ///< writes: a write lease; ReadOnlyError over read-only memory
-    /// may write where the memory allows (DLPack, the CUDA array interface, an out-of-band
-    /// pickle): a write lease, or a read lease over read-only memory
-    may_write,
-};
-
-/// A host lease as handed out (Buffer::lease_host()).
-struct HostLease {
-    bool writable = false;  ///< a write lease: the consumer may write
-    HostWriteLease mark;    ///< a write lease's mark, for a consumer that may never come
-};
 
 /// How Buffer::current_host_copy() lays out its copy.
 enum class CopyLayout : uint8_t {
     c_order,     ///< C-contiguous, mins 0 (copy())
     same_order,  ///< dense in the view's memory order, with its mins (copy_keeping_layout())
-};
-
-/// The device an operation names: `device` is used when the buffer has no device copy yet;
-/// when it has one elsewhere, the call is refused if `required`, else it uses that one.
-struct DeviceChoice {
-    std::shared_ptr<Device> device;
-    bool required = false;
-    /// An export for a consumer of `device`'s kind: a storage found on a device of another kind
-    /// (another thread moved it since the caller looked) is refused before any lease is taken.
-    bool same_kind = false;
-};
-
-/// Memory and residency state shared by a buffer and every view of it. `mutex` guards all of
-/// it (and every view's published halide_buffer_t): one lock per storage.
-struct Storage {
-    uint8_t *host = nullptr;          ///< element at index 0 of the first view (owned: aligned start)
-    HostMemory host_memory;           ///< whose `host` is
-    bool readonly = false;            ///< the memory must not be written through us
-    bool external_writes = false;     ///< borrowed writable memory its owner may write at any time
-
-    /// The lock and the GIL: a thread holding this lock never waits for the GIL (a contended
-    /// lock is waited for with the GIL released: StorageOp), and never drops the last reference
-    /// to something Python may own, which could run Python code that takes this or another
-    /// storage's lock: StorageOp::defer() keeps it until the lock is let go. Two storages are
-    /// locked in address order.
-    std::mutex mutex;
-    /// The whole storage as Halide sees it (the first view's geometry). Its flags, device and
-    /// device_interface are THE residency state; every device operation is a call through
-    /// root.device_interface on it, so one transfer always moves the whole storage.
-    halide_buffer_t root{};
-    /// Makes room for the root's `n` dimensions, zeroed, and points root.dim (null for none) and
-    /// root.dimensions at them: in the storage itself for up to four, the usual case, else on
-    /// the heap.
-    halide_dimension_t *make_root_dims(int n);
-    /// What the storage holds of devices, made on first use (the caller holds `mutex`).
-    DeviceSide &device_side() {
-        if (!device_side_) device_side_ = std::make_unique<DeviceSide>();
-        return *device_side_;
-    }
-    /// The device side, if made.
-    const DeviceSide *device_side_if_made() const { return device_side_.get(); }
-    /// Whose the device allocation is (None without a device side).
-    const DeviceMemory &device_memory() const;
-    /// The device our or wrapped device memory lives on; null for none, or a runtime's.
-    const std::shared_ptr<Device> &device() const;
-    /// The device allocation is a pipeline runtime's.
-    bool runtime_memory() const { return std::holds_alternative<device_memory::Runtime>(device_memory()); }
-    /// Copies and bytes moved for this storage so far (none without a device side).
-    const Transfers &transfers() const;
-    /// Our or wrapped device memory is the same memory on `to` from now on (another stream of
-    /// the device: Device::take_over()).
-    void move_device(std::shared_ptr<Device> to);
-    std::atomic<bool> ever_on_device{false};  ///< read without the lock: may a lease copy?
-    std::atomic<int> published_views{0};      ///< raw_views.size(), read without the lock
-    std::atomic<bool> host_flag_cleared{false};  ///< host_dirty was ever cleared (read without the lock)
-    /// Who may hold a pointer into the host memory that no view accounts for: live buffer-protocol
-    /// exports, and whether an ndarray view was ever handed out (its lifetime is NumPy's).
-    /// share_memory() moves a heap block only when both are zero.
-    std::atomic<int> host_exports{0};
-    std::atomic<bool> ndarray_handed_out{false};
-    std::vector<RawView *> raw_views;      ///< halide_buffer_t's handed to foreign code, still alive
-    /// The owner's own halide_buffer_t (an hl.Buffer's, see Buffer::bind()), published for the
-    /// storage's whole life; null for other storages.
-    std::unique_ptr<RawView> bound;
-    uint64_t generation = 0;               ///< counts residency operations (see HostWriteLease)
-
-private:
-    std::unique_ptr<DeviceSide> device_side_;
-    halide_dimension_t root_dims_in_place_[4]{};
-    std::unique_ptr<halide_dimension_t[]> root_dims_on_heap_;
-
-public:
-
-    Storage() = default;
-    Storage(const Storage &) = delete;
-    Storage &operator=(const Storage &) = delete;
-    ~Storage();
-
-    // The rules (residency.cpp; taking in and publishing views: raw_views.cpp); the caller holds `mutex`.
-    uint64_t effective_flags() const;
-    /// Takes in what foreign code wrote into published views: flags, device memory.
-    void absorb_raw_views();
-    void absorb(RawView &r);
-    void let_go(RawView &r);     ///< foreign code freed what a view showed
-    bool bring_home(RawView &r);  ///< a pipeline's allocation for part of the storage
-    int copy_root_home();        ///< the interface's copy_to_host on the root; Halide's code
-    void download(const char *entry);
-    void allocate_device(const char *entry, const DeviceChoice &on);  ///< device memory on `on`, if none yet
-    void upload(const char *entry, const DeviceChoice &on);
-    /// Frees the device allocation (device_free()): refused while a running pipeline call computes
-    /// in it (refuse_lent()); a newer device copy comes home first.
-    std::shared_ptr<void> free_device(const char *entry);
-    /// The one place a device allocation ends, as its DeviceMemory says, for `how`: after it
-    /// the storage has none and no view shows it. Returns a wrapped allocation's owner, for the
-    /// caller to drop after the lock (StorageOp::defer()).
-    std::shared_ptr<void> release_device(const char *entry, DeviceRelease how);
-    void adopt_allocation();     ///< our new allocation: its copies move and count this storage
-    /// The device every operation on the device copy runs with (TargetDevice): the one it lives
-    /// on, or for a pipeline runtime's allocation the device of the call that made it, whose
-    /// context that runtime's hooks must be given.
-    Device *operation_device() const;
-    void forget_view_handles();
-    /// BufferError naming `entry` while a running pipeline call computes in the device copy (a
-    /// lent view shows it): it must not be freed or moved under the call.
-    void refuse_lent(const char *entry) const;
-    /// Whether a pipeline runtime computing on `on` can be shown a part of the storage in our
-    /// device memory as it is (it computes in place): the part's element at index 0 lies
-    /// `offset` bytes past the root's, `forward` says no stride is negative, and the device can
-    /// show a part starting there (Device::shows_part; in the allocation it holds of this
-    /// storage, or a new one). Never for a storage bound to an hl.Buffer, nor for memory its
-    /// owner may write at any time (external_writes: the whole storage would go up every call).
-    bool part_in_place(const Device &on, int64_t offset, bool forward) const;
-    /// BufferError naming `entry` for a bound storage: our device memory never goes into its
-    /// owner's halide_buffer_t, whose device copy only Halide's runtime makes.
-    void refuse_bound(const char *entry) const;
-    /// Writes the shared state into a view's halide_buffer_t (may_copy: downloading first when
-    /// the device copy is one the view cannot show).
-    void publish(RawView &r, bool may_copy);
-    void publish_all();
-};
-
-/// A view's halide_buffer_t handed to foreign code (see Buffer::raw(); raw_views.cpp).
-struct RawView {
-    halide_buffer_t buf{};
-    std::vector<halide_dimension_t> dims;
-    uint64_t published = 0;         ///< flags as last written into buf
-    uint64_t published_device = 0;  ///< device as last written into buf
-    std::shared_ptr<void> handle;  ///< the backend's handle object for buf.device, if it needs one
-    const halide_device_interface_t *shown_as = nullptr;  ///< see Buffer::raw()
-    /// The device of the pipeline call it was last handed to (TargetDevice then; null outside
-    /// one): a runtime's allocation in it is copied home and freed with that device.
-    std::shared_ptr<Device> call_device;
-    /// A halide_buffer_t someone else owns describing the same memory (an hl.Buffer's, see
-    /// Buffer::bind()): its device, device_interface, flags and padding are taken into `buf`
-    /// before each absorb (pull) and written back after each publish (push). Cleared for good
-    /// when it stops describing the memory `buf` does (its owner changed its geometry in place).
-    halide_buffer_t *external = nullptr;
-    /// Lent to a running pipeline call (Buffer::lend()): every other operation on the storage
-    /// leaves it alone (its runtime may be reading and writing it with no lock held) until the
-    /// call gives it back. Set under the storage's lock; cleared without it by the calling
-    /// thread when the call left nothing to take in (Buffer::take_back()).
-    std::atomic<bool> lent{false};
-    void pull();
-    void push() const;
 };
 
 /// One axis of an index expression, already normalised to positions by the caller.
@@ -283,9 +43,6 @@ struct Index {
     /// The next axis's index; the caller gives at most one per axis of the buffer.
     void push_back(const AxisIndex &a) { axes[size++] = a; }
 };
-
-/// Drops a dying shared storage from the table from_shared() finds storages in.
-void forget_shared_storage(uint64_t identity);
 
 class Buffer {
 public:
@@ -453,7 +210,7 @@ public:
         std::shared_ptr<Device> device;
     };
     // The leases of consumers (leases.cpp): every export, pickle, copy and hand-over takes one
-    // of these, so each rule is written once. The bindings run them by run_lease()'s rule.
+    // of these, so each rule is written once. The bindings run them by without_gil_if_may_copy()'s rule.
     /// Whether a consumer doing `access` gets a write lease: for Access::write, and for
     /// Access::may_write over writable memory.
     bool lease_writes(Access access) const {
@@ -571,8 +328,8 @@ private:
     /// Lease for a reader of the host memory: the host copy becomes current.
     void begin_host_read();
     /// Lease for a writer of the host memory: current, then host dirty. The result can take the
-    /// mark back if the writer never comes (see HostWriteLease).
-    HostWriteLease begin_host_write(const char *entry);
+    /// mark back if the writer never comes (see HostWriteMark).
+    HostWriteMark begin_host_write(const char *entry);
     /// Lease for a device consumer: the device copy becomes current (as copy_to_device(on))
     /// and, for a writer of writable memory, device dirty.
     DeviceView begin_device_use(const char *entry, const DeviceChoice &on, bool write);

@@ -13,6 +13,7 @@
 
 #include "core/constants.h"
 #include "core/errors.h"
+#include "core/live_counts.h"
 #include "storage/buffer.h"
 #include "storage/storage_op.h"
 
@@ -393,10 +394,10 @@ void Buffer::begin_host_read() {
     storage_->download("copy_to_host");
 }
 
-HostWriteLease Buffer::begin_host_write(const char *entry) {
+HostWriteMark Buffer::begin_host_write(const char *entry) {
     if (storage_->readonly)
         throw read_only_memory(entry);
-    HostWriteLease lease;
+    HostWriteMark lease;
     if (residency_untouched()) return lease;  // host_dirty since construction: nothing to change
     StorageOp op(*storage_);
     Storage &s = *storage_;
@@ -409,7 +410,7 @@ HostWriteLease Buffer::begin_host_write(const char *entry) {
     return lease;
 }
 
-void HostWriteLease::withdraw() {
+void HostWriteMark::withdraw() {
     if (!storage_) return;
     std::shared_ptr<Storage> storage = std::move(storage_);  // outlives the lock
     std::unique_lock<std::mutex> lock(storage->mutex, std::try_to_lock);
