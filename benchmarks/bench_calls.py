@@ -20,10 +20,13 @@ run; its figure is ours / peer, and its goal the largest ratio the project aims 
   ``halide.Buffer(a)`` (goal <= 0.8).
 * ``np.asarray(hb.Buffer.from_halide(h))`` against ``np.asarray(h)``: goal <= 1.5.
 * ``np.asarray(b)`` against ``np.asarray(n)``: goal <= 1.0.
+* ``p(bi, 3, bo)`` through ``hb.aot`` on Buffers against the FASTCALL limit of the same call
+  (``bench_aot_calls.py``'s ``peer_fastcall_aot.cpp``: one ``METH_FASTCALL`` function over the
+  pipeline's entry point with the two ``halide_buffer_t`` addresses taken once): goal <= 2.0.
 * Informational: ``id(b)``, the floor of the loop.
 
 The pipeline and the extension are built when the script runs, by ``bench_pipelines.py`` (its
-``add_k_func`` on float32); the nanobind peer is
+``add_k_func`` on float32), the FASTCALL limit by ``bench_aot_calls.py``; the nanobind peer is
 ``bench_dlpack.py``'s. A row whose peer cannot be built (no ``halide`` wheel, no compiler, no
 nanobind) is reported skipped, with the reason; the rest still runs.
 
@@ -114,6 +117,7 @@ ROWS = [
     Row("from_halide", "np.asarray(Buffer.from_halide(h)) / np.asarray(h)", "asarray_from_halide",
         "asarray_halide", 1.5),
     Row("asarray", "np.asarray(b) / np.asarray(n), nanobind", "asarray_buffer", "asarray_nanobind", 1.0),
+    Row("aot_limit", "p(bi, 3, bo): hb.aot on Buffers / FASTCALL limit", "aot_buffers", "fastcall_limit", 2.0),
 ]
 
 
@@ -148,7 +152,7 @@ def build_all(workdir):
     """Everything the rows need that is built at run time, as paths a child process can load
     (see load_all()): {"halide": bool, "library", "extension", "nanobind": path or None,
     "reasons": {what: why it is missing}}."""
-    spec = {"halide": False, "library": None, "extension": None, "nanobind": None, "reasons": {}}
+    spec = {"halide": False, "library": None, "extension": None, "limit": None, "nanobind": None, "reasons": {}}
     try:
         import halide as hl
     except ImportError as e:
@@ -158,6 +162,13 @@ def build_all(workdir):
         paths, reasons = build_pipeline(hl, workdir)
         spec.update(paths)
         spec["reasons"].update(reasons)
+        from bench_aot_calls import build_limit
+
+        module, why = build_limit(hl, workdir)
+        if module is None:
+            spec["reasons"]["limit"] = why
+        else:
+            spec["limit"] = module.__file__
     # bench_dlpack.py's nanobind ndarray. Importing bench_dlpack imports PyTorch, which no row
     # needs: only this process does, never the counting child.
     from bench_dlpack import build_peer
@@ -174,7 +185,7 @@ def build_all(workdir):
 class Loaded:
     """What load_all() made of a spec: the modules and objects the cases call."""
 
-    hl = p = f = nb = None
+    hl = p = f = nb = limit = fn = None
 
 
 def import_from(path, name):
@@ -192,6 +203,9 @@ def load_all(spec):
         got.hl = hl
     if spec["library"]:
         got.p = hb.aot.load(spec["library"], PIPELINE)
+        got.fn = ctypes.CDLL(spec["library"])[PIPELINE]  # the library hb.aot opened: the same runtime
+    if spec["limit"] and got.fn is not None:
+        got.limit = import_from(Path(spec["limit"]), "peer_fastcall_aot")
     if spec["extension"]:
         got.f = getattr(import_from(Path(spec["extension"]), PIPELINE), PIPELINE)
     if spec["nanobind"]:
@@ -209,6 +223,14 @@ def inputs():
     return a, np.zeros(SMALL, np.float32), hb.Buffer(SMALL, "float32")
 
 
+def bound_limit(got, bi, bo):
+    """The FASTCALL limit's call bound to the pipeline and to bi and bo (the module keeps one
+    binding: the latest)."""
+    got.limit.bind(ctypes.cast(got.fn, ctypes.c_void_p).value, bi, bi._get_raw_halide_buffer_t(),
+                   bo, bo._get_raw_halide_buffer_t())
+    return got.limit.call
+
+
 def make_cases(got):
     """Every case the rows name that can run here, and the id() floor. The same cases are timed
     in this process or counted in the child."""
@@ -218,6 +240,14 @@ def make_cases(got):
     if got.p is not None:
         cases.append(Case("aot_ndarrays", "p(a, 3, o), hb.aot", "p(a, k, o)", {"p": got.p, "a": a, "k": K, "o": o},
                           "ours"))
+    if got.p is not None:
+        bi, bo = hb.Buffer.from_host(a.copy()), hb.Buffer(SMALL, "float32")
+        cases.append(Case("aot_buffers", "p(bi, 3, bo), hb.aot on Buffers", "p(a, k, o)",
+                          {"p": got.p, "a": bi, "k": K, "o": bo}, "ours"))
+    if got.limit is not None:
+        bi, bo = hb.Buffer.from_host(a.copy()), hb.Buffer(SMALL, "float32")
+        cases.append(Case("fastcall_limit", "c(bi, 3, bo), the FASTCALL limit", "c(a, k, o)",
+                          {"c": bound_limit(got, bi, bo), "a": bi, "k": K, "o": bo}, "peer"))
     if got.f is not None:
         cases.append(Case("extension_ndarrays", "f(a, 3, o), generated extension", "f(a, k, o)",
                           {"f": got.f, "a": a, "k": K, "o": o.copy()}, "peer"))
@@ -262,6 +292,14 @@ def sanity_checks(got):
         got.f(a, K, o2)
         if not np.array_equal(o2, a + K):
             problems.append("the generated extension f(a, 3, o) did not write a + 3 into o")
+    if got.p is not None:
+        bi, bo = hb.Buffer.from_host(a.copy()), hb.Buffer(SMALL, "float32")
+        if got.p(bi, K, bo) is not bo or not np.array_equal(np.asarray(bo), a + K):
+            problems.append("hb.aot p(bi, 3, bo) on Buffers did not write a + 3 into bo")
+    if got.limit is not None:
+        bi, bo = hb.Buffer.from_host(a.copy()), hb.Buffer(SMALL, "float32")
+        if bound_limit(got, bi, bo)(bi, K, bo) is not bo or not np.array_equal(np.asarray(bo), a + K):
+            problems.append("the FASTCALL limit c(bi, 3, bo) did not write a + 3 into bo")
     if np.asarray(b[1:3]).shape != (2, 4):
         problems.append(f"b[1:3] has shape {np.asarray(b[1:3]).shape}, not (2, 4)")
     if np.asarray(hb.Buffer.from_host(a)).__array_interface__["data"][0] != a.__array_interface__["data"][0]:
@@ -287,6 +325,8 @@ NEEDS = {
     "asarray_from_halide": ("halide",),
     "asarray_halide": ("halide",),
     "asarray_nanobind": ("nanobind",),
+    "aot_buffers": ("halide", "pipeline"),
+    "fastcall_limit": ("halide", "pipeline", "limit"),
 }
 
 
