@@ -81,7 +81,7 @@ int current_work_stream(DLDeviceType type, int32_t id, void **out) {
     return c_call([&] {
         // Host memory has no stream to order work on; a CUDA device's is its default device's.
         *out = type == kDLCUDA
-                   ? reinterpret_cast<void *>(cuda_device(id, "DLPackCurrentWorkStream")->stream_number())
+                   ? reinterpret_cast<void *>(embedder_cuda_device(id, "DLPackCurrentWorkStream")->stream_number())
                    : nullptr;
         return 0;
     });
@@ -170,7 +170,8 @@ std::optional<Buffer> exchange_import(py::handle obj, int copy) {
             throw error;
         }
         try {
-            cuda_device(where.device_id, "from_dlpack")->order_after(stream_of_number(reinterpret_cast<uintptr_t>(stream)));
+            embedder_cuda_device(where.device_id, "from_dlpack")
+                ->order_after(stream_of_number(reinterpret_cast<uintptr_t>(stream)));
         } catch (...) {
             if (m->deleter) m->deleter(m);
             throw;
