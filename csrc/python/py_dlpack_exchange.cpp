@@ -56,6 +56,9 @@ int from_py_object(void *py_object, DLManagedTensorVersioned **out) {
         Buffer &b = buffer_of(static_cast<PyObject *>(py_object));
         std::shared_ptr<CudaDevice> cuda = cuda_device_of(b);
         // What __dlpack__() does (the same lease), without a capsule: a host lease's mark stays.
+        // Nothing of __dlpack__'s plan (plan_export()) is left to decide: the tensor is
+        // versioned (its flags say read-only and padded), no device or copy is asked for, and
+        // "no sync" is answered by finishing our stream's work below.
         Placement at = without_gil_if_may_copy(b, [&] {
             Placement p = lease_export(b, "__dlpack__", cuda);
             // "No sync" leaves ordering to the consumer, who knows its stream only as the
