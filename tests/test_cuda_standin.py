@@ -349,6 +349,41 @@ def test_dlpack_on_the_device_both_ways(gpu, name):
     np.testing.assert_array_equal(bits_of(np.asarray(back)), bits_of(src))
 
 
+def test_dlpack_arguments_of_a_device_buffer(gpu):
+    """__dlpack__'s rules for data on a CUDA device (interop/dlpack.cpp's plan_export()), as
+    tests/test_cuda.py checks them on a GPU, and the plans carried out."""
+    b = ramp((4,))
+    b.copy_to_device(gpu)
+    with pytest.raises(BufferError, match=r"__dlpack__\(\): stream=0 is ambiguous and disallowed by DLPack"):
+        b.__dlpack__(stream=0)
+    for number in (-2, 2**64, -2**64):  # negative, or beyond 64 bits either way
+        with pytest.raises(BufferError, match=rf"__dlpack__\(\): stream {number} is no stream; pass None, -1"):
+            b.__dlpack__(stream=number)
+    for value, text in (("1", "'1'"), (True, "True"), (1.0, "1.0")):
+        with pytest.raises(TypeError, match=rf"__dlpack__\(\): stream must be an int or None, not {text}"):
+            b.__dlpack__(stream=value)
+    with pytest.raises(BufferError, match=r"__dlpack__\(\): copy=True of data on a CUDA device is not supported"):
+        b.__dlpack__(copy=True)
+    with pytest.raises(BufferError, match=r"__dlpack__\(\): stream=0 is ambiguous"):  # the stream's rule first
+        b.__dlpack__(copy=True, stream=0)
+    with pytest.raises(BufferError, match=r"__dlpack__\(\): dl_device \(2, 1\) is not where the data is \(2, 0\)"):
+        b.__dlpack__(dl_device=(2, 1))
+    with pytest.raises(BufferError, match=r"__dlpack__\(\): stream must be None for data on the CPU, not 1"):
+        b.__dlpack__(dl_device=(1, 0), stream=1)
+    for stream in (None, -1, 1, 2):
+        back = hb.from_dlpack(b.__dlpack__(stream=stream, max_version=(1, 0), dl_device=(2, 0)))
+        assert back.__dlpack_device__() == (2, 0) and back.device_dirty()
+        assert interface_of(back)["data"][0] == interface_of(b)["data"][0]
+    # The host copy on request: a download first, then a host lease like any CPU export.
+    b.set_device_dirty()
+    moves = Moves(b)
+    host = hb.from_dlpack(b.__dlpack__(dl_device=(1, 0), max_version=(1, 0)))
+    assert moves() == down(16) and b.host_dirty() and host.__dlpack_device__() == (1, 0)
+    np.testing.assert_array_equal(np.asarray(host), np.arange(4))
+    copied = hb.from_dlpack(b.__dlpack__(dl_device=(1, 0), copy=True))  # writable: a legacy capsule will do
+    np.testing.assert_array_equal(np.asarray(copied), np.arange(4))
+
+
 def test_device_wrap_native_at_an_offset_and_detach(gpu):
     p = Producer(np.arange(64, dtype=np.float32))
     b = hb.Buffer((16,), "float32")

@@ -15,6 +15,14 @@ std::shared_ptr<CudaDevice> cuda_device_of(Buffer &b) {
     return device;
 }
 
+std::shared_ptr<CudaDevice> embedder_cuda_device(int ordinal, const char *entry) {
+    auto device = std::dynamic_pointer_cast<CudaDevice>(embedder().cuda_device(ordinal, entry));
+    if (!device)
+        throw BufferError(std::string(entry) + "(): the data is on CUDA device " + std::to_string(ordinal) +
+                          ", and no CUDA device of that ordinal was found");
+    return device;
+}
+
 CudaLease lease_cuda(Buffer &b, const char *entry, const std::shared_ptr<CudaDevice> &device) {
     Buffer::DeviceView v = b.lease_device(entry, DeviceChoice{device, false, true}, Access::may_write);
     auto on = std::dynamic_pointer_cast<CudaDevice>(v.device);  // where the lease ended

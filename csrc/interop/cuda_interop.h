@@ -16,6 +16,11 @@ namespace hb {
 /// storage in between (the embedder's after_device_lookup() runs there, for tests to force it).
 std::shared_ptr<CudaDevice> cuda_device_of(Buffer &b);
 
+/// The embedder's CUDA device of `ordinal` (Embedder::cuda_device(): the package's default
+/// device of it, in Python), which the data or stream named by `entry` is on. BufferError
+/// naming `entry` where the machine has no such device, or the embedder offers none of CUDA's kind.
+std::shared_ptr<CudaDevice> embedder_cuda_device(int ordinal, const char *entry);
+
 /// What a consumer of a buffer's CUDA device copy is handed (lease_cuda()).
 struct CudaLease {
     uint8_t *first;                      ///< the view's element at index 0, in device memory

@@ -1,4 +1,5 @@
-// dlpack.cpp: managed tensors of our buffers, and the checks every imported tensor passes.
+// dlpack.cpp: what an export does (plan_export(): DLPack's rules for __dlpack__'s arguments),
+// managed tensors of our buffers, and the checks every imported tensor passes.
 #include "interop/dlpack.h"
 
 #include <cstring>
@@ -115,6 +116,79 @@ Placement lease_export(Buffer &b, const char *entry, const std::shared_ptr<CudaD
     }
     at.lease = b.lease_host(entry, Access::may_write).mark;
     return at;
+}
+
+namespace {
+
+constexpr const char *kExport = "__dlpack__";
+
+/// How messages name a stream= argument: its repr as the binding gave it, else the integer.
+std::string stream_text(const StreamArg &s) {
+    if (!s.text.empty() || s.kind != StreamArg::Kind::integer) return s.text;
+    return (s.negative ? "-" : "") + std::to_string(s.magnitude);
+}
+
+/// The consumer's stream of a CUDA export (DLPack's rule): None is the legacy default stream
+/// (1), -1 asks for no synchronisation, 0 is ambiguous and refused, and so is any other
+/// negative number or one beyond 64 bits.
+std::optional<uintptr_t> consumer_stream(const StreamArg &s) {
+    using Kind = StreamArg::Kind;
+    if (s.kind == Kind::none) return uintptr_t(1);
+    if (s.kind == Kind::other)
+        throw TypeError(std::string(kExport) + "(): stream must be an int or None, not " + stream_text(s) +
+                        "; pass the consumer's stream handle, or None");
+    if (s.negative && s.fits && s.magnitude == 1) return std::nullopt;
+    if (!s.negative && s.fits && s.magnitude == 0)
+        throw BufferError(std::string(kExport) + "(): stream=0 is ambiguous and disallowed by DLPack; pass 1 "
+                          "for the legacy default stream, 2 for the per-thread one, or the stream's handle");
+    if (s.negative || !s.fits)
+        throw BufferError(std::string(kExport) + "(): stream " + stream_text(s) +
+                          " is no stream; pass None, -1 (no synchronisation) or a stream number");
+    return uintptr_t(s.magnitude);
+}
+
+}  // namespace
+
+ExportPlan plan_export(const Buffer &b, DLDevice here, const ExportRequest &r) {
+    ExportPlan plan;
+    plan.at = here;
+    if (r.dl_device) {
+        auto [type, id] = *r.dl_device;
+        if (type == kDLCPU && id == 0) {  // any buffer's host copy can be handed out
+            plan.at = DLDevice{kDLCPU, 0};
+        } else if (type != here.device_type || id != here.device_id) {
+            throw BufferError(std::string(kExport) + "(): dl_device (" + str(type) + ", " + str(id) +
+                              ") is not where the data is (" + str(here.device_type) + ", " +
+                              str(here.device_id) + "); ask for dl_device=None, (1, 0) or the device of "
+                              "__dlpack_device__()");
+        }
+    }
+    plan.versioned = r.max_version && r.max_version->first >= 1;
+    const DType &t = b.dtype();
+    if (!plan.versioned && t.dlpack_padded)
+        throw BufferError(std::string(kExport) + "(): " + t.name + " is stored one element per byte, "
+                          "which only a versioned capsule can say (the padded flag of DLPack 1.1); "
+                          "call __dlpack__(max_version=(1, 1))");
+    if (!plan.versioned && b.readonly() && r.copy != 1)
+        throw BufferError(std::string(kExport) + "(): the buffer is read-only, which a legacy capsule "
+                          "cannot say; call __dlpack__(max_version=(1, 0)), or copy=True");
+    if (plan.on_cuda()) {
+        plan.wait_stream = consumer_stream(r.stream);
+        if (r.copy == 1)
+            throw BufferError(std::string(kExport) + "(): copy=True of data on a CUDA device is not supported; "
+                              "ask for a host copy with dl_device=(1, 0), copy=True");
+        return plan;
+    }
+    // Streams order work on a GPU; host data has none to order.
+    if (r.stream.kind != StreamArg::Kind::none)
+        throw BufferError(std::string(kExport) + "(): stream must be None for data on the CPU, not " +
+                          stream_text(r.stream) + "; pass stream=None (host data has no stream to order)");
+    plan.copy = r.copy == 1;
+    return plan;
+}
+
+ExportPlan plan_export(const Buffer &b, const std::shared_ptr<CudaDevice> &gpu, const ExportRequest &r) {
+    return plan_export(b, gpu ? DLDevice{kDLCUDA, gpu->ordinal()} : DLDevice{kDLCPU, 0}, r);
 }
 
 DLPackVersion dlpack_version_for(const DType &t) {
@@ -325,10 +399,7 @@ Buffer adopt_cuda(const DLImport &in, std::shared_ptr<void> owner, int copy, boo
     if (in.readonly && copy != 1)
         throw BufferError(std::string(kImport) + "(): the CUDA tensor is read-only, and a buffer's device "
                           "copy is written by uploads; pass copy=True for a copy of its values");
-    auto device = std::dynamic_pointer_cast<CudaDevice>(embedder().cuda_device(in.device.device_id, kImport));
-    if (!device)
-        throw BufferError(std::string(kImport) + "(): the data is on CUDA device " + str(in.device.device_id) +
-                          ", and no CUDA device of that ordinal was found");
+    std::shared_ptr<CudaDevice> device = embedder_cuda_device(in.device.device_id, kImport);
     std::vector<int64_t> bytes = byte_strides(in.strides, in.dtype->itemsize);
     bool copy_now = copy == 1 && !in.copied && !producer_copied;
     std::optional<Buffer> out;

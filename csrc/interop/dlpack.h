@@ -1,12 +1,16 @@
-// dlpack.h: DLPack exchange without Python: managed tensors of our buffers and the lease an
-// export takes (export), the checked description of someone else's tensor and what becomes of
-// it (import). The capsule path (__dlpack__, from_dlpack: py_dlpack.cpp) and the C exchange API
-// (py_dlpack_exchange.cpp) both decide here; the bindings only convert Python objects.
+// dlpack.h: DLPack exchange without Python: what an export does (its plan), managed tensors of
+// our buffers and the lease an export takes (export), the checked description of someone
+// else's tensor and what becomes of it (import). The capsule path (__dlpack__, from_dlpack:
+// py_dlpack.cpp) and the C exchange API (py_dlpack_exchange.cpp) both decide here; the
+// bindings only convert Python objects.
 #pragma once
 
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
+#include <string>
+#include <utility>
 #include <vector>
 
 #include "abi/dlpack_abi.h"
@@ -39,6 +43,56 @@ struct Placement {
 /// writable lease unless the memory is read-only (Buffer::lease_host(), its mark kept in the
 /// placement). It may copy: the bindings run it by without_gil_if_may_copy()'s rule.
 Placement lease_export(Buffer &b, const char *entry, const std::shared_ptr<CudaDevice> &cuda);
+
+/// __dlpack__'s stream= as the binding read it: None, an integer (sign and magnitude: DLPack's
+/// stream numbers and handles reach 2**64 - 1), or anything else.
+struct StreamArg {
+    enum class Kind : uint8_t { none, integer, other };
+    Kind kind = Kind::none;
+    bool negative = false;   ///< an integer below zero
+    bool fits = true;        ///< an integer whose magnitude fits in 64 bits
+    uint64_t magnitude = 0;  ///< an integer's absolute value, when it fits
+    /// How messages name it (its repr): required for `other`, for an integer that does not fit
+    /// and for an int subclass; empty for a plain int that fits (written out when needed).
+    std::string text;
+};
+
+/// What a consumer asked of __dlpack__, its Python arguments converted by the binding (which
+/// raises the TypeErrors of arguments of the wrong Python type); plan_export() decides the rest.
+struct ExportRequest {
+    std::optional<std::pair<int64_t, int64_t>> dl_device;    ///< (device type, id); nullopt: None
+    std::optional<std::pair<int64_t, int64_t>> max_version;  ///< (major, minor); nullopt: None
+    int copy = -1;                                           ///< copy=: -1 None, 0 False, 1 True
+    StreamArg stream;                                        ///< stream=
+};
+
+/// What an export does (the decision of PyTorch's maybeCopyTensor, as a plan): where the
+/// consumer gets the elements, in which capsule, a copy or a lease, and the stream handshake.
+/// The binding carries it out: lease_export() (with the buffer's CUDA device when on_cuda(),
+/// else none) or, for `copy`, Buffer::current_host_copy(); then order_before() on a CUDA
+/// export's wait_stream; then export_versioned() or export_legacy().
+struct ExportPlan {
+    DLDevice at{kDLCPU, 0};  ///< (kDLCPU, 0): the host copy; (kDLCUDA, ordinal): the CUDA device copy
+    bool versioned = false;  ///< a versioned managed tensor, else a legacy one
+    bool copy = false;       ///< a host copy of our own, flagged as copied; else the export's lease
+    /// A CUDA export: the consumer's stream, which is to wait for ours; nullopt: no
+    /// synchronisation (the consumer's stream -1), and always for host data.
+    std::optional<uintptr_t> wait_stream;
+
+    bool on_cuda() const { return at.device_type == kDLCUDA; }
+};
+
+/// DLPack's export rules, as __dlpack__ follows them, for a buffer whose data is `here`
+/// (dlpack_device_of()): dl_device None or `here`, or (1, 0) for the host copy of any buffer;
+/// a legacy capsule (max_version None or below 1.0) for neither a padded dtype (the flag of
+/// DLPack 1.1) nor a read-only buffer not copied; on a CUDA device, copy=True refused and the
+/// consumer's stream read by DLPack's rule (None: the legacy default stream, 1; -1: no
+/// synchronisation; 0 and other negative numbers refused); for host data, no stream. Throws
+/// BufferError naming __dlpack__, or TypeError for a CUDA export's stream that is no integer.
+ExportPlan plan_export(const Buffer &b, DLDevice here, const ExportRequest &r);
+/// The same for a buffer whose device copy is on `gpu` (cuda_device_of(b), looked up once: the
+/// lease of a CUDA export goes to it), or on no CUDA device (null).
+ExportPlan plan_export(const Buffer &b, const std::shared_ptr<CudaDevice> &gpu, const ExportRequest &r);
 
 /// The lowest version that describes tensors of a dtype: 1.0, or 1.1 for the codes DLPack 1.1
 /// added (float8/6/4) and for sub-byte types (the padded flag).

@@ -113,82 +113,72 @@ py::capsule capsule_for(const Buffer &b, bool versioned, bool copied, const Plac
     return capsule_of(export_legacy(b, at), kDLTensorCapsule, legacy_destructor);
 }
 
-/// The consumer's stream of a CUDA export (DLPack's rule): None is the legacy default stream
-/// (1), -1 asks for no synchronisation, 0 is ambiguous and refused.
-std::optional<uintptr_t> consumer_stream(py::handle stream) {
-    if (stream.is_none()) return uintptr_t(1);
-    if (!PyLong_Check(stream.ptr()) || PyBool_Check(stream.ptr()))
-        throw TypeError(std::string(kExport) + "(): stream must be an int or None, not " +
-                        py::repr(stream).cast<std::string>() + "; pass the consumer's stream handle, or None");
-    int overflow = 0;
-    long long value = PyLong_AsLongLongAndOverflow(stream.ptr(), &overflow);
-    if (overflow > 0) return uintptr_t(PyLong_AsUnsignedLongLong(stream.ptr()));
-    if (value == -1 && !overflow) return std::nullopt;
-    if (value == 0)
-        throw BufferError(std::string(kExport) + "(): stream=0 is ambiguous and disallowed by DLPack; pass 1 "
-                          "for the legacy default stream, 2 for the per-thread one, or the stream's handle");
-    if (value < -1 || overflow)
-        throw BufferError(std::string(kExport) + "(): stream " + py::repr(stream).cast<std::string>() +
-                          " is no stream; pass None, -1 (no synchronisation) or a stream number");
-    return uintptr_t(value);
-}
-
-/// The export of a buffer on a CUDA device (lease_export()); the consumer's stream waits for ours.
-py::capsule cuda_export(Buffer &b, const std::shared_ptr<CudaDevice> &device, const DLPackArgs &a,
-                        bool versioned, int copy) {
-    std::optional<uintptr_t> stream = consumer_stream(a.stream);
-    if (copy == 1)
-        throw BufferError(std::string(kExport) + "(): copy=True of data on a CUDA device is not supported; "
-                          "ask for a host copy with dl_device=(1, 0), copy=True");
-    Placement at = [&] {
-        py::gil_scoped_release nogil;
-        return lease_export(b, kExport, device);
-    }();
-    if (stream) {
-        py::gil_scoped_release nogil;
-        at.cuda->order_before(stream_of_number(*stream));
+/// stream= read for the plan: None, an int (not a bool) as sign and magnitude, or anything
+/// else, named by its repr (whether it is an error depends on where the data is: plan_export()).
+StreamArg stream_arg(py::handle stream) {
+    StreamArg s;
+    if (stream.is_none()) return s;
+    PyObject *v = stream.ptr();
+    if (!PyLong_Check(v) || PyBool_Check(v)) {
+        s.kind = StreamArg::Kind::other;
+        s.text = py::repr(stream).cast<std::string>();
+        return s;
     }
-    return capsule_for(b, versioned, false, at);
-}
-
-py::capsule dlpack_export(py::handle self, const DLPackArgs &a) {
-    Buffer &b = buffer_of(self.ptr());
-    int copy = tri_state(a.copy, kExport);
-    py::handle stream = a.stream, max_version = a.max_version, dl_device = a.dl_device;
-    // Looked up once (the export uses it), and only for a buffer that was ever on a device.
-    std::shared_ptr<CudaDevice> gpu = b.may_hold_device_copy() ? cuda_device_of(b) : nullptr;
-    DLDevice here = gpu ? DLDevice{kDLCUDA, gpu->ordinal()} : DLDevice{kDLCPU, 0};
-    if (!dl_device.is_none()) {
-        auto [type, id] = int_pair(dl_device, "dl_device", "(1, 0)");
-        bool to_host = type == kDLCPU && id == 0;  // any buffer's host copy can be handed out
-        if (to_host) {
-            here = DLDevice{kDLCPU, 0};
-        } else if (type != here.device_type || id != here.device_id) {
-            throw BufferError(std::string(kExport) + "(): dl_device (" + std::to_string(type) + ", " +
-                              std::to_string(id) + ") is not where the data is (" +
-                              std::to_string(here.device_type) + ", " + std::to_string(here.device_id) +
-                              "); ask for dl_device=None, (1, 0) or the device of __dlpack_device__()");
+    s.kind = StreamArg::Kind::integer;
+    int overflow = 0;
+    long long value = PyLong_AsLongLongAndOverflow(v, &overflow);
+    if (!overflow) {
+        s.negative = value < 0;
+        s.magnitude = s.negative ? uint64_t(0) - uint64_t(value) : uint64_t(value);
+    } else {
+        s.negative = overflow < 0;
+        unsigned long long big = overflow > 0 ? PyLong_AsUnsignedLongLong(v) : 0;
+        if (overflow > 0 && !(big == static_cast<unsigned long long>(-1) && PyErr_Occurred())) {
+            s.magnitude = big;  // a handle in the upper half of the address space
+        } else {
+            PyErr_Clear();
+            s.fits = false;
         }
     }
-    bool versioned = false;
-    if (!max_version.is_none()) versioned = int_pair(max_version, "max_version", "(1, 0)").first >= 1;
-    const DType &t = b.dtype();
-    if (!versioned && t.dlpack_padded)
-        throw BufferError(std::string(kExport) + "(): " + t.name + " is stored one element per byte, "
-                          "which only a versioned capsule can say (the padded flag of DLPack 1.1); "
-                          "call __dlpack__(max_version=(1, 1))");
-    if (!versioned && b.readonly() && copy != 1)
-        throw BufferError(std::string(kExport) + "(): the buffer is read-only, which a legacy capsule "
-                          "cannot say; call __dlpack__(max_version=(1, 0)), or copy=True");
-    if (here.device_type == kDLCUDA) return cuda_export(b, gpu, a, versioned, copy);
-    // Streams order work on a GPU; host data has none to order.
-    if (!stream.is_none())
-        throw BufferError(std::string(kExport) + "(): stream must be None for data on the CPU, not " +
-                          py::repr(stream).cast<std::string>() + "; pass stream=None (host data has no stream to order)");
-    if (copy == 1)
-        return capsule_for(without_gil_if_may_copy(b, [&] { return b.current_host_copy(kExport); }), versioned, true, Placement{});
+    if (!s.fits || !PyLong_CheckExact(v)) s.text = py::repr(stream).cast<std::string>();
+    return s;
+}
+
+/// __dlpack__'s arguments converted (every TypeError of an argument of the wrong Python type).
+ExportRequest export_request(const DLPackArgs &a) {
+    ExportRequest r;
+    r.copy = tri_state(a.copy, kExport);
+    if (!a.dl_device.is_none()) r.dl_device = int_pair(a.dl_device, "dl_device", "(1, 0)");
+    if (!a.max_version.is_none()) r.max_version = int_pair(a.max_version, "max_version", "(1, 0)");
+    r.stream = stream_arg(a.stream);
+    return r;
+}
+
+/// __dlpack__: the plan of the export (plan_export()), carried out: the lease (without the GIL
+/// when it may copy: always on a CUDA device) or the host copy, the consumer's stream made to
+/// wait for ours, and the capsule.
+py::capsule dlpack_export(py::handle self, const DLPackArgs &a) {
+    Buffer &b = buffer_of(self.ptr());
+    ExportRequest request = export_request(a);
+    // Looked up once (the export uses it), and only for a buffer that was ever on a device.
+    std::shared_ptr<CudaDevice> gpu = b.may_hold_device_copy() ? cuda_device_of(b) : nullptr;
+    ExportPlan plan = plan_export(b, gpu, request);
+    if (plan.on_cuda()) {
+        Placement at = [&] {
+            py::gil_scoped_release nogil;
+            return lease_export(b, kExport, gpu);
+        }();
+        if (plan.wait_stream) {
+            py::gil_scoped_release nogil;
+            at.cuda->order_before(stream_of_number(*plan.wait_stream));
+        }
+        return capsule_for(b, plan.versioned, false, at);
+    }
+    if (plan.copy)
+        return capsule_for(without_gil_if_may_copy(b, [&] { return b.current_host_copy(kExport); }),
+                           plan.versioned, true, Placement{});
     Placement at = without_gil_if_may_copy(b, [&] { return lease_export(b, kExport, nullptr); });
-    return capsule_for(b, versioned, false, at);
+    return capsule_for(b, plan.versioned, false, at);
 }
 
 // Both are plain CPython methods (no pybind11 dispatch): they run on every exchange.
@@ -247,17 +237,6 @@ struct ImportOwner final : Kept {
 std::shared_ptr<void> import_owner(DLManagedTensorVersioned *v, DLManagedTensor *l, py::object producer) {
     return keep(std::make_unique<ImportOwner>(v, l, std::move(producer)));
 }
-
-std::shared_ptr<CudaDevice> cuda_device(int ordinal, const char *entry) {
-    try {
-        return py::module_::import("halide_buffer.cuda").attr("device")(ordinal).cast<std::shared_ptr<CudaDevice>>();
-    } catch (py::error_already_set &e) {
-        if (!e.matches(PyExc_ValueError)) throw;
-        throw BufferError(std::string(entry) + "(): the data is on CUDA device " + std::to_string(ordinal) +
-                          ", which this machine does not have (" + py::str(e.value()).cast<std::string>() + ")");
-    }
-}
-
 
 namespace {
 
@@ -334,7 +313,8 @@ py::object capsule_from(py::handle obj, int copy, bool &copied) {
     py::object device_of = py::getattr(obj, "__dlpack_device__", py::none());
     if (!device_of.is_none()) {
         DLDevice where = producer_device(obj, device_of());
-        if (where.device_type == kDLCUDA) stream["stream"] = cuda_device(where.device_id, kImport)->stream_number();
+        if (where.device_type == kDLCUDA)
+            stream["stream"] = embedder_cuda_device(where.device_id, kImport)->stream_number();
     }
     kwargs["max_version"] = py::make_tuple(kDLPackMajor, kDLPackMinor);
     if (copy != -1) kwargs["copy"] = py::bool_(copy == 1);

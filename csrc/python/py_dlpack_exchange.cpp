@@ -56,6 +56,9 @@ int from_py_object(void *py_object, DLManagedTensorVersioned **out) {
         Buffer &b = buffer_of(static_cast<PyObject *>(py_object));
         std::shared_ptr<CudaDevice> cuda = cuda_device_of(b);
         // What __dlpack__() does (the same lease), without a capsule: a host lease's mark stays.
+        // Nothing of __dlpack__'s plan (plan_export()) is left to decide: the tensor is
+        // versioned (its flags say read-only and padded), no device or copy is asked for, and
+        // "no sync" is answered by finishing our stream's work below.
         Placement at = without_gil_if_may_copy(b, [&] {
             Placement p = lease_export(b, "__dlpack__", cuda);
             // "No sync" leaves ordering to the consumer, who knows its stream only as the
@@ -81,7 +84,7 @@ int current_work_stream(DLDeviceType type, int32_t id, void **out) {
     return c_call([&] {
         // Host memory has no stream to order work on; a CUDA device's is its default device's.
         *out = type == kDLCUDA
-                   ? reinterpret_cast<void *>(cuda_device(id, "DLPackCurrentWorkStream")->stream_number())
+                   ? reinterpret_cast<void *>(embedder_cuda_device(id, "DLPackCurrentWorkStream")->stream_number())
                    : nullptr;
         return 0;
     });
@@ -170,7 +173,8 @@ std::optional<Buffer> exchange_import(py::handle obj, int copy) {
             throw error;
         }
         try {
-            cuda_device(where.device_id, "from_dlpack")->order_after(stream_of_number(reinterpret_cast<uintptr_t>(stream)));
+            embedder_cuda_device(where.device_id, "from_dlpack")
+                ->order_after(stream_of_number(reinterpret_cast<uintptr_t>(stream)));
         } catch (...) {
             if (m->deleter) m->deleter(m);
             throw;

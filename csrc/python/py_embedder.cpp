@@ -4,7 +4,9 @@
 // lookup is a Python callable.
 #include <atomic>
 #include <memory>
+#include <string>
 
+#include "core/errors.h"
 #include "device/embedder.h"
 #include "python/py_glue.h"
 
@@ -34,9 +36,19 @@ void run_without_gil(Step step) {
     PyEval_RestoreThread(state);
 }
 
+/// halide_buffer.cuda.device(ordinal): the package's default device of that ordinal
+/// (DeviceError without CUDA). An ordinal this machine does not have is a BufferError naming
+/// `entry`, whose data (a tensor, a stream) named it. The binding's own callers ask through the
+/// embedder too (embedder_cuda_device()): this is the one lookup.
 std::shared_ptr<Device> package_cuda_device(int ordinal, const char *entry) {
     py::gil_scoped_acquire gil;  // asked from inside a step run without it
-    return cuda_device(ordinal, entry);
+    try {
+        return py::module_::import("halide_buffer.cuda").attr("device")(ordinal).cast<std::shared_ptr<CudaDevice>>();
+    } catch (py::error_already_set &e) {
+        if (!e.matches(PyExc_ValueError)) throw;
+        throw BufferError(std::string(entry) + "(): the data is on CUDA device " + std::to_string(ordinal) +
+                          ", which this machine does not have (" + py::str(e.value()).cast<std::string>() + ")");
+    }
 }
 
 /// The tests' hook (halide_buffer._core._set_after_device_lookup()); never destroyed: it may

@@ -186,10 +186,6 @@ std::shared_ptr<void> import_owner(DLManagedTensorVersioned *versioned, DLManage
 /// memory a pipeline will write, refused when the producer cannot say it is writable (a legacy
 /// capsule carries no read-only flag).
 Buffer buffer_from_dlpack(py::handle obj, int copy, bool for_writing);
-/// halide_buffer.cuda.device(ordinal): the default device of that ordinal (DeviceError without
-/// CUDA). An ordinal this machine does not have is a BufferError naming `entry`, whose data
-/// (a tensor, a stream) named it.
-std::shared_ptr<CudaDevice> cuda_device(int ordinal, const char *entry);
 
 // py_dlpack_exchange.cpp
 /// DLPack 1.3's C exchange API: our table on the Buffer type.
