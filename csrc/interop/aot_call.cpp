@@ -35,13 +35,25 @@ std::string where_of(const AotPipeline &p, const halide_filter_argument_t &a) {
     return p.name() + "(): argument '" + a.name + "'";
 }
 
+namespace {
+
+/// `v` as `n` copies of `value`, filled in place when it has that size already (a warm
+/// scratch's vectors mostly do): no call out of line.
+template <typename T>
+void refill(std::vector<T> &v, size_t n, const T &value) {
+    if (v.size() != n) v.resize(n);
+    for (T &x : v) x = value;
+}
+
+}  // namespace
+
 void CallScratch::start(size_t n) {
-    buffers.assign(n, nullptr);
-    scalars.assign(n, halide_scalar_value_t{});
-    scalar_given.assign(n, 0);
+    refill(buffers, n, static_cast<Buffer *>(nullptr));
+    refill(scalars, n, halide_scalar_value_t{});
+    refill(scalar_given, n, uint8_t(0));
     allocated.clear();  // made room in when the call allocates an output (few calls do)
-    lent.assign(n, nullptr);
-    argv.assign(n, nullptr);
+    refill(lent, n, static_cast<RawView *>(nullptr));
+    refill(argv, n, static_cast<void *>(nullptr));
     outputs.clear();
     missing.clear();
 }

@@ -94,24 +94,28 @@ struct CallScratch {
 /// `Scratch` is CallScratch, or a caller's scratch holding one with what the caller keeps.
 template <typename Scratch>
 struct ScratchUse {
-    ScratchUse() : scratch(busy() ? nested : shared()), was_busy(busy()) { busy() = true; }
+    ScratchUse() : thread(here()), scratch(thread.busy ? nested.emplace() : thread.scratch), was_busy(thread.busy) {
+        thread.busy = true;
+    }
     ~ScratchUse() {
         scratch.finish();
-        busy() = was_busy;
+        thread.busy = was_busy;
     }
     ScratchUse(const ScratchUse &) = delete;
     ScratchUse &operator=(const ScratchUse &) = delete;
 
-    static Scratch &shared() {
-        thread_local Scratch s;
-        return s;
-    }
-    static bool &busy() {
-        thread_local bool b = false;
-        return b;
+    /// This thread's scratch, and whether a call is using it (one thread-local look-up a call).
+    struct Thread {
+        Scratch scratch;
+        bool busy = false;
+    };
+    static Thread &here() {
+        thread_local Thread t;
+        return t;
     }
 
-    Scratch nested;  ///< a nested call's (declared first: constructed before `scratch` refers to it)
+    Thread &thread;
+    std::optional<Scratch> nested;  ///< a nested call's (declared before `scratch`, which may refer to it)
     Scratch &scratch;
     bool was_busy;
 };

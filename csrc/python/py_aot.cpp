@@ -189,13 +189,14 @@ void take_positional(const AotPipeline &p, PyObject *const *pos, size_t npos, st
                         " given; pass at most " + std::to_string(k) + " (" + names_of(p) + ")");
 }
 
-/// Keyword arguments by name: TypeError for an unknown name or a second value.
-void take_keywords(const AotPipeline &p, PyObject *kwargs, std::vector<py::object> &given) {
+/// Keyword arguments by name (vectorcall's: the names in `kwnames`, their values in `values`):
+/// TypeError for an unknown name or a second value.
+void take_keywords(const AotPipeline &p, PyObject *kwnames, PyObject *const *values, std::vector<py::object> &given) {
     const halide_filter_metadata_t &m = p.metadata();
     size_t n = given.size();
-    Py_ssize_t at = 0;
-    PyObject *key, *value;
-    while (kwargs && PyDict_Next(kwargs, &at, &key, &value)) {
+    Py_ssize_t count = kwnames ? PyTuple_GET_SIZE(kwnames) : 0;
+    for (Py_ssize_t j = 0; j < count; ++j) {
+        PyObject *key = PyTuple_GET_ITEM(kwnames, j), *value = values[j];
         size_t i = 0;
         while (i < n && (is_user_context(m.arguments[i]) ||
                          PyUnicode_CompareWithASCIIString(key, m.arguments[i].name) != 0))
@@ -301,12 +302,12 @@ py::object call_outputs(const PyCallScratch &s) {
     return std::move(result);
 }
 
-py::object call_with(const AotPipeline &p, PyObject *const *pos, size_t npos, PyObject *kwargs) {
+py::object call_with(const AotPipeline &p, PyObject *const *args, size_t npos, PyObject *kwnames) {
     ScratchUse<PyCallScratch> use;
     PyCallScratch &scratch = use.scratch;
     scratch.start(size_t(p.metadata().num_arguments));
-    take_positional(p, pos, npos, scratch.given);
-    take_keywords(p, kwargs, scratch.given);
+    take_positional(p, args, npos, scratch.given);
+    take_keywords(p, kwnames, args + npos, scratch.given);
     convert_arguments(p, scratch);
     run_call(p, scratch.plan);  // without the GIL, but for a direct call
     if (!scratch.foreign_outputs.empty() || !scratch.plan.missing.empty()) {
@@ -381,22 +382,47 @@ py::dict output_regions_of(const AotPipeline &p, py::dict scalars, py::dict inpu
     return out;
 }
 
-/// The type's call slot: `pipeline(...)` goes straight here (no pybind11 dispatch).
-PyObject *pipeline_call(PyObject *self, PyObject *args, PyObject *kwargs) {
+/// The type's vectorcall: `pipeline(...)` comes straight here from the interpreter, with no
+/// argument tuple or keyword dict made (and no pybind11 dispatch); PyObject_Call's tuple and
+/// dict come through PyVectorcall_Call, the type's tp_call.
+PyObject *pipeline_vectorcall(PyObject *self, PyObject *const *args, size_t nargsf, PyObject *kwnames) {
     PyObject *result = nullptr;
     c_call([&] {
         const AotPipeline &p = *instance_parts(self).value_ptr<AotPipeline>();
-        result = call_with(p, &PyTuple_GET_ITEM(args, 0), size_t(PyTuple_GET_SIZE(args)), kwargs).release().ptr();
+        result = call_with(p, args, size_t(PyVectorcall_NARGS(nargsf)), kwnames).release().ptr();
         return 0;
     });
     return result;
+}
+
+/// Where a Pipeline object keeps its vectorcall function: after pybind11's instance.
+vectorcallfunc &vectorcall_slot(PyObject *self) {
+    return *reinterpret_cast<vectorcallfunc *>(reinterpret_cast<char *>(self) + Py_TYPE(self)->tp_vectorcall_offset);
+}
+
+/// The type's tp_alloc: pybind11's instance, its vectorcall function set.
+PyObject *pipeline_alloc(PyTypeObject *type, Py_ssize_t items) {
+    PyObject *self = PyType_GenericAlloc(type, items);
+    if (self) vectorcall_slot(self) = pipeline_vectorcall;
+    return self;
+}
+
+/// The Pipeline type as vectorcall wants it (before PyType_Ready): room for the function after
+/// pybind11's instance, its offset, and the allocation that sets it.
+void add_vectorcall(PyHeapTypeObject *heap_type) {
+    PyTypeObject *type = &heap_type->ht_type;
+    type->tp_vectorcall_offset = type->tp_basicsize;
+    type->tp_basicsize += Py_ssize_t(sizeof(vectorcallfunc));
+    type->tp_alloc = pipeline_alloc;
+    type->tp_call = PyVectorcall_Call;
+    type->tp_flags |= Py_TPFLAGS_HAVE_VECTORCALL;
 }
 
 }  // namespace
 
 void bind_aot(py::module_ &m) {
     py::class_<AotPipeline, std::shared_ptr<AotPipeline>>(
-        m, "Pipeline", "A Halide AOT pipeline loaded with halide_buffer.aot.load(); call it with Buffers. "
+        m, "Pipeline", py::custom_type_setup(add_vectorcall), "A Halide AOT pipeline loaded with halide_buffer.aot.load(); call it with Buffers. "
                        "Immutable: copies are the pipeline itself; a pickle holds its library path and "
                        "function name, and unpickling loads it again.")
         .def_property_readonly("name", &AotPipeline::name)
@@ -416,8 +442,9 @@ void bind_aot(py::module_ &m) {
         .def_property_readonly("argument_names", &argument_names_of,
                                "the arguments' names, in call order (positional calls follow it)")
         .def("__call__", [](py::handle self, py::args args, py::kwargs kwargs) {
-            const AotPipeline &p = self.cast<const AotPipeline &>();
-            return call_with(p, &PyTuple_GET_ITEM(args.ptr(), 0), args.size(), kwargs.ptr());
+            PyObject *result = PyVectorcall_Call(self.ptr(), args.ptr(), kwargs.ptr());
+            if (!result) throw py::error_already_set();
+            return py::reinterpret_steal<py::object>(result);
         }, "Runs the pipeline; returns its output buffer(s), allocated when not given (when the pipeline "
            "fixes their size).")
         .def("required_regions", &required_regions_of, py::arg("scalars"), py::arg("outputs"),
@@ -441,8 +468,12 @@ void bind_aot(py::module_ &m) {
         }, "(halide_buffer.aot._unpickle, (library_path, name)): unpickling loads the pipeline again")
         .def("__copy__", [](py::object self) { return self; })
         .def("__deepcopy__", [](py::object self, py::handle) { return self; }, py::arg("memo"));
-    // Calls skip pybind11's dispatch: the slot is ours (__call__ above stays for introspection).
-    reinterpret_cast<PyTypeObject *>(m.attr("Pipeline").ptr())->tp_call = pipeline_call;
+    // Calls skip pybind11's dispatch: the slots are ours (__call__ above stays for introspection;
+    // defining it took them, and from Python 3.12 the vectorcall flag, away: given back).
+    auto *type = reinterpret_cast<PyTypeObject *>(m.attr("Pipeline").ptr());
+    type->tp_call = PyVectorcall_Call;
+    type->tp_flags |= Py_TPFLAGS_HAVE_VECTORCALL;
+    PyType_Modified(type);
     // hb.aot.load() gives an OpenCL pipeline's first call the loader candidates (they come from
     // the package: halide_buffer.opencl), so this binding calls nothing above it.
     m.def("_aot_load", &AotPipeline::load, py::arg("library_path"), py::arg("function_name"));

@@ -12,9 +12,13 @@
 namespace hb {
 
 bool as_int64(py::handle n, int64_t &out) {
+    int overflow = 0;
+    if (PyLong_CheckExact(n.ptr())) {  // the common case: read in place
+        out = PyLong_AsLongLongAndOverflow(n.ptr(), &overflow);
+        return !overflow;
+    }
     py::object i = py::reinterpret_steal<py::object>(PyNumber_Index(n.ptr()));
     if (!i) throw py::error_already_set();
-    int overflow = 0;
     out = PyLong_AsLongLongAndOverflow(i.ptr(), &overflow);
     return !overflow;
 }
@@ -336,6 +340,7 @@ bool is_array(py::handle obj) {
 }
 
 bool is_integer(py::handle obj) {
+    if (PyLong_CheckExact(obj.ptr())) return true;
     if (!PyIndex_Check(obj.ptr())) return false;
     if (!is_array(obj)) return true;
     PyObject *i = PyNumber_Index(obj.ptr());
