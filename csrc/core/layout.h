@@ -1,6 +1,6 @@
 // layout.h: the rules of a strided layout, each in one place: what a shape may be, the bytes a
 // layout reaches, the strides of a dense layout in any axis order, contiguity, Halide's
-// coordinate limits. Shapes in NumPy axis order (axis 0 outermost), strides in bytes (any sign)
+// coordinate limits, memory order, and the fold of axes under every strided loop and copy plan. Shapes in NumPy axis order (axis 0 outermost), strides in bytes (any sign)
 // unless said otherwise. The rules the small-object path (Buffer(), b[1:3], from_host) runs per
 // axis are inline.
 #pragma once
