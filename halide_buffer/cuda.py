@@ -98,15 +98,14 @@ def device(ordinal: int = 0, stream: Any = None, *, trust_handle: bool = False) 
 
 
 def _dtype_of_typestr(typestr: str) -> Any:
-    """The dtype of the table a CUDA array interface typestr names; ambiguous ones ('<V1', the
-    1-byte exotic types) need ``dtype=``. '<V2' is bfloat16, as PyTorch writes it."""
+    """The dtype of the table a CUDA array interface typestr names (the table's ``typestr``
+    column: '<V2' is bfloat16's alone, as PyTorch writes it); ambiguous ones ('<V1', the 1-byte
+    exotic types) need ``dtype=``."""
     if typestr.startswith(">") and typestr[2:] != "1":
         raise BufferError(f"cuda.wrap(): big-endian data ({typestr!r}) is not supported; convert the array "
                           f"to native byte order first")
     normal = "<" + typestr[1:]
     found = [t for t in _core.dtypes() if "<" + t.typestr[1:] == normal]
-    if len(found) > 1 and normal == "<V2":
-        found = [t for t in found if t.name == "bfloat16"]
     if len(found) != 1:
         names = ", ".join(t.name for t in found) or "none"
         raise BufferError(f"cuda.wrap(): typestr {typestr!r} names no single dtype of the table "
@@ -137,10 +136,7 @@ def wrap(obj: Any, *, dtype: Any = None) -> Buffer:
     t = _core.dtype(dtype) if dtype is not None else _dtype_of_typestr(interface["typestr"])
     strides = interface.get("strides")
     if strides is None:  # C-contiguous
-        strides, step = [], t.itemsize
-        for extent in reversed(shape):
-            strides.insert(0, step)
-            step *= max(extent, 1)
+        strides = _core._c_strides(list(shape), t.itemsize)
     # Version 3's stream: None means nothing to wait for; absent (versions 0-2) means the legacy
     # default stream, which is also the one our default device's copies run on.
     stream = interface.get("stream") if interface.get("version", 0) >= 3 else None

@@ -32,6 +32,16 @@ def test_row_matches_numpy_and_ml_dtypes(name):
     assert t.typestr == expected.str
 
 
+def test_every_typestr_but_v1_names_one_row():
+    # hb.cuda.wrap() finds a dtype by the table's typestr column alone: '<V2' is bfloat16's (as
+    # PyTorch writes it); only '<V1', the 1-byte exotic types, needs dtype=.
+    rows = {}
+    for t in hb.dtypes():
+        rows.setdefault(t.typestr, []).append(t.name)
+    assert rows["<V2"] == ["bfloat16"]
+    assert {typestr for typestr, names in rows.items() if len(names) > 1} == {"<V1"}
+
+
 @pytest.mark.parametrize("name", CLASSIC)
 def test_pep3118_format_is_the_one_numpy_exports(name):
     t = hb.dtype(name)

@@ -1,9 +1,9 @@
-// layout.cpp: the rules of a strided layout that refuse with a message, or sort axes (the header
-// holds the ones run per axis).
+// layout.cpp: the rules of a strided layout that refuse with a message, sort or fold axes (the
+// header holds the ones run per axis).
 #include "core/layout.h"
 
 #include <algorithm>
-#include <cstdlib>
+#include <limits>
 #include <numeric>
 #include <string>
 
@@ -67,11 +67,12 @@ Axes byte_strides(const Axes &element_strides, int64_t itemsize) {
     return bytes;
 }
 
-std::vector<int> memory_order(const Axes &strides) {
-    std::vector<int> order(strides.size());
+std::vector<int> memory_order(const int64_t *strides, size_t n, Repeats repeats) {
+    std::vector<int> order(n);
     std::iota(order.begin(), order.end(), 0);
-    auto magnitude = [&](int axis) { return std::abs(strides[size_t(axis)]); };
-    std::stable_sort(order.begin(), order.end(), [&](int a, int b) { return magnitude(a) > magnitude(b); });
+    std::stable_sort(order.begin(), order.end(), [&](int a, int b) {
+        return outer_in_memory(strides[size_t(a)], strides[size_t(b)], repeats);
+    });
     return order;
 }
 
@@ -82,6 +83,81 @@ bool is_dense(const Axes &shape, const Axes &strides, int64_t itemsize) {
     std::vector<int> order = memory_order(strides);
     return dense_in_order(shape.data(), magnitudes.data(), shape.size(), itemsize,
                           [&](size_t k) { return order[k]; });
+}
+
+Folded fold_axes(const int64_t *shape, size_t n, const int64_t *strides0, const int64_t *strides1,
+                 Repeats repeats) {
+    Folded f;
+    std::vector<FoldedAxis> axes;
+    for (size_t i = 0; i < n; ++i) {
+        if (shape[i] <= 0) {
+            f.empty = true;
+            return f;
+        }
+        if (shape[i] == 1) continue;
+        FoldedAxis a{shape[i], {strides0[i], strides1[i]}};
+        if (a.stride[0] < 0) {  // flip the first layout's backward axes (the second follows)
+            for (int side = 0; side < 2; ++side) {
+                f.start[side] += (a.extent - 1) * a.stride[side];
+                a.stride[side] = -a.stride[side];
+            }
+        }
+        axes.push_back(a);
+    }
+    std::stable_sort(axes.begin(), axes.end(), [&](const FoldedAxis &a, const FoldedAxis &b) {
+        return outer_in_memory(a.stride[0], b.stride[0], repeats);
+    });
+    for (const FoldedAxis &a : axes) {
+        if (!f.axes.empty()) {
+            FoldedAxis &outer = f.axes.back();
+            if (outer.stride[0] == a.stride[0] * a.extent && outer.stride[1] == a.stride[1] * a.extent) {
+                // Contiguous with the axis outside it in both layouts: one axis, with its stride.
+                outer.extent *= a.extent;
+                outer.stride[0] = a.stride[0];
+                outer.stride[1] = a.stride[1];
+                continue;
+            }
+        }
+        f.axes.push_back(a);
+    }
+    return f;
+}
+
+// --- memory someone else describes --------------------------------------------------------------
+
+void check_memory(const char *entry, const uint8_t *data, const Axes &shape, const Axes &strides, int64_t count,
+                  int itemsize) {
+    if (count == 0) return;
+    auto refuse = [&](const std::string &what) {
+        return BufferError(std::string(entry) + "(): " + what + "; the memory's description is broken "
+                           "(its exporter or producer is at fault)");
+    };
+    if (!data) throw refuse("NULL data for " + str(count) + " elements");
+    int64_t lo, hi;  // bytes from data: [lo, hi)
+    if (!byte_reach(shape, strides, itemsize, lo, hi)) throw refuse("the strides reach beyond the address space");
+    uintptr_t base = reinterpret_cast<uintptr_t>(data);
+    if (base < uintptr_t(0) - uintptr_t(lo) || uintptr_t(hi) > std::numeric_limits<uintptr_t>::max() - base)
+        throw refuse("data and strides reach beyond the address space");
+}
+
+void normalize_strides(const char *entry, const Axes &shape, Axes &strides, int itemsize, const char *fix) {
+    bool empty = std::find(shape.begin(), shape.end(), 0) != shape.end();
+    if (empty) strides = c_strides(shape, itemsize);
+    for (size_t i = 0; i < strides.size(); ++i) {
+        int64_t s = strides[i];
+        bool whole = s % itemsize == 0;
+        bool fits = s / itemsize <= kInt32Max && s / itemsize >= kInt32Min;
+        if ((shape[i] <= 1 || empty) && !(whole && fits)) {
+            strides[i] = itemsize;
+            continue;
+        }
+        if (!whole)
+            throw ValueError(std::string(entry) + "(): stride " + str(s) +
+                             " bytes is not a multiple of the itemsize " + str(itemsize) + "; " + fix);
+        if (!fits)
+            throw ValueError(std::string(entry) + "(): stride " + str(s) +
+                             " bytes exceeds Halide's int32 element strides; " + fix);
+    }
 }
 
 }  // namespace hb

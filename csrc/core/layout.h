@@ -1,6 +1,6 @@
 // layout.h: the rules of a strided layout, each in one place: what a shape may be, the bytes a
 // layout reaches, the strides of a dense layout in any axis order, contiguity, Halide's
-// coordinate limits. Shapes in NumPy axis order (axis 0 outermost), strides in bytes (any sign)
+// coordinate limits, memory order, and the fold of axes under every strided loop and copy plan. Shapes in NumPy axis order (axis 0 outermost), strides in bytes (any sign)
 // unless said otherwise. The rules the small-object path (Buffer(), b[1:3], from_host) runs per
 // axis are inline.
 #pragma once
@@ -153,10 +153,95 @@ inline bool is_contiguous(const Axes &shape, const Axes &strides, int64_t itemsi
     if (order == Order::C) return dense_in_order(shape.data(), strides.data(), n, itemsize, [](size_t k) { return k; });
     return dense_in_order(shape.data(), strides.data(), n, itemsize, [n](size_t k) { return n - 1 - k; });
 }
-/// The axes from outermost to innermost in memory: by decreasing |stride|, ties in axis order.
-std::vector<int> memory_order(const Axes &strides);
+
+// --- memory order -----------------------------------------------------------------------------
+
+/// Where the axes of stride 0 (an element repeated, as in a broadcast view) go in memory order.
+enum class Repeats : uint8_t {
+    innermost,  ///< by their |stride|, 0: inside every axis that steps (the host loops)
+    outermost,  ///< outside every axis that steps: a device copy's rows and pitches cannot repeat
+};
+/// The one memory-order comparator: whether an axis of byte stride `a` lies outside one of byte
+/// stride `b` (larger |stride| outside; stride 0 as `repeats` says). Every ordering of axes by
+/// their strides in csrc/ sorts with it, stably, so that ties stay in axis order.
+inline bool outer_in_memory(int64_t a, int64_t b, Repeats repeats = Repeats::innermost) {
+    if (repeats == Repeats::outermost && (a == 0) != (b == 0)) return a == 0;
+    return (a < 0 ? -a : a) > (b < 0 ? -b : b);
+}
+/// The axes from outermost to innermost in memory (outer_in_memory()), ties in axis order.
+std::vector<int> memory_order(const int64_t *strides, size_t n, Repeats repeats = Repeats::innermost);
+inline std::vector<int> memory_order(const Axes &strides, Repeats repeats = Repeats::innermost) {
+    return memory_order(strides.data(), strides.size(), repeats);
+}
+inline std::vector<int> memory_order(const std::vector<int64_t> &strides, Repeats repeats = Repeats::innermost) {
+    return memory_order(strides.data(), strides.size(), repeats);
+}
+
+/// Whether an axis runs backwards in memory: it steps (extent > 1) with a negative stride. An
+/// axis of extent 0 or 1 never steps, whatever its stride.
+inline bool runs_backwards(int64_t extent, int64_t stride) { return extent > 1 && stride < 0; }
+/// Whether the element at index 0 is the layout's lowest byte: no axis runs backwards.
+inline bool is_forward(const Axes &shape, const Axes &strides) {
+    for (size_t i = 0; i < shape.size(); ++i)
+        if (runs_backwards(shape[i], strides[i])) return false;
+    return true;
+}
+/// The same rule for a halide_buffer_t (Halide's order of axes: the rule does not care).
+inline bool is_forward(const halide_buffer_t &buf) {
+    for (int i = 0; i < buf.dimensions; ++i)
+        if (runs_backwards(buf.dim[i].extent, buf.dim[i].stride)) return false;
+    return true;
+}
+
 /// Whether the elements fill one run of bytes exactly, in some axis order (memory_order()) and
 /// whatever the signs of the strides: contiguous in that order, by |stride|. True when empty.
 bool is_dense(const Axes &shape, const Axes &strides, int64_t itemsize);
+
+// --- folding ----------------------------------------------------------------------------------
+// A loop over the elements of one shape in one or two layouts (a copy's destination and source,
+// a device and a host side, or one layout alone) runs over as few axes as the layouts allow, as
+// Halide's make_buffer_copy plans both its host and its device copies.
+
+/// An axis of a fold: its extent, and its byte stride in each layout.
+struct FoldedAxis {
+    int64_t extent;
+    int64_t stride[2];
+};
+/// The axes of a fold, outermost first, and where each layout's loop starts.
+struct Folded {
+    std::vector<FoldedAxis> axes;  ///< outermost first; none for one element
+    int64_t start[2] = {0, 0};     ///< bytes from each layout's element at index 0 to the first one the
+                                   ///< loop reaches (the flips below move it)
+    bool empty = false;            ///< some extent is 0: no element at all (then no axes)
+};
+/// Folds a shape (`n` axes) laid out at byte strides `strides0` and `strides1` (the same pointer
+/// for one layout alone): axes of extent 1 dropped; each axis the first layout runs backwards
+/// flipped in both (each layout's start moves to the axis's last element, so the first layout's
+/// strides are all >= 0); the axes ordered by the first layout's memory order (outer_in_memory(),
+/// stride 0 where `repeats` says, ties in axis order); and each axis merged into the one inside
+/// it where both layouts continue contiguously across them (its stride is the inner one's times
+/// the inner extent, in both). The second layout's strides keep their signs.
+Folded fold_axes(const int64_t *shape, size_t n, const int64_t *strides0, const int64_t *strides1, Repeats repeats);
+inline Folded fold_axes(const std::vector<int64_t> &shape, const std::vector<int64_t> &strides0,
+                        const std::vector<int64_t> &strides1, Repeats repeats) {
+    return fold_axes(shape.data(), shape.size(), strides0.data(), strides1.data(), repeats);
+}
+
+// --- memory someone else describes --------------------------------------------------------------
+
+/// Memory someone else describes (data, byte strides) must exist and stay inside the address
+/// space: no NULL data for elements, and the lowest and highest byte any index reaches computed
+/// without overflow (BufferError naming `entry` otherwise). What lies there is the describer's
+/// word: it cannot be checked. `count` is the shape's element count (checked_count()).
+void check_memory(const char *entry, const uint8_t *data, const Axes &shape, const Axes &strides, int64_t count,
+                  int itemsize);
+/// Byte strides made what a view keeps: whole elements that Halide's int32 element strides can
+/// hold (ValueError naming `entry`, ending with `fix`, otherwise). The stride of an axis with at
+/// most one element never addresses memory: whatever it is, it becomes the itemsize (NumPy calls
+/// such arrays contiguous too). An empty layout addresses none at all: it gets C-contiguous
+/// strides, whatever it came with (NumPy 2 gives empty arrays zero strides, which a pipeline's
+/// default constraint, innermost stride 1, refuses), so a pipeline over an empty buffer is the
+/// no-op it is for one made empty.
+void normalize_strides(const char *entry, const Axes &shape, Axes &strides, int itemsize, const char *fix);
 
 }  // namespace hb

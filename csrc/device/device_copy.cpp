@@ -2,9 +2,7 @@
 #include "device/device_copy.h"
 
 #include <algorithm>
-#include <cstdlib>
 #include <cstring>
-#include <limits>
 #include <memory>
 #include <new>
 
@@ -16,47 +14,16 @@ namespace {
 
 using Axis = CopyPlan::Axis;
 
-/// Where an axis goes in the order of side 0: by stride, zero strides (repeats) last, as they
-/// can never be part of a row or a pitch.
-int64_t order_key(int64_t stride) {
-    return stride == 0 ? std::numeric_limits<int64_t>::max() : std::abs(stride);
-}
-
-/// The axes of extent > 1 with side 0's strides made positive (each flip moves both sides'
-/// starts to the axis's last element), ordered by side 0's stride.
-std::vector<Axis> ordered_axes(const std::vector<int64_t> &shape, const std::vector<int64_t> &strides0,
-                               const std::vector<int64_t> &strides1, int64_t start[2]) {
-    std::vector<Axis> axes;
-    for (size_t i = 0; i < shape.size(); ++i) {
-        if (shape[i] == 1) continue;
-        Axis a{shape[i], {strides0[i], strides1[i]}};
-        if (a.stride[0] < 0) {
-            for (int side = 0; side < 2; ++side) {
-                start[side] += (a.extent - 1) * a.stride[side];
-                a.stride[side] = -a.stride[side];
-            }
-        }
-        axes.push_back(a);
-    }
-    std::stable_sort(axes.begin(), axes.end(),
-                     [](const Axis &a, const Axis &b) { return order_key(a.stride[0]) < order_key(b.stride[0]); });
-    return axes;
-}
-
-/// Merges each axis into the one inside it where both sides continue contiguously.
-std::vector<Axis> merge_contiguous(const std::vector<Axis> &axes) {
-    std::vector<Axis> merged;
-    for (const Axis &a : axes) {
-        if (!merged.empty()) {
-            Axis &inner = merged.back();
-            if (a.stride[0] == inner.stride[0] * inner.extent && a.stride[1] == inner.stride[1] * inner.extent) {
-                inner.extent *= a.extent;
-                continue;
-            }
-        }
-        merged.push_back(a);
-    }
-    return merged;
+/// The axes of extent > 1, innermost first, with side 0's strides made positive (each flip
+/// moves both sides' starts to the axis's last element), ordered by side 0's memory order with
+/// zero strides (repeats) outermost, as they can never be part of a row or a pitch, and merged
+/// where both sides continue contiguously: fold_axes(), the host loops' fold.
+std::vector<Axis> folded_axes(const std::vector<int64_t> &shape, const std::vector<int64_t> &strides0,
+                              const std::vector<int64_t> &strides1, int64_t start[2]) {
+    Folded f = fold_axes(shape, strides0, strides1, Repeats::outermost);
+    start[0] = f.start[0];
+    start[1] = f.start[1];
+    return std::vector<Axis>(f.axes.rbegin(), f.axes.rend());
 }
 
 /// Whether an axis can be the rows of a command: each side's pitch reaches past a row.
@@ -133,7 +100,7 @@ CopyPlan plan_copy(const std::vector<int64_t> &shape, const std::vector<int64_t>
     for (int64_t extent : shape) {
         if (extent <= 0) return plan;  // no elements: nothing to do
     }
-    std::vector<Axis> axes = merge_contiguous(ordered_axes(shape, strides0, strides1, plan.start));
+    std::vector<Axis> axes = folded_axes(shape, strides0, strides1, plan.start);
     auto next = axes.begin();
     // The row: the innermost run contiguous on both sides, else one element.
     plan.row_bytes = itemsize;
@@ -174,13 +141,10 @@ CopyPlan plan_region(const std::vector<int64_t> &shape, const std::vector<int64_
 DenseLayout dense_layout_like(const std::vector<int64_t> &shape, const std::vector<int64_t> &strides,
                               int64_t itemsize) {
     size_t n = shape.size();
-    std::vector<size_t> order(n);  // innermost first
-    for (size_t i = 0; i < n; ++i) order[i] = i;
-    std::stable_sort(order.begin(), order.end(),
-                     [&](size_t a, size_t b) { return order_key(strides[a]) < order_key(strides[b]); });
+    std::vector<int> order = memory_order(strides, Repeats::outermost);  // as plan_copy() orders side 0
     DenseLayout layout;
     layout.strides.assign(n, 0);
-    dense_strides_into(layout.strides.data(), shape.data(), n, itemsize, [&](size_t k) { return order[n - 1 - k]; });
+    dense_strides_into(layout.strides.data(), shape.data(), n, itemsize, [&](size_t k) { return order[k]; });
     for (size_t i = 0; i < n; ++i) {
         if (strides[i] >= 0) continue;
         if (shape[i] > 0) layout.origin += (shape[i] - 1) * layout.strides[i];

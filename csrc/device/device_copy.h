@@ -13,6 +13,7 @@
 #include <functional>
 #include <vector>
 
+#include "core/layout.h"
 #include "device/device.h"
 #include "device/device_interface.h"
 
@@ -21,11 +22,9 @@ namespace hb {
 /// The commands copying the elements of one shape between side 0 (the one the order follows:
 /// the device) and side 1 (the other).
 struct CopyPlan {
-    /// An axis repeated around the commands: its extent and byte stride on each side.
-    struct Axis {
-        int64_t extent;
-        int64_t stride[2];
-    };
+    /// An axis repeated around the commands: its extent and byte stride on each side (an axis
+    /// of core/layout.h's fold, which plans the commands).
+    using Axis = FoldedAxis;
     int64_t row_bytes = 0;            ///< bytes of one row, contiguous on both sides (0: no elements)
     int64_t rows = 1, slices = 1;     ///< rows per slice, slices per command
     int64_t row_pitch[2] = {0, 0};    ///< bytes from a row to the next, each side (>= row_bytes)
@@ -44,9 +43,10 @@ struct CopyPlan {
 };
 
 /// Plans a copy between the elements of `shape` at byte strides `strides0` (side 0) and
-/// `strides1` (side 1): negative strides of side 0 are flipped (the start moves to the lowest
-/// element), extent-1 axes dropped, the axes ordered by side 0's stride (zero strides last) and
-/// merged where they are contiguous together on both sides; the innermost contiguous run is the
+/// `strides1` (side 1), folded by fold_axes() (core/layout.h): negative strides of side 0 are
+/// flipped (the start moves to the lowest element), extent-1 axes dropped, the axes ordered by
+/// side 0's memory order (zero strides outermost) and merged where they are contiguous together
+/// on both sides; the innermost contiguous run is the
 /// row (one element when no axis is contiguous on both sides), two more axes the rows and
 /// slices of a command (of those both sides' pitches allow, the pair covering the most
 /// elements), and the other axes a loop.

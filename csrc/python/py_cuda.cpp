@@ -6,6 +6,7 @@
 #include <pybind11/stl.h>
 
 #include "core/errors.h"
+#include "core/layout.h"
 #include "interop/cuda_interop.h"
 #include "python/py_glue.h"
 
@@ -100,6 +101,11 @@ void bind_cuda(py::module_ &m, py::class_<Buffer> &cls) {
                   "cuda.wrap", "cuPointerGetAttribute", "pass the memory of a live CUDA array");
         return ordinal;
     }, py::arg("data"), py::arg("any_device"), "The ordinal of the GPU holding a device pointer.");
+    m.def("_c_strides", [](const std::vector<int64_t> &shape, int64_t itemsize) {
+        return c_strides(shape, itemsize);
+    }, py::arg("shape"), py::arg("itemsize"),
+          "The byte strides of a C-contiguous layout of shape (what a CUDA array interface without "
+          "strides means), by core/layout.h's rule.");
     m.def("_cuda_wrap", &wrap, py::arg("data"), py::arg("shape"), py::arg("strides"), py::arg("dtype"),
           py::arg("device"), py::arg("owner"), py::arg("stream"));
 

@@ -15,7 +15,6 @@
 // from the storage to the hl.Buffer (no cycle to collect); while it lives, to_halide() of the same
 // view gives it again.
 #include <cstdint>
-#include <limits>
 #include <memory>
 #include <string>
 #include <unordered_map>
@@ -24,6 +23,7 @@
 
 #include "backends/opencl_api.h"
 #include "core/errors.h"
+#include "core/layout.h"
 #include "python/py_glue.h"
 
 namespace hb {
@@ -186,11 +186,7 @@ py::object to_halide_object(py::handle self) {
     if (std::shared_ptr<void> owner = b.halide_owner()) return kept_in(owner)->object;  // one state already
     const DType &t = b.dtype();
     if (dtype_by_halide(t.halide) != &t) throw no_halide_type(t);
-    for (int64_t m : b.mins()) {
-        if (m < std::numeric_limits<int32_t>::min() || m > std::numeric_limits<int32_t>::max())
-            throw ValueError(std::string(kToHalide) + "(): min " + std::to_string(m) + " is outside Halide's "
-                             "int32 coordinates; pass a view whose mins lie within -2**31 .. 2**31 - 1");
-    }
+    check_mins(kToHalide, b.shape(), b.mins());  // an hl.Buffer holds each axis's min and max in int32s
     if (py::object h = live_binding(b)) return h;  // bound already: one object, one state
     py::handle halide_buffer = halide_buffer_class(kToHalide);
     // Every refusal came first: the lease is the first change (a new hl.Buffer may be written on

@@ -1,11 +1,11 @@
-// buffer.cpp: geometry checks, views and copies (the residency rules are residency.cpp's).
+// buffer.cpp: construction, views and copies (the geometry rules are core/layout's, the residency
+// rules residency.cpp's).
 #include "storage/buffer.h"
 
 #include <algorithm>
 #include <cstdlib>
 #include <cstring>
 #include <iterator>
-#include <limits>
 #include <new>
 #include <numeric>
 #include <string>
@@ -44,51 +44,6 @@ MemoryError out_of_memory(const char *entry, const Axes &shape, const DType &dty
     return MemoryError(std::string(entry) + "(): out of host memory for " + std::to_string(bytes) + " bytes (" +
                        size_text(bytes) + ": shape " + tuple_text(shape) + ", " + dtype.name +
                        "); free host memory or ask for fewer elements");
-}
-
-/// Memory someone else describes (data, byte strides) must exist and stay inside the address
-/// space: no NULL data for elements, and the lowest and highest byte any index reaches
-/// computed without overflow. What lies there is the describer's word: it cannot be checked.
-void check_memory(const char *entry, const uint8_t *data, const Axes &shape,
-                  const Axes &strides, int64_t count, int itemsize) {
-    if (count == 0) return;
-    auto refuse = [&](const std::string &what) {
-        return BufferError(std::string(entry) + "(): " + what + "; the memory's description is broken "
-                           "(its exporter or producer is at fault)");
-    };
-    if (!data) throw refuse("NULL data for " + str(count) + " elements");
-    int64_t lo, hi;  // bytes from data: [lo, hi)
-    if (!byte_reach(shape, strides, itemsize, lo, hi)) throw refuse("the strides reach beyond the address space");
-    uintptr_t base = reinterpret_cast<uintptr_t>(data);
-    if (base < uintptr_t(0) - uintptr_t(lo) || uintptr_t(hi) > std::numeric_limits<uintptr_t>::max() - base)
-        throw refuse("data and strides reach beyond the address space");
-}
-
-/// Byte strides must be whole elements that Halide's int32 element strides can hold. The stride
-/// of an axis with at most one element never addresses memory: whatever it is, it becomes the
-/// itemsize (NumPy calls such arrays contiguous too). An empty array addresses none at all: it
-/// gets C-contiguous strides, whatever it came with (NumPy 2 gives empty arrays zero strides,
-/// which a pipeline's default constraint, innermost stride 1, refuses), so a pipeline over an
-/// empty buffer is the no-op it is for one made empty.
-void normalize_strides(const char *entry, const Axes &shape,
-                       Axes &strides, int itemsize, const char *fix) {
-    bool empty = std::find(shape.begin(), shape.end(), 0) != shape.end();
-    if (empty) strides = c_strides(shape, itemsize);
-    for (size_t i = 0; i < strides.size(); ++i) {
-        int64_t s = strides[i];
-        bool whole = s % itemsize == 0;
-        bool fits = s / itemsize <= kInt32Max && s / itemsize >= kInt32Min;
-        if ((shape[i] <= 1 || empty) && !(whole && fits)) {
-            strides[i] = itemsize;
-            continue;
-        }
-        if (!whole)
-            throw ValueError(std::string(entry) + "(): stride " + str(s) +
-                             " bytes is not a multiple of the itemsize " + str(itemsize) + "; " + fix);
-        if (!fits)
-            throw ValueError(std::string(entry) + "(): stride " + str(s) +
-                             " bytes exceeds Halide's int32 element strides; " + fix);
-    }
 }
 
 /// Asks the kernel for transparent huge pages on a large block, as NumPy does: where THP is
@@ -519,8 +474,7 @@ Buffer Buffer::copy_keeping_layout(const char *entry) const {
 
 bool Buffer::is_dense() const {
     if (size() == 0) return true;
-    for (size_t i = 0; i < shape_.size(); ++i)
-        if (shape_[i] > 1 && strides_[i] < 0) return false;  // one run, but not in element order
+    if (!is_forward(shape_, strides_)) return false;  // one run, but not in element order
     return hb::is_dense(shape_, strides_, dtype_->itemsize);
 }
 

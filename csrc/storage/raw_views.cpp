@@ -8,6 +8,7 @@
 
 #include "core/constants.h"
 #include "core/errors.h"
+#include "core/layout.h"
 #include "storage/buffer.h"
 #include "storage/storage_op.h"
 
@@ -22,14 +23,6 @@ bool same_memory(const halide_buffer_t &a, const halide_buffer_t &b) {
         return false;
     for (int i = 0; i < a.dimensions; ++i) {
         if (a.dim[i].extent != b.dim[i].extent || a.dim[i].stride != b.dim[i].stride) return false;
-    }
-    return true;
-}
-
-/// No stride of the view is negative: its element at index 0 is its lowest byte.
-bool forward(const halide_buffer_t &view) {
-    for (int i = 0; i < view.dimensions; ++i) {
-        if (view.dim[i].stride < 0) return false;
     }
     return true;
 }
@@ -141,7 +134,7 @@ void Storage::publish(RawView &r, bool may_copy) {
         device_field = device()->view_field(root, r.buf.host - root.host, r.handle);
         if (device_field) interface = root.device_interface;
         if (device_field && r.shown_as) {
-            if (raw_covers_root(r.buf, root) || part_in_place(*device(), r.buf.host - root.host, forward(r.buf))) {
+            if (raw_covers_root(r.buf, root) || part_in_place(*device(), r.buf.host - root.host, is_forward(r.buf))) {
                 interface = r.shown_as;  // the runtime computes in our memory as it is
             } else {
                 // A part of the storage: the pipeline's runtime cannot take our interface, so it

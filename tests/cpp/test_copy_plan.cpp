@@ -1,5 +1,6 @@
 // test_copy_plan.cpp: the copy planner (device/device_copy.h: plan_copy(), row_by_row(),
-// host_transfer()) and the host element loops (core/strided.h), judged against a copy made
+// host_transfer()), the fold under it and the host loops (core/layout.h: fold_axes()) and the
+// host element loops (core/strided.h), judged against a copy made
 // element by element. Two byte arrays stand for the two sides; a plan's commands are carried
 // out on them as a backend issues them (rows of bytes a pitch apart, slices a pitch apart), and
 // the arrays must then equal the reference's, byte for byte: every element moved, and nothing
@@ -402,6 +403,63 @@ TEST_CASE(host_transfers_of_random_layouts_match_an_element_by_element_copy) {
         hb_test::within(layout_text(shape, device, host, itemsize) + (to_host ? ", to the host" : ", to the device"),
                         [&] { check_transfer(shape, device, host, itemsize, d); });
     }
+}
+
+// ---------------------------------------------------------------------------------------------
+// core/layout.h: fold_axes(), the one fold under both the copy planner and the host loops
+// ---------------------------------------------------------------------------------------------
+
+namespace {
+
+/// A fold's axes as (extent, stride0, stride1) triples, outermost first.
+std::vector<Shape> axes_of(const hb::Folded &f) {
+    std::vector<Shape> out;
+    for (const hb::FoldedAxis &a : f.axes) out.push_back(Shape{a.extent, a.stride[0], a.stride[1]});
+    return out;
+}
+
+}  // namespace
+
+TEST_CASE(fold_axes_merges_what_both_layouts_step_through_contiguously) {
+    // C order on both sides, one axis of extent 1 with a stray stride: one run of 60 elements.
+    hb::Folded f = hb::fold_axes({3, 1, 4, 5}, {80, 999, 20, 4}, {80, -7, 20, 4}, hb::Repeats::innermost);
+    CHECK(!f.empty);
+    CHECK((axes_of(f) == std::vector<Shape>{{60, 4, 4}}));
+    CHECK_EQ(f.start[0], 0);
+    // Rows 20 bytes apart on the second side: the inner two axes merge, the outer one does not.
+    f = hb::fold_axes({2, 3, 4}, {48, 16, 4}, {60, 16, 4}, hb::Repeats::innermost);
+    CHECK((axes_of(f) == std::vector<Shape>{{2, 48, 60}, {12, 4, 4}}));
+    // Transposed on the first side: ordered by it (its inner axis last), nothing merges.
+    f = hb::fold_axes({4, 6}, {4, 16}, {24, 4}, hb::Repeats::innermost);
+    CHECK((axes_of(f) == std::vector<Shape>{{6, 16, 4}, {4, 4, 24}}));
+    // No element: empty, no axes.
+    f = hb::fold_axes({3, 0, 2}, {8, 4, 2}, {8, 4, 2}, hb::Repeats::innermost);
+    CHECK(f.empty);
+    CHECK(f.axes.empty());
+}
+
+TEST_CASE(fold_axes_flips_the_first_layouts_backward_axes_in_both) {
+    // Backwards on the first side: flipped, each side's start moved to the axis's last element;
+    // the second side follows (its stride changes sign), then the two merge as one run.
+    hb::Folded f = hb::fold_axes({3, 4}, {-16, -4}, {-16, -4}, hb::Repeats::innermost);
+    CHECK((axes_of(f) == std::vector<Shape>{{12, 4, 4}}));
+    CHECK_EQ(f.start[0], -(2 * 16 + 3 * 4));
+    CHECK_EQ(f.start[1], -(2 * 16 + 3 * 4));
+    f = hb::fold_axes({3, 4}, {-16, 4}, {16, 4}, hb::Repeats::innermost);
+    CHECK((axes_of(f) == std::vector<Shape>{{3, 16, -16}, {4, 4, 4}}));
+    CHECK_EQ(f.start[0], -32);
+    CHECK_EQ(f.start[1], 32);
+}
+
+TEST_CASE(fold_axes_puts_repeats_where_it_is_told) {
+    // An axis of stride 0 on the first side: innermost for the host loops, outermost for the
+    // copy planner (a row or a pitch cannot repeat); the other axes keep their order.
+    Shape shape{3, 5}, s0{0, 4}, s1{20, 4};
+    CHECK((axes_of(hb::fold_axes(shape, s0, s1, hb::Repeats::innermost)) == std::vector<Shape>{{5, 4, 4}, {3, 0, 20}}));
+    CHECK((axes_of(hb::fold_axes(shape, s0, s1, hb::Repeats::outermost)) == std::vector<Shape>{{3, 0, 20}, {5, 4, 4}}));
+    CHECK((hb::memory_order(Shape{0, 4, 8}) == std::vector<int>{2, 1, 0}));
+    CHECK((hb::memory_order(Shape{0, 4, 8}, hb::Repeats::outermost) == std::vector<int>{0, 2, 1}));
+    CHECK((hb::memory_order(Shape{4, -8, 4}) == std::vector<int>{1, 0, 2}));  // by |stride|, ties in axis order
 }
 
 // ---------------------------------------------------------------------------------------------
