@@ -78,6 +78,58 @@ halide_buffer_t *raw_struct_of(py::handle h) {
     return reinterpret_cast<halide_buffer_t *>(address.cast<uintptr_t>());
 }
 
+/// The struct of the last hl.Buffer asked about, remembered while that object lives: a loop over
+/// one hl.Buffer finds it once, as Halide's method call costs more than the rest of
+/// from_halide(). The struct lives in the object's Halide::Buffer for the object's life (in-place
+/// crops and set_min change its fields, never its address, and its fields are read anew each
+/// time). The entry goes when its object dies (a weak reference's callback, run before the
+/// object's memory can be another's) or another object is asked about: one entry, so live
+/// hl.Buffers cost nothing here. Guarded by the GIL.
+struct LastStruct {
+    PyObject *object = nullptr;   ///< borrowed: the weak reference says when it dies
+    halide_buffer_t *raw = nullptr;
+    PyObject *weakref = nullptr;  ///< strong
+};
+
+LastStruct &last_struct() {
+    static LastStruct last;  // trivially destructible: callbacks may run at exit
+    return last;
+}
+
+/// Forgets the remembered object (its weak reference dropped).
+void forget_last_struct() {
+    LastStruct &last = last_struct();
+    PyObject *weakref = last.weakref;
+    last = LastStruct{};
+    Py_XDECREF(weakref);
+}
+
+/// The weak reference's callback: the remembered object died.
+PyObject *last_struct_died(PyObject *, PyObject *weakref) {
+    if (last_struct().weakref == weakref) forget_last_struct();
+    Py_RETURN_NONE;
+}
+
+PyMethodDef kLastStructDied = {"_halide_struct_died", last_struct_died, METH_O, nullptr};
+
+/// raw_struct_of(h), remembered while h lives and is the last asked about (never remembered for
+/// an object without weak references).
+halide_buffer_t *known_struct_of(py::handle h) {
+    LastStruct &last = last_struct();
+    if (last.object == h.ptr()) return last.raw;
+    halide_buffer_t *raw = raw_struct_of(h);
+    static PyObject *const callback = PyCFunction_New(&kLastStructDied, nullptr);  // kept for the process
+    if (!callback) throw py::error_already_set();
+    PyObject *weakref = PyWeakref_NewRef(h.ptr(), callback);
+    if (!weakref) {
+        PyErr_Clear();  // no weak references: nothing would tell of its death, so nothing is kept
+        return raw;
+    }
+    forget_last_struct();
+    last = LastStruct{h.ptr(), raw, weakref};
+    return raw;
+}
+
 /// The NumPy dtype Halide's buffer-protocol constructor reads for `itemsize` bytes: unsigned
 /// integers, but int64 for 8 bytes (it reads 'l', not 'L').
 const DType *carrier_of(int itemsize) {
@@ -229,7 +281,7 @@ Buffer buffer_from_halide(py::handle obj) {
                         "; for other memory use Buffer.from_host(obj)");
     halide_buffer_t *raw;
     try {
-        raw = raw_struct_of(obj);
+        raw = known_struct_of(obj);
     } catch (py::error_already_set &) {
         // Halide refuses an undefined buffer (halide.Buffer()): said in our words.
         if (!obj.attr("defined")().cast<bool>())
