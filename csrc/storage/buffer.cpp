@@ -242,12 +242,6 @@ Buffer Buffer::adopt_storage(std::shared_ptr<Storage> storage, const DType &dtyp
 // Geometry
 // ---------------------------------------------------------------------------------------------
 
-int64_t Buffer::size() const {
-    int64_t n = 1;
-    for (int64_t e : shape_) n *= e;
-    return n;
-}
-
 bool Buffer::contains(const Axes &coords) const {
     check_per_axis("contains", "coordinate", coords.size(), "pass one per axis, as in b.contains(*b.mins)");
     for (size_t i = 0; i < coords.size(); ++i)

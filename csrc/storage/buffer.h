@@ -83,7 +83,11 @@ public:
     const Axes &shape() const { return shape_; }
     const Axes &strides() const { return strides_; }  ///< bytes
     const Axes &mins() const { return mins_; }        ///< Halide coordinates
-    int64_t size() const;
+    int64_t size() const {
+        int64_t n = 1;
+        for (int64_t e : shape_) n *= e;
+        return n;
+    }
     int64_t nbytes() const { return size() * dtype_->itemsize; }
     uint8_t *data() const { return data_; }  ///< element at index 0 of every axis
     bool is_c_contiguous() const { return is_contiguous(shape_, strides_, dtype_->itemsize, Order::C); }
@@ -221,7 +225,7 @@ public:
     /// (np.asarray(b), memoryview(b)) it must cost what the lease alone costs.
     HostLease lease_host(const char *entry, Access access) {
         if (!lease_writes(access)) {
-            begin_host_read();
+            if (!residency_untouched()) begin_host_read();  // untouched: nothing to do, no call
             return HostLease{};
         }
         return HostLease{true, begin_host_write(entry)};
