@@ -187,10 +187,6 @@ ExportPlan plan_export(const Buffer &b, DLDevice here, const ExportRequest &r) {
     return plan;
 }
 
-ExportPlan plan_export(const Buffer &b, const std::shared_ptr<CudaDevice> &gpu, const ExportRequest &r) {
-    return plan_export(b, gpu ? DLDevice{kDLCUDA, gpu->ordinal()} : DLDevice{kDLCPU, 0}, r);
-}
-
 DLPackVersion dlpack_version_for(const DType &t) {
     bool newer = t.dlpack.code >= kDLFloat8_e3m4 || t.dlpack_padded;
     return DLPackVersion{1, newer ? 1u : 0u};

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "abi/dlpack_abi.h"
+#include "backends/device_cuda.h"
 #include "storage/buffer.h"
 
 namespace hb {
@@ -92,7 +93,9 @@ struct ExportPlan {
 ExportPlan plan_export(const Buffer &b, DLDevice here, const ExportRequest &r);
 /// The same for a buffer whose device copy is on `gpu` (cuda_device_of(b), looked up once: the
 /// lease of a CUDA export goes to it), or on no CUDA device (null).
-ExportPlan plan_export(const Buffer &b, const std::shared_ptr<CudaDevice> &gpu, const ExportRequest &r);
+inline ExportPlan plan_export(const Buffer &b, const std::shared_ptr<CudaDevice> &gpu, const ExportRequest &r) {
+    return plan_export(b, gpu ? DLDevice{kDLCUDA, gpu->ordinal()} : DLDevice{kDLCPU, 0}, r);
+}
 
 /// The lowest version that describes tensors of a dtype: 1.0, or 1.1 for the codes DLPack 1.1
 /// added (float8/6/4) and for sub-byte types (the padded flag).

@@ -114,15 +114,15 @@ py::capsule capsule_for(const Buffer &b, bool versioned, bool copied, const Plac
 }
 
 /// stream= read for the plan: None, an int (not a bool) as sign and magnitude, or anything
-/// else, named by its repr (whether it is an error depends on where the data is: plan_export()).
-StreamArg stream_arg(py::handle stream) {
-    StreamArg s;
-    if (stream.is_none()) return s;
+/// else, named by its repr (whether it is an error depends on where the data is: plan_export()),
+/// written into `s` (a default StreamArg: None).
+void read_stream(py::handle stream, StreamArg &s) {
+    if (stream.is_none()) return;
     PyObject *v = stream.ptr();
     if (!PyLong_Check(v) || PyBool_Check(v)) {
         s.kind = StreamArg::Kind::other;
         s.text = py::repr(stream).cast<std::string>();
-        return s;
+        return;
     }
     s.kind = StreamArg::Kind::integer;
     int overflow = 0;
@@ -141,7 +141,6 @@ StreamArg stream_arg(py::handle stream) {
         }
     }
     if (!s.fits || !PyLong_CheckExact(v)) s.text = py::repr(stream).cast<std::string>();
-    return s;
 }
 
 /// __dlpack__'s arguments converted (every TypeError of an argument of the wrong Python type).
@@ -150,7 +149,7 @@ ExportRequest export_request(const DLPackArgs &a) {
     r.copy = tri_state(a.copy, kExport);
     if (!a.dl_device.is_none()) r.dl_device = int_pair(a.dl_device, "dl_device", "(1, 0)");
     if (!a.max_version.is_none()) r.max_version = int_pair(a.max_version, "max_version", "(1, 0)");
-    r.stream = stream_arg(a.stream);
+    read_stream(a.stream, r.stream);
     return r;
 }
 
@@ -158,7 +157,10 @@ ExportRequest export_request(const DLPackArgs &a) {
 /// when it may copy: always on a CUDA device) or the host copy, the consumer's stream made to
 /// wait for ours, and the capsule.
 py::capsule dlpack_export(py::handle self, const DLPackArgs &a) {
-    Buffer &b = buffer_of(self.ptr());
+    // A method of the Buffer type (its descriptor checked self's type); only a Buffer never
+    // initialised has no view (buffer_of() raises its error).
+    Buffer *view_of_self = instance_parts(self.ptr()).value_ptr<Buffer>();
+    Buffer &b = view_of_self ? *view_of_self : buffer_of(self.ptr());
     ExportRequest request = export_request(a);
     // Looked up once (the export uses it), and only for a buffer that was ever on a device.
     std::shared_ptr<CudaDevice> gpu = b.may_hold_device_copy() ? cuda_device_of(b) : nullptr;
