@@ -909,3 +909,33 @@ def test_a_call_made_while_converting_an_argument_does_not_disturb_the_outer_cal
 
     out = p(CallsThePipeline(), 3, hb.Buffer((8, 32), "uint8"))
     np.testing.assert_array_equal(np.asarray(out), expected_affine(a, 3))
+
+
+@pytest.mark.parametrize("shape", [(12, 32), (300, 400)])  # a direct call; one lending its structs (> 64 KiB)
+def test_an_output_made_with_the_shape_of_a_translated_buffer_is_computed_at_its_mins(host, shape):
+    # make_with_shape_of() makes a storage whose own halide_buffer_t has the view's mins: the
+    # struct a call lends for a view covering its storage is that one.
+    a = (np.arange(shape[0] * shape[1]) % 251).astype(np.uint8).reshape(shape)
+    inp = hb.Buffer.from_host(a).translated((5, 7))
+    out = hb.Buffer.make_with_shape_of(inp)
+    assert out.mins == (5, 7)
+    assert host["unfixed"](inp, out) is out
+    np.testing.assert_array_equal(np.asarray(out), expected_affine_u8(a, mins=(5, 7)))
+
+
+def test_output_regions_of_an_output_smaller_than_its_input(tmp_path):
+    # The region a call allocates is the output's own, from the bounds query: not the input's,
+    # however the arguments are ordered (input, scalar, output here).
+    x, y = hl.Var("x"), hl.Var("y")
+    inp = hl.ImageParam(hl.UInt(8), 2, "inp")
+    k = hl.Param(hl.UInt(8), "k")
+    out = hl.Func("shrunk")
+    out[x, y] = inp[x, y] + inp[x + 2, y + 1] + k
+    out.output_buffer().dim(0).set_bounds(inp.dim(0).min(), inp.dim(0).extent() - 2)
+    out.output_buffer().dim(1).set_bounds(inp.dim(1).min(), inp.dim(1).extent() - 1)
+    p = compile_and_load(tmp_path, c_compiler(), out, [inp, k], "hb_aot_shrunk")
+    assert p.output_regions({"k": 1}, {"inp": ((3, 5), (10, 20))}) == {"shrunk": ((3, 5), (9, 18))}
+    a = np.arange(200, dtype=np.uint8).reshape(10, 20)
+    got = p(hb.Buffer.from_host(a).translated((3, 5)), 1)
+    assert (got.mins, got.shape) == ((3, 5), (9, 18))
+    np.testing.assert_array_equal(np.asarray(got), a[:9, :18] + a[1:, 2:] + np.uint8(1))
