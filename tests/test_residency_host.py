@@ -33,6 +33,20 @@ def test_set_host_dirty_toggles_the_shared_flag():
     assert b.host_dirty()
 
 
+@pytest.mark.parametrize("write", [
+    lambda b: b.numpy(writable=True),
+    lambda b: b.__dlpack__(max_version=(1, 0)),  # kept: a capsule dropped unconsumed withdraws its mark
+])
+def test_a_host_write_after_the_flag_was_cleared_marks_it_again(write):
+    # A buffer nothing else has touched takes host writes without its lock (it has been host
+    # dirty since it was made); once the flag is cleared, a writer must set it again.
+    b = hb.Buffer((4,), "uint8")
+    b.set_host_dirty(False)
+    writer = write(b)
+    assert b.host_dirty()
+    del writer
+
+
 def test_device_dirty_needs_a_device_allocation():
     b = hb.Buffer((4,), "int16")
     b.set_host_dirty(False)
