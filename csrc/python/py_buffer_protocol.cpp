@@ -64,10 +64,7 @@ void note_export(const Buffer &b, int delta) {
 int buffer_getbuffer(PyObject *self, Py_buffer *view, int flags) {
     view->obj = nullptr;
     return c_call([&] {
-        // The slot is the Buffer type's: self is one, and only one never initialised has no view
-        // (buffer_of() raises its error).
-        Buffer *view_of_self = instance_parts(self).value_ptr<Buffer>();
-        Buffer &b = view_of_self ? *view_of_self : buffer_of(self);
+        Buffer &b = own_buffer(self);  // the slot is the Buffer type's
         if (const char *why = refusal(b, flags)) {
             PyErr_SetString(PyExc_BufferError, why);
             return -1;

@@ -157,10 +157,7 @@ ExportRequest export_request(const DLPackArgs &a) {
 /// when it may copy: always on a CUDA device) or the host copy, the consumer's stream made to
 /// wait for ours, and the capsule.
 py::capsule dlpack_export(py::handle self, const DLPackArgs &a) {
-    // A method of the Buffer type (its descriptor checked self's type); only a Buffer never
-    // initialised has no view (buffer_of() raises its error).
-    Buffer *view_of_self = instance_parts(self.ptr()).value_ptr<Buffer>();
-    Buffer &b = view_of_self ? *view_of_self : buffer_of(self.ptr());
+    Buffer &b = own_buffer(self.ptr());  // a method of the Buffer type: its descriptor checked self
     ExportRequest request = export_request(a);
     // Looked up once (the export uses it), and only for a buffer that was ever on a device.
     std::shared_ptr<CudaDevice> gpu = b.may_hold_device_copy() ? cuda_device_of(b) : nullptr;

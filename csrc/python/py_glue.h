@@ -156,12 +156,19 @@ void take_part_in_gc(PyHeapTypeObject *type, traverseproc traverse);
 ///
 /// The one place that names pybind11's private py::detail::instance. It is needed where a raw
 /// PyObject * whose type is already known reaches our own code: the slots we install
-/// (Pipeline's tp_call, tp_traverse) and buffer_of(). pybind11's public way, py::cast, would
+/// (Pipeline's vectorcall, tp_traverse, the buffer protocol), own_buffer() and buffer_of(). pybind11's public way, py::cast, would
 /// look the type up and check it again on every call, and a tp_traverse only reads pointers.
 /// It assumes the instance layout and get_value_and_holder() of pybind11 2.12 (pyproject's
 /// lower bound) through 3.1 (what it is built and tested with).
 inline py::detail::value_and_holder instance_parts(PyObject *self) {
     return reinterpret_cast<py::detail::instance *>(self)->get_value_and_holder();
+}
+/// The Buffer of a Buffer slot's or method's own `self`, whose type CPython checked already (a
+/// slot of the type, a method descriptor): read without a second check; buffer_of() for a
+/// Buffer never initialised, which raises its error.
+inline Buffer &own_buffer(PyObject *self) {
+    Buffer *b = instance_parts(self).value_ptr<Buffer>();
+    return b ? *b : buffer_of(self);
 }
 /// A tp_traverse for a pybind11 type holding its C++ object in a `Holder`: the instance's type,
 /// then, once the holder is constructed, what visit_holder(holder, visit, arg) visits.
