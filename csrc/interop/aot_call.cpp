@@ -52,6 +52,8 @@ void CallScratch::start(size_t n) {
     refill(scalars, n, halide_scalar_value_t{});
     refill(scalar_given, n, uint8_t(0));
     allocated.clear();  // made room in when the call allocates an output (few calls do)
+    staged.clear();     // likewise, when it stages a buffer
+    staged_for.clear();
     refill(lent, n, static_cast<RawView *>(nullptr));
     refill(argv, n, static_cast<void *>(nullptr));
     outputs.clear();
@@ -68,6 +70,7 @@ void CallScratch::finish() {
         }
     }
     buffers.clear();
+    staged.clear();
 }
 
 namespace {
@@ -231,12 +234,48 @@ std::shared_ptr<Device> call_device(const AotPipeline &p, const CallScratch &s) 
 // Placement
 // ---------------------------------------------------------------------------------------------
 
+/// A pipeline whose runtime computes on a GPU (OpenCL or CUDA), in our memory or its own.
+bool is_device_pipeline(const AotPipeline &p) { return p.device_interface() || p.uses_cuda() || p.uses_opencl(); }
+
+/// Whether a buffer must reach pipeline `p` through a staging copy: Halide's device runtimes
+/// allocate device memory only for non-negative strides (they abort the process otherwise),
+/// and compute in ours only as it is laid out forward.
+bool needs_staging(const AotPipeline &p, const Buffer &b) {
+    if (!is_device_pipeline(p)) return false;
+    return std::any_of(b.strides().begin(), b.strides().end(), [](int64_t stride) { return stride < 0; });
+}
+
+/// Puts a forward copy in place of buffer argument i (its shape, coordinates and memory order,
+/// non-negative strides): an input's values copied into it now, an output's copied out of it
+/// after the call (copy_back_staged()).
+void stage(const AotPipeline &p, CallScratch &s, size_t i, bool output) {
+    if (s.staged.empty()) {
+        s.staged.resize(s.buffers.size());
+        s.staged_for.assign(s.buffers.size(), nullptr);
+    }
+    Buffer &given = *s.buffers[i];
+    Buffer &staged = s.staged[i].emplace(Buffer::allocate_like(p.name().c_str(), given, given.dtype()));
+    if (!output) staged.copy_from(p.name().c_str(), given);
+    s.staged_for[i] = &given;
+    s.buffers[i] = &staged;
+}
+
+/// Copies each staged output into the buffer it stands for, once the call gave its view back.
+void copy_back_staged(const AotPipeline &p, CallScratch &s) {
+    for (size_t i : s.outputs) {
+        if (s.staged.empty() || !s.staged_for[i]) continue;
+        s.buffers[i]->take_back(std::exchange(s.lent[i], nullptr));
+        s.staged_for[i]->copy_from(p.name().c_str(), *s.buffers[i]);
+    }
+}
+
 /// Prepares buffer argument i for the call and passes a halide_buffer_t lent to the call alone:
 /// on `device` when there is one (shown to the pipeline as on its device interface), else as
 /// the pipeline needs it.
 void enter_buffer(const AotPipeline &p, CallScratch &s, size_t i, const std::shared_ptr<Device> &device) {
-    Buffer &b = *s.buffers[i];
     bool output = p.metadata().arguments[i].kind == halide_argument_kind_output_buffer;
+    if (needs_staging(p, *s.buffers[i])) stage(p, s, i, output);
+    Buffer &b = *s.buffers[i];
     if (device) b.prepare_for_pipeline(p.name().c_str(), p.device_interface(), output, device);
     else b.prepare_for_pipeline(p.name().c_str(), p.device_interface(), output);
     s.lent[i] = b.lend(p.name().c_str(), device ? p.device_interface() : nullptr);
@@ -292,7 +331,7 @@ bool nothing_to_compute(const CallScratch &s) {
 /// holds the GIL, which an operation on such a storage never lets go). False, having done
 /// nothing, for any other call.
 bool call_directly(const AotPipeline &p, CallScratch &s) {
-    if (p.device_interface() || p.uses_cuda() || p.uses_opencl() || !s.missing.empty()) return false;
+    if (is_device_pipeline(p) || !s.missing.empty()) return false;
     int64_t bytes = 0;
     for (Buffer *b : s.buffers) {
         if (!b) continue;
@@ -332,6 +371,7 @@ void run_call(const AotPipeline &p, CallScratch &s) {
         if (nothing_to_compute(s)) return;
         expect_transfers(p, s);
         p.call(s.argv.data());
+        copy_back_staged(p, s);
     });
 }
 

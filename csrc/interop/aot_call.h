@@ -78,14 +78,18 @@ struct CallScratch {
     std::vector<halide_buffer_t> direct;
     std::vector<halide_dimension_t> direct_dims;
     std::vector<void *> argv;
+    /// A device pipeline's forward copy of each buffer argument with a negative stride, and
+    /// the argument it stands for (see aot_call.cpp's stage()); none for most calls.
+    std::vector<std::optional<Buffer>> staged;
+    std::vector<Buffer *> staged_for;
     std::vector<Query> queries[2];  // one per request (see aot_call.cpp)
     std::vector<size_t> outputs, missing;
 
     /// Ready for a pipeline of `n` arguments.
     void start(size_t n);
-    /// Gives every lent view back (what the call left in it taken in). Runs when the call
-    /// ends, however it ends, before the buffers it names may go; `allocated` stays for the
-    /// caller.
+    /// Gives every lent view back (what the call left in it taken in) and drops the staging
+    /// copies. Runs when the call ends, however it ends, before the buffers it names may go;
+    /// `allocated` stays for the caller.
     void finish();
 };
 
