@@ -95,6 +95,7 @@ def lib() -> ctypes.CDLL:
             ("cuCtxPopCurrent_v2", c.c_int, [c.POINTER(c.c_void_p)]),
             ("cuMemAlloc_v2", c.c_int, [c.POINTER(c.c_uint64), c.c_size_t]),
             ("cuMemFree_v2", c.c_int, [c.c_uint64]),
+            ("cuMemGetAddressRange_v2", c.c_int, [c.POINTER(c.c_uint64), c.POINTER(c.c_size_t), c.c_uint64]),
         ]:
             f = getattr(lib, name)
             f.restype, f.argtypes = restype, argtypes
@@ -219,6 +220,15 @@ def mem_alloc(nbytes: int, ordinal: int = 0) -> int:
         address = ctypes.c_uint64()
         assert lib().cuMemAlloc_v2(ctypes.byref(address), nbytes) == 0
     return address.value
+
+
+def allocation_of(address: int, ordinal: int = 0) -> tuple[int, int] | None:
+    """(base, size) of the live device allocation holding `address`; None for any other address
+    (host memory, freed memory)."""
+    base, size = ctypes.c_uint64(), ctypes.c_size_t()
+    with Context(ordinal):
+        rc = lib().cuMemGetAddressRange_v2(ctypes.byref(base), ctypes.byref(size), address)
+    return (base.value, size.value) if rc == 0 else None
 
 
 def mem_free(address: int, ordinal: int = 0) -> None:

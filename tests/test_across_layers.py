@@ -15,6 +15,8 @@ import pytest
 
 import halide_buffer as hb
 
+import buffer_protocol
+from common import raw_buffer
 from pipelines import OPENCL_TARGET, TARGET, build, c_compiler, compile_and_load, random_u8
 
 pytestmark = pytest.mark.needs_halide
@@ -147,9 +149,9 @@ def test_a_capsule_of_a_part_dropped_unconsumed_keeps_a_writes_upload(built):
 # ---------------------------------------------------------------------------------------------
 
 PARTS = {  # parts the runtime cannot compute in our device copy: it allocates its own
-    "reversed rows": lambda b: b[::-1],
-    "reversed columns": lambda b: b[:, ::-1],
-    "half of the rows reversed": lambda b: b[8:16][::-1],
+    "rows at an unaligned offset": lambda b: b[1:9],  # an OpenCL sub-buffer starts aligned
+    "columns": lambda b: b[:, 8:16],
+    "reversed rows": lambda b: b[::-1],  # hb.aot stages it (see test 3): the copy comes home
 }
 
 
@@ -157,6 +159,13 @@ def lease(values):
     """A buffer wrapping `values` that its owner may write at any time, uploaded."""
     b = hb.Buffer.from_host(values)
     b.copy_to_device()
+    return b
+
+
+def at_mins_of(view, values):
+    """A buffer over `values` at the view's coordinates (a part keeps its parent's)."""
+    b = hb.Buffer.from_host(values)
+    b.set_min(view.mins)
     return b
 
 
@@ -170,7 +179,7 @@ def test_a_part_computed_by_the_runtime_reaches_the_next_device_use(built, make,
     b = make(old.copy())
     view = PARTS[part](b)
     src = random_u8(rng, view.shape)
-    assert built["opencl"](src, view) is view
+    assert built["opencl"](at_mins_of(view, src), view) is view
     expected = old.copy()
     PARTS[part](expected)[...] = plus_ten(src)
     np.testing.assert_array_equal(device_values(b), expected)
@@ -187,9 +196,9 @@ def test_a_part_computed_by_the_runtime_over_a_newer_device_copy_keeps_the_rest(
     old, new = random_u8(rng, SHAPE), random_u8(rng, SHAPE)
     b = device_newer(old, new)
     src = random_u8(rng, (8, 24))
-    built["opencl"](src, b[8:16][::-1])
+    built["opencl"](at_mins_of(b[1:9], src), b[1:9])
     expected = new.copy()
-    expected[8:16] = plus_ten(src)[::-1]
+    expected[1:9] = plus_ten(src)
     np.testing.assert_array_equal(device_values(b), expected)
     np.testing.assert_array_equal(b.numpy(), expected)
 
@@ -277,3 +286,126 @@ def test_a_negative_stride_output_is_written_where_numpy_writes(built, where, ro
     np.testing.assert_array_equal(b.numpy(), expected)
     np.testing.assert_array_equal(device_values(b), expected)
     assert (outer[:32] == GUARD).all() and (outer[-32:] == GUARD).all()
+
+
+# ---------------------------------------------------------------------------------------------
+# 4. halide_buffer_copy from a struct handed out before a host write copies the new values
+# ---------------------------------------------------------------------------------------------
+
+HOST_WRITES = {
+    "numpy(writable=True)": lambda b, new: b.numpy(writable=True).__setitem__(Ellipsis, new),
+    "b[...] = values": lambda b, new: b.__setitem__(Ellipsis, new),
+    "copy_from": lambda b, new: b.copy_from(hb.Buffer.from_host(new)),
+    "a consumer of a DLPack capsule": lambda b, new: np.from_dlpack(b).__setitem__(Ellipsis, new),
+    "a C consumer of the buffer protocol": lambda b, new: write_through_the_buffer_protocol(b, new),
+}
+
+
+def write_through_the_buffer_protocol(b, new):
+    """A C consumer asking for writable memory (as Cython's typed memoryviews do) writes it."""
+    view = buffer_protocol.request(b, buffer_protocol.PyBUF_WRITABLE | buffer_protocol.PyBUF_C_CONTIGUOUS)
+    assert view.buf and not view.readonly and view.len == new.nbytes
+    ctypes.memmove(view.buf, new.tobytes(), new.nbytes)
+    buffer_protocol.release(view)
+
+
+@pytest.mark.parametrize("to_device", [False, True], ids=["to the host", "to the device"])
+@pytest.mark.parametrize("write", list(HOST_WRITES))
+def test_halide_buffer_copy_from_a_struct_handed_out_before_a_host_write(built, write, to_device):
+    rng = np.random.default_rng(7)
+    old, new = random_u8(rng, SHAPE), random_u8(rng, SHAPE)
+    src = in_sync(old)
+    raw = src._get_raw_halide_buffer_t()  # handed out while the device copy is current
+    HOST_WRITES[write](src, new)
+    dst = hb.Buffer(SHAPE, "uint8")
+    if to_device:
+        dst.device_malloc()
+    dst_raw = raw_buffer(dst)
+    interface = dst_raw.device_interface if to_device else None
+    assert built["buffer_copy"](None, raw, interface, ctypes.addressof(dst_raw)) == 0
+    np.testing.assert_array_equal(dst.numpy(), new)
+    np.testing.assert_array_equal(device_values(dst), new)
+    np.testing.assert_array_equal(device_values(src), new)  # the source's own device copy too
+
+
+# ---------------------------------------------------------------------------------------------
+# 5. A pipeline with two outputs, one of them empty, runs and fills the other
+# ---------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("where", ["host", "opencl"])
+@pytest.mark.parametrize("empty", [0, 1], ids=["first empty", "second empty"])
+def test_a_call_with_one_empty_output_fills_the_other(built, where, empty):
+    a = random_u8(np.random.default_rng(8), SHAPE)
+    outs = [hb.Buffer(SHAPE, "uint8"), hb.Buffer(SHAPE, "float32")]
+    outs[empty] = hb.Buffer((0, 24), outs[empty].dtype)
+    got = built["two " + where](a, *outs)
+    assert got[0] is outs[0] and got[1] is outs[1]
+    full = outs[1 - empty].numpy()
+    expected = [(a + np.uint8(1)).astype(np.uint8), a.astype(np.float32) * 0.5][1 - empty]
+    np.testing.assert_array_equal(full, expected)
+    assert outs[empty].shape == (0, 24)
+
+
+# ---------------------------------------------------------------------------------------------
+# 6. An export of a buffer on a CUDA device hands the device pointer (on the driver stand-in)
+# ---------------------------------------------------------------------------------------------
+
+
+def dlpack_data(capsule):
+    """(data address, device) of a DLPack capsule's tensor, legacy or versioned, read as a
+    consumer reads it."""
+    get = ctypes.pythonapi.PyCapsule_GetPointer
+    get.restype, get.argtypes = ctypes.c_void_p, [ctypes.py_object, ctypes.c_char_p]
+    name_of = ctypes.pythonapi.PyCapsule_GetName
+    name_of.restype, name_of.argtypes = ctypes.c_char_p, [ctypes.py_object]
+    name = name_of(capsule)
+    # A versioned tensor's DLTensor comes after its version, manager_ctx, deleter and flags.
+    tensor = get(capsule, name) + (32 if name == b"dltensor_versioned" else 0)
+    data = ctypes.c_void_p.from_address(tensor).value
+    device = tuple((ctypes.c_int32 * 2).from_address(tensor + 8))
+    return data, device
+
+
+CUDA_EXPORTS = {
+    "__cuda_array_interface__": lambda v: (v.__cuda_array_interface__["data"][0], (2, 0)),
+    "__dlpack__()": lambda v: dlpack_data(v.__dlpack__()),
+    "__dlpack__(max_version=(1, 0))": lambda v: dlpack_data(v.__dlpack__(max_version=(1, 0))),
+    "__dlpack__(stream=-1, dl_device=(2, 0))": lambda v: dlpack_data(v.__dlpack__(stream=-1, dl_device=(2, 0))),
+}
+CUDA_VIEWS = {"whole": lambda b: b, "rows": lambda b: b[2:6], "a column crop": lambda b: b[:, 3:9],
+              "reversed rows": lambda b: b[::-1]}
+CUDA_STATES = {  # how the buffer came to be on the device
+    "uploaded": lambda b: b.copy_to_device(hb.cuda.device()),
+    "written there": lambda b: (b.copy_to_device(hb.cuda.device()), b.set_device_dirty()),
+    "host written since": lambda b: (b.copy_to_device(hb.cuda.device()), b.fill(3)),
+}
+
+
+@pytest.fixture
+def standin():
+    import cuda_standin
+
+    if not cuda_standin.active():
+        pytest.skip(cuda_standin.why_inactive())
+    return cuda_standin
+
+
+@pytest.mark.parametrize("state", list(CUDA_STATES))
+@pytest.mark.parametrize("view", list(CUDA_VIEWS))
+@pytest.mark.parametrize("export", list(CUDA_EXPORTS))
+def test_a_cuda_export_hands_the_device_pointer_cuda_driver_standin(standin, export, view, state):
+    """The address handed out is in the device allocation, at the view's first element; never the
+    host copy's. The stand-in proves the bookkeeping only: what a consumer on a GPU reads there is
+    tests/test_cuda.py's part (tests/gpu/run_checks.sh)."""
+    b = hb.Buffer.from_host(np.arange(8 * 12, dtype=np.float32).reshape(8, 12), copy=True)
+    CUDA_STATES[state](b)
+    v = CUDA_VIEWS[view](b)
+    address, device = CUDA_EXPORTS[export](v)
+    assert device == (2, 0)
+    allocation = standin.allocation_of(address)
+    assert allocation is not None, "the address handed out is no device memory"
+    base, size = allocation
+    host_first, host_base = np.asarray(v).ctypes.data, np.asarray(b).ctypes.data
+    assert address - base == host_first - host_base  # the same element of the storage
+    assert size >= b.nbytes and address != host_first

@@ -237,12 +237,28 @@ std::shared_ptr<Device> call_device(const AotPipeline &p, const CallScratch &s) 
 /// A pipeline whose runtime computes on a GPU (OpenCL or CUDA), in our memory or its own.
 bool is_device_pipeline(const AotPipeline &p) { return p.device_interface() || p.uses_cuda() || p.uses_opencl(); }
 
-/// Whether a buffer must reach pipeline `p` through a staging copy: Halide's device runtimes
-/// allocate device memory only for non-negative strides (they abort the process otherwise),
-/// and compute in ours only as it is laid out forward.
+/// Whether a buffer must reach pipeline `p` through a staging copy. Halide's device runtimes
+/// allocate device memory only for non-negative strides and a size above 0 (they abort the
+/// process otherwise), and compute in ours only as it is laid out forward: a view with a
+/// negative stride is staged, and so is an empty one, whose staging storage (empty itself) is
+/// then given device memory of ours, so the runtime allocates none.
 bool needs_staging(const AotPipeline &p, const Buffer &b) {
     if (!is_device_pipeline(p)) return false;
+    if (b.size() == 0) return true;
     return std::any_of(b.strides().begin(), b.strides().end(), [](int64_t stride) { return stride < 0; });
+}
+
+/// A pipeline whose runtime keeps device memory of its own (an OpenCL library opened before
+/// halide_buffer) would allocate an empty argument's itself, and abort: refused instead.
+void refuse_empty_without_device(const AotPipeline &p, const CallScratch &s, const std::shared_ptr<Device> &device) {
+    if (device || !is_device_pipeline(p)) return;
+    const halide_filter_metadata_t &m = p.metadata();
+    for (size_t i = 0; i < s.buffers.size(); ++i) {
+        if (s.buffers[i] && s.buffers[i]->size() == 0)
+            throw ValueError(where_of(p, m.arguments[i]) + " is empty, and the pipeline's runtime keeps device "
+                             "memory of its own, where Halide cannot allocate an empty buffer; load the pipeline "
+                             "after importing halide_buffer, or leave the empty output out of the call");
+    }
 }
 
 /// Puts a forward copy in place of buffer argument i (its shape, coordinates and memory order,
@@ -369,6 +385,7 @@ void run_call(const AotPipeline &p, CallScratch &s) {
         TargetDevice target(device.get());  // the device our hooks give the pipeline's runtime
         enter_buffers(p, s, device);
         if (nothing_to_compute(s)) return;
+        refuse_empty_without_device(p, s, device);
         expect_transfers(p, s);
         p.call(s.argv.data());
         copy_back_staged(p, s);

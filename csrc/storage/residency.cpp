@@ -478,12 +478,12 @@ void Buffer::prepare_for_pipeline(const char *entry, const halide_device_interfa
     bool whole = view_covers_root();
     bool forward = std::all_of(strides_.begin(), strides_.end(), [](int64_t stride) { return stride >= 0; });
     bool in_place = whole || s.part_in_place(*device, data_ - s.root.host, forward);
-    if (!in_place || s.bound || size() == 0) {
+    if (!in_place || s.bound) {
         // A part of a storage the device cannot show as it is: shown without device memory over
         // a current host copy (see publish()); the runtime allocates for it, and that comes home
         // after. Our device copy stays; one under another runtime's interface goes. So for an
-        // hl.Buffer's storage, whose device copy only Halide's runtime makes, and an empty one
-        // (nothing to place).
+        // hl.Buffer's storage, whose device copy only Halide's runtime makes. (An empty storage
+        // is placed like any other: Halide's runtimes cannot allocate one.)
         if (s.runtime_memory() && s.root.device_interface != interface)
             op.defer(s.free_device(entry));
         else
