@@ -16,6 +16,7 @@ import concurrent.futures
 import functools
 import itertools
 import math
+import multiprocessing.pool
 import operator
 import uuid
 from typing import Any
@@ -24,6 +25,7 @@ import dask
 import dask.array as da
 import dask.local
 import dask.threaded
+import ml_dtypes
 import numpy as np
 from dask.base import get_scheduler, tokenize
 from dask.delayed import Delayed
@@ -56,6 +58,10 @@ def map_pipeline(pipeline: Pipeline, *inputs: Any, chunks: Any = None, boundary:
     ``"none"`` (a region leaving an input is an error; ``None`` means it too), ``"nearest"``,
     ``"reflect"``, ``"periodic"``, or a constant; or one of those per axis, as a tuple or a dict
     of axis -> boundary (axes not in the dict: ``"none"``), as dask's ``map_overlap`` takes them.
+    A constant goes to each input as NumPy converts it (an integer input drops a fraction); one
+    that an integer input read beyond its edge cannot hold (NaN, an infinity, a number beyond its
+    range) is a ``ValueError``, where dask's ``map_overlap`` pads with whatever NumPy's cast makes
+    of it, with a ``RuntimeWarning``. A bool is a ``TypeError``, not the constant 1.
     An output chunk with no element runs no task of the pipeline: it is empty. ``compute(*outputs)``
     brings the outputs home as NumPy arrays, each chunk written in place by the pipeline.
     """
@@ -83,6 +89,7 @@ def map_pipeline(pipeline: Pipeline, *inputs: Any, chunks: Any = None, boundary:
                for index, (mins, shape) in blocks.items() if 0 not in shape}
     for input_name, x in buffers.items():
         _check_readable(pipeline, input_name, x, regions, modes)
+        _check_constants(pipeline, input_name, x, regions, modes)
 
     token = tokenize(pipeline.library_path, pipeline.name, sorted(scalars.items()), modes, out_chunks,
                      *(x.name for x in buffers.values()))
@@ -139,9 +146,14 @@ def compute(*arrays: da.Array, out: Any = None, scheduler: Any = None, **kwargs:
     tuple of one per array (``None`` for one to allocate); each writable, of its array's shape
     and dtype. Chunks are written while other chunks may still be read, so an ``out`` must share
     no memory with what the arrays are computed from. ``scheduler`` and ``kwargs`` go to dask as
-    for ``dask.compute``. A scheduler running tasks in other processes (``dask.distributed``,
-    ``"processes"``) cannot write into this process's memory: there the arrays are computed as
-    ``dask.compute`` computes them, and copied into the ``out`` given.
+    for ``dask.compute``. The tasks write in place where they run in this process: the synchronous
+    scheduler, the threaded one on its own threads or on a ``pool`` of threads (given, or set in
+    ``dask.config``: a ``concurrent.futures.ThreadPoolExecutor``, a ``multiprocessing.pool.ThreadPool``),
+    and a ``ThreadPoolExecutor`` given as ``scheduler``. Any other scheduler may run them in other
+    processes, which cannot write into this process's memory (``dask.distributed``, ``"processes"``,
+    a ``ProcessPoolExecutor`` as ``scheduler`` or as the threaded scheduler's ``pool``, a get
+    function of one's own): there the arrays are computed as ``dask.compute`` computes them, and
+    copied into the ``out`` given.
     """
     for i, a in enumerate(arrays):
         if not isinstance(a, da.Array):
@@ -154,7 +166,7 @@ def compute(*arrays: da.Array, out: Any = None, scheduler: Any = None, **kwargs:
             raise ValueError(f"{_COMPUTE}: argument {i} has unknown chunk sizes, so its result cannot be allocated "
                              "first; call x.compute_chunk_sizes() first")
     given = _outs(arrays, out)
-    if not _in_this_process(get_scheduler(scheduler=scheduler, collections=list(arrays))):
+    if not _in_this_process(get_scheduler(scheduler=scheduler, collections=list(arrays)), kwargs):
         computed = dask.compute(*arrays, scheduler=scheduler, **kwargs)
         for target, result in zip(given, computed):
             if target is not None:
@@ -214,14 +226,25 @@ def _outs(arrays: tuple, out: Any) -> list:
     return list(out)
 
 
-def _in_this_process(get: Any) -> bool:
-    """Whether dask's get function runs tasks in this process, where they can write into its arrays:
-    the threaded and synchronous schedulers, and a thread pool given as the scheduler."""
-    if get in (dask.threaded.get, dask.local.get_sync):
+def _in_this_process(get: Any, kwargs: dict) -> bool:
+    """Whether dask's get function (with compute()'s keyword arguments) runs tasks in this process,
+    where they can write into its arrays: the synchronous scheduler; the threaded one on threads of
+    this process (its ``pool``, given or configured, may be processes); an executor of threads
+    given as the scheduler. Anything else (processes, a cluster, a get function of one's own) may
+    run them elsewhere."""
+    if get is dask.local.get_sync:
         return True
+    if get is dask.threaded.get:
+        return _threads_of_this_process(kwargs.get("pool") or dask.config.get("pool", None))
     if isinstance(get, functools.partial) and get.func is dask.local.get_async and get.args:
-        return isinstance(getattr(get.args[0], "__self__", None), concurrent.futures.ThreadPoolExecutor)
+        return _threads_of_this_process(getattr(get.args[0], "__self__", None))  # the executor's submit
     return False
+
+
+def _threads_of_this_process(pool: Any) -> bool:
+    """Whether a pool the threaded scheduler submits to (None: dask's own) is threads of this process:
+    a ThreadPoolExecutor or multiprocessing's ThreadPool. A process pool, of either kind, is not."""
+    return pool is None or isinstance(pool, (concurrent.futures.ThreadPoolExecutor, multiprocessing.pool.ThreadPool))
 
 
 def _stored(planned: _Planned, targets: tuple) -> Delayed:
@@ -374,6 +397,47 @@ def _check_readable(pipeline: Pipeline, name: str, x: da.Array, regions: dict, m
                                  f"{tuple(extent)} for the output chunk {index}, and the input is empty along "
                                  f"axis {axis}, with no element for boundary {_NAMES[mode]!r} to take; pass a "
                                  "constant boundary for that axis")
+
+
+def _check_constants(pipeline: Pipeline, name: str, x: da.Array, regions: dict, modes: tuple) -> None:
+    """ValueError naming the first output chunk whose region of input `name` leaves it along an axis
+    whose boundary is a constant the input's dtype does not hold (see _holds). NumPy's cast would
+    make a value up there, one C leaves undefined and CPUs differ on (dask's map_overlap pads with
+    it, with a RuntimeWarning)."""
+    for axis, (mode, constant) in enumerate(modes):
+        if mode != "constant" or _holds(x.dtype, constant):
+            continue
+        for index, needed in regions.items():
+            lo, extent = needed[name]
+            if 0 not in extent and (lo[axis] < 0 or lo[axis] + extent[axis] > x.shape[axis]):
+                low, high = _integer_range(x.dtype)
+                raise ValueError(f"{_ENTRY}: {pipeline.name} reads input '{name}' ({x.dtype}) beyond its edge"
+                                 f"{_along(axis, modes)} for the output chunk {index}, and boundary {constant} is no "
+                                 f"{x.dtype} value; pass a constant from {low} to {high}")
+
+
+def _holds(array_dtype: np.dtype, constant: Any) -> bool:
+    """Whether a dtype holds a boundary constant as NumPy converts it: an integer dtype a real,
+    finite number whose whole part (the fraction dropped, as NumPy casts) lies in its range; any
+    other dtype (floats take NaN and the infinities) every number."""
+    bounds = _integer_range(array_dtype)
+    if bounds is None:
+        return True
+    if isinstance(constant, np.complexfloating):
+        return False
+    if isinstance(constant, (int, np.integer)):
+        return bounds[0] <= int(constant) <= bounds[1]
+    value = float(constant)
+    return math.isfinite(value) and bounds[0] <= math.trunc(value) <= bounds[1]
+
+
+def _integer_range(array_dtype: np.dtype) -> tuple[int, int] | None:
+    """(lowest, highest) value of an integer dtype (ml_dtypes' int4 and the like too); None for any other."""
+    try:
+        info = ml_dtypes.iinfo(array_dtype)
+    except ValueError:
+        return None
+    return int(info.min), int(info.max)
 
 
 def _along(axis: int, modes: tuple) -> str:

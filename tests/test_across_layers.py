@@ -317,9 +317,8 @@ def test_halide_buffer_copy_from_a_struct_handed_out_before_a_host_write(built, 
     src = in_sync(old)
     raw = src._get_raw_halide_buffer_t()  # handed out while the device copy is current
     HOST_WRITES[write](src, new)
-    dst = hb.Buffer(SHAPE, "uint8")
-    if to_device:
-        dst.device_malloc()
+    # To a device copy that is current: device to device, when the source's device copy is.
+    dst = in_sync(np.zeros(SHAPE, np.uint8)) if to_device else hb.Buffer(SHAPE, "uint8")
     dst_raw = raw_buffer(dst)
     interface = dst_raw.device_interface if to_device else None
     assert built["buffer_copy"](None, raw, interface, ctypes.addressof(dst_raw)) == 0

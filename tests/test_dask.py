@@ -4,7 +4,11 @@ pipeline on the whole array, for irregular chunks, every boundary mode, several 
 and outputs, on the threaded scheduler and on a dask.distributed cluster of processes."""
 
 import concurrent.futures
+import contextlib
+import multiprocessing
+import multiprocessing.pool
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -13,6 +17,8 @@ import time
 
 import dask
 import dask.array as da
+import dask.multiprocessing
+import dask.threaded
 import halide as hl  # required test dependency: the test fails, not skips, without it
 import numpy as np
 import pytest
@@ -25,6 +31,7 @@ STRICT = TARGET + "-strict_float"
 PAD_MODES = {"nearest": "edge", "reflect": "symmetric", "periodic": "wrap"}
 IRREGULAR = ((37, 64, 27), (50, 19, 71, 3))  # a 128 x 143 array in uneven chunks
 HANG = 300  # seconds: the most a cluster operation may take before the test fails; never a pace
+CLUSTER_START = 120  # seconds: the most a step of starting the cluster may take, per try; never a pace
 
 
 def blur_func(t, name, gpu=False):
@@ -299,15 +306,47 @@ def test_an_opencl_pipeline_brings_each_output_chunk_home_once(tmp_path, dev):
     same_bits(got, whole_call(p, {"inp": a}, "nearest"))
 
 
+class ClusterDidNotStart(RuntimeError):
+    """The cluster fixture could not start its worker processes: an error of the run (a loaded
+    machine), not a failure of the tests that use it."""
+
+
+def start_cluster(distributed, stack):
+    """A client of a new cluster of two worker processes, both up, closed with `stack`; each step
+    (a connection, a worker's start, both workers joining) may take up to CLUSTER_START seconds."""
+    with dask.config.set({"distributed.comm.timeouts.connect": f"{CLUSTER_START}s"}):
+        c = stack.enter_context(distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True,
+                                                         dashboard_address=None, silence_logs=50,
+                                                         death_timeout=CLUSTER_START))
+        client = stack.enter_context(distributed.Client(c, set_as_default=False, timeout=CLUSTER_START))
+    client.wait_for_workers(2, timeout=CLUSTER_START)
+    return client
+
+
 @pytest.fixture(scope="module")
 def cluster():
     """A client of two worker processes. Not dask's default scheduler: the tests that use it ask
     it by name, and every other test of this module runs where it says (threads, unless it names
-    another), whichever tests ran before it."""
+    another), whichever tests ran before it. A start that fails (processes too slow to start on a
+    loaded machine) is tried once more; a second failure is ClusterDidNotStart, which pytest
+    reports as an error in this fixture, never as a failure of a test."""
     distributed = pytest.importorskip("distributed")
-    with distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None,
-                                  silence_logs=50) as c, distributed.Client(c, set_as_default=False) as client:
-        yield client
+    failures = []
+    for _ in range(2):
+        stack = contextlib.ExitStack()
+        try:
+            client = start_cluster(distributed, stack)
+        except Exception as e:  # a timeout, a refused connection, a worker that died starting: all mean "not up"
+            failures.append(f"{type(e).__name__}: {e}")
+            with contextlib.suppress(Exception):  # what did start goes; its own errors say nothing more
+                stack.close()
+            continue
+        with stack:
+            yield client
+        return
+    raise ClusterDidNotStart(f"cluster: a dask.distributed cluster of two worker processes did not start, in two "
+                             f"tries of up to {CLUSTER_START} s a step ({'; '.join(failures)}); the tests that "
+                             "use it did not run: run them again on a less loaded machine")
 
 
 def test_a_cluster_of_processes_gives_the_same_bits(pipes, cluster):
@@ -628,6 +667,52 @@ def test_a_boundary_per_axis_that_names_no_axis_is_refused(pipes, boundary, mess
         hb.dask.map_pipeline(pipes["uint8"], x, boundary=boundary)
 
 
+@pytest.mark.parametrize("constant", [np.nan, np.float32(np.nan), np.inf, -np.inf, -1, 256, -1.0, 256.0, 1e10,
+                                      np.int64(300), 2**70, np.complex64(1)], ids=repr)
+def test_a_constant_an_integer_input_cannot_hold_is_refused_before_any_task_runs(pipes, constant):
+    """NaN, an infinity, a number beyond uint8's range: no uint8 value. dask's map_overlap pads with
+    what NumPy's cast makes of it, with a RuntimeWarning (NaN: 0 for uint8, the lowest int32 for
+    int32, on x86-64); here it is refused, naming the fix (a bug raised NumPy's own ValueError from
+    a task for float('nan'), and padded with 0 for np.float32('nan'))."""
+    x = da.from_array(np.zeros((20, 30), np.uint8), chunks=10)
+    with pytest.raises(ValueError, match=r"^hb.dask.map_pipeline\(\): hb_dask_uint8 reads input 'inp' \(uint8\) beyond "
+                                         r"its edge for the output chunk \(0, 0\), and boundary "
+                                         + re.escape(str(constant)) + r" is no uint8 value; pass a constant from 0 "
+                                         r"to 255$"):
+        hb.dask.map_pipeline(pipes["uint8"], x, boundary=constant)
+    with pytest.raises(ValueError, match=r"beyond its edge along axis 1 for the output chunk \(0, 0\), and boundary "
+                                         + re.escape(str(constant)) + " is no uint8 value"):
+        hb.dask.map_pipeline(pipes["uint8"], x, boundary={0: "nearest", 1: constant})
+
+
+@pytest.mark.parametrize("constant, value", [(2.7, 2), (255.9, 255), (-0.9, 0), (np.float32(0.5), 0), (255, 255),
+                                             (0, 0), (np.uint64(7), 7)], ids=str)
+def test_a_constant_goes_to_an_integer_input_as_numpy_converts_it(pipes, constant, value):
+    """An integer input drops a constant's fraction, as NumPy and dask's map_overlap do; the
+    ends of its range are values of it."""
+    a = random_bits((30, 41), "uint8", seed=34)
+    got = hb.dask.map_pipeline(pipes["uint8"], da.from_array(a, chunks=(11, 16)), boundary=constant).compute()
+    same_bits(got, whole_call(pipes["uint8"], {"inp": a}, value))
+
+
+def test_a_constant_an_integer_input_cannot_hold_is_taken_along_an_axis_it_is_not_read_beyond(pipes):
+    """dask_across reads beyond its input along axis 1 only: NaN as axis 0's boundary is never
+    written into its input, so it is no error."""
+    a = random_bits((30, 41), "uint8", seed=35)
+    got = hb.dask.map_pipeline(pipes["across"], da.from_array(a, chunks=(11, 16)),
+                               boundary={0: np.nan, 1: "nearest"}).compute()
+    same_bits(got, whole_call(pipes["across"], {"inp": a}, "nearest"))
+
+
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+@pytest.mark.parametrize("constant", [np.nan, -np.inf, 1e30], ids=repr)
+def test_a_float_input_takes_nan_and_the_infinities_as_constants(pipes, dtype, constant):
+    a = random_bits((30, 41), dtype, seed=36)
+    a = np.nan_to_num(a.astype(np.float32), nan=0, posinf=1, neginf=-1).clip(-1e4, 1e4).astype(a.dtype)
+    got = hb.dask.map_pipeline(pipes[dtype], da.from_array(a, chunks=(11, 16)), boundary=constant).compute()
+    same_bits(got, whole_call(pipes[dtype], {"inp": a}, constant))
+
+
 def test_chunks_of_one_element_reach_a_pointwise_pipeline_whole(pipes):
     """A region that is one chunk of extent 1 along an axis is handed over as that chunk (a bug
     looked at the region's second element to recognise it)."""
@@ -841,6 +926,119 @@ def test_compute_on_a_cluster_of_processes_fills_the_out_given(pipes, cluster):
     got = hb.dask.compute(across, down, scheduler=cluster)
     same_bits(got[0], expected[0])
     same_bits(got[1], expected[1])
+
+
+@pytest.fixture(scope="module")
+def process_pool():
+    """An executor of two worker processes, spawned: a fork of this process, which runs dask's and
+    the OpenCL runtime's threads, could copy a lock one of them holds."""
+    with concurrent.futures.ProcessPoolExecutor(2, mp_context=multiprocessing.get_context("spawn")) as pool:
+        yield pool
+
+
+class InlineExecutor(concurrent.futures.Executor):
+    """An executor of one's own (neither threads nor processes dask knows): runs each task as it is
+    submitted."""
+
+    def submit(self, fn, /, *args, **kwargs):
+        future = concurrent.futures.Future()
+        try:
+            future.set_result(fn(*args, **kwargs))
+        except BaseException as e:
+            future.set_exception(e)
+        return future
+
+
+def own_get(dsk, keys, **kwargs):
+    """A get function of one's own: where it runs the tasks is its own affair."""
+    return dask.threaded.get(dsk, keys, **kwargs)
+
+
+# Each way dask takes a scheduler -> whether its tasks run on threads of this process, so that
+# hb.dask.compute can write in place there.
+SCHEDULERS = {
+    "ThreadPoolExecutor": True,
+    "ProcessPoolExecutor": False,
+    "an Executor of one's own": False,
+    "dask.threaded.get": True,
+    "dask.get": True,
+    "dask.multiprocessing.get": False,
+    "a get function of one's own": False,
+    "threads, pool=ThreadPoolExecutor": True,
+    "threads, pool=multiprocessing ThreadPool": True,
+    "threads, pool=ProcessPoolExecutor": False,
+    "threads, pool=multiprocessing Pool": False,
+    "dask.config pool=ProcessPoolExecutor": False,
+    "dask.config scheduler=ProcessPoolExecutor": False,
+}
+
+
+@pytest.fixture(params=list(SCHEDULERS))
+def any_scheduler(request):
+    """compute()'s keyword arguments for one way dask takes a scheduler (dask.config set as it
+    says while the test runs), and whether the tasks run on threads of this process."""
+    name = request.param
+    spawn = multiprocessing.get_context("spawn")
+    with contextlib.ExitStack() as stack:
+        if name == "ThreadPoolExecutor":
+            kwargs = {"scheduler": stack.enter_context(concurrent.futures.ThreadPoolExecutor(3))}
+        elif name == "ProcessPoolExecutor":
+            kwargs = {"scheduler": request.getfixturevalue("process_pool")}
+        elif name == "an Executor of one's own":
+            kwargs = {"scheduler": InlineExecutor()}
+        elif name == "dask.threaded.get":
+            kwargs = {"scheduler": dask.threaded.get}
+        elif name == "dask.get":
+            kwargs = {"scheduler": dask.get}
+        elif name == "dask.multiprocessing.get":
+            kwargs = {"scheduler": dask.multiprocessing.get, "num_workers": 2}
+        elif name == "a get function of one's own":
+            kwargs = {"scheduler": own_get}
+        elif name == "threads, pool=ThreadPoolExecutor":
+            kwargs = {"scheduler": "threads", "pool": stack.enter_context(concurrent.futures.ThreadPoolExecutor(3))}
+        elif name == "threads, pool=multiprocessing ThreadPool":
+            kwargs = {"scheduler": "threads", "pool": stack.enter_context(multiprocessing.pool.ThreadPool(3))}
+        elif name == "threads, pool=ProcessPoolExecutor":
+            kwargs = {"scheduler": "threads", "pool": request.getfixturevalue("process_pool")}
+        elif name == "threads, pool=multiprocessing Pool":
+            kwargs = {"scheduler": "threads", "pool": stack.enter_context(spawn.Pool(2))}
+        elif name == "dask.config pool=ProcessPoolExecutor":
+            kwargs = {}
+            stack.enter_context(dask.config.set(scheduler="threads", pool=request.getfixturevalue("process_pool")))
+        else:
+            assert name == "dask.config scheduler=ProcessPoolExecutor", name
+            kwargs = {}
+            stack.enter_context(dask.config.set(scheduler=request.getfixturevalue("process_pool")))
+        yield kwargs, SCHEDULERS[name]
+
+
+def test_compute_writes_every_element_whichever_way_dask_is_given_the_scheduler(pipes, any_scheduler, chunk_calls):
+    """Every scheduler dask.compute takes gives every element: the chunks written in place where
+    the tasks run on threads of this process, else computed as dask computes them and copied (a
+    bug took the threaded scheduler on a pool of processes for threads: the tasks wrote copies of
+    the results in the workers, and compute() returned the results as allocated)."""
+    kwargs, in_place = any_scheduler
+    a = random_bits((64, 96), "uint8", seed=52)
+    y = hb.dask.map_pipeline(pipes["uint8"], da.from_array(a, chunks=(32, 48)), boundary="nearest")
+    across, down = hb.dask.map_pipeline(pipes["two_outputs"], da.from_array(a, chunks=(40, 50)), boundary=0)
+    target = np.full(a.shape, 0xA5, np.uint8)  # what a result no task wrote would hold
+    halved = da.from_array(a, chunks=(20, 30)) // 2  # not map_pipeline's array: stored chunk by chunk
+    got = hb.dask.compute(y, across, down, halved, out=(target, None, None, None), **kwargs)
+    assert got[0] is target
+    same_bits(target, whole_call(pipes["uint8"], {"inp": a}, "nearest"))
+    expected = whole_call(pipes["two_outputs"], {"inp": a}, 0)
+    same_bits(got[1], expected[0])
+    same_bits(got[2], expected[1])
+    same_bits(got[3], a // 2)
+    blur_calls, two_calls = chunk_calls.of(pipes["uint8"]), chunk_calls.of(pipes["two_outputs"])
+    if in_place:  # each chunk once, here, into the results
+        assert len(blur_calls) == len(two_calls) == 4
+        assert all(np.shares_memory(shown["dask_blur_u8"], target) for _, shown in blur_calls)
+        assert all(np.shares_memory(shown["across"], got[1]) and np.shares_memory(shown["down"], got[2])
+                   for _, shown in two_calls)
+    else:  # dask's own: each chunk an array of its own, in whichever process ran it
+        assert not any(np.shares_memory(chunk, result) for _, shown in blur_calls + two_calls
+                       for chunk in shown.values() for result in got)
 
 
 def test_compute_of_an_opencl_pipeline_brings_each_chunk_home_once(tmp_path, dev):
