@@ -1,5 +1,7 @@
 """tools/mutant_generator.py: each operator makes the mutants it promises, never inside a string,
-a comment or a preprocessor line, and a mutant's id stays the same while its line does."""
+a comment or a preprocessor line, and a mutant's id stays the same while its line does.
+tools/mutate.py: a mutant counts as killed only when a test judged it, never when its tests' fixtures
+did not start."""
 
 import os
 import sys
@@ -8,6 +10,7 @@ import pytest
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "tools"))
 import mutant_generator as g  # noqa: E402
+import mutate  # noqa: E402
 
 CPP = """\
 #include "a < b.h"
@@ -90,3 +93,101 @@ def test_every_recorded_equivalent_is_a_mutant_the_generator_still_makes():
     made = {m.id for area in areas["area"] for f in area["files"] for m in g.generate(root, f)}
     stale = [e["id"] for e in areas["equivalent"] if e["id"] not in made]
     assert stale == [], f"tools/mutation_areas.toml: equivalents no generated mutant has: {stale}"
+
+
+# --- tools/mutate.py: what a mutant's test run says -----------------------------------------------
+
+# The module a fake mutant changes: `value()` returns 2 instead of 1, or the import itself fails.
+MODULE = """\
+LIMIT = 1
+
+
+def value():
+    return 1
+"""
+WRONG_VALUE = (5, "    return 2")
+IMPORT_FAILS = (1, "raise ImportError('the extension did not load')")
+
+NO_CLUSTER = """
+@pytest.fixture
+def cluster():
+    raise TimeoutError("the cluster's workers did not start in time")
+"""
+# Starts at the second try only: a cluster that timed out under load once.
+CLUSTER_ON_SECOND_TRY = """
+@pytest.fixture
+def cluster():
+    tried = pathlib.Path(__file__).with_name("tried")
+    if not tried.exists():
+        tried.write_text("")
+        raise TimeoutError("the cluster's workers did not start in time")
+"""
+CHECKED_AFTER = """
+@pytest.fixture
+def leak_check():
+    yield
+    pytest.fail("a device allocation is left alive")
+"""
+
+
+@pytest.fixture
+def judge(tmp_path, monkeypatch):
+    """Judges a mutant of MODULE with one test file, as tools/mutate.py does, in a tree needing no build."""
+    monkeypatch.setattr(mutate, "build", lambda *_: (0, "", 0.0))
+    worker = mutate.Worker.__new__(mutate.Worker)  # its scratch tree is tmp_path, made here
+    worker.scratch, worker.env, worker.build_timeout = tmp_path, dict(os.environ), 60
+
+    def judge(tests, mutation):
+        (tmp_path / "mod.py").write_text(MODULE)
+        (tmp_path / "test_mod.py").write_text("import pathlib\n\nimport pytest\n\nimport mod\n" + tests)
+        (tmp_path / "tried").unlink(missing_ok=True)
+        line, replacement = mutation
+        m = mutate.Mutant(id="mod.py:fake", file="mod.py", description="", original=MODULE.splitlines()[line - 1],
+                          replacement=replacement, tests=["test_mod.py"], line=line, operator="one")
+        result = worker.judge(m, 60)
+        assert (tmp_path / "mod.py").read_text() == MODULE  # the source is restored
+        return result
+
+    return judge
+
+
+def test_a_failed_test_kills_the_mutant(judge):
+    r = judge("def test_value():\n    assert mod.value() == 1\n", WRONG_VALUE)
+    assert r.status == "KILLED" and "test_value" in r.detail
+
+
+def test_errors_at_setup_only_are_an_error_not_a_kill(judge):
+    r = judge(NO_CLUSTER + "def test_value(cluster):\n    assert mod.value() == 1\n", WRONG_VALUE)
+    assert (r.status, r.unjudged) == ("ERROR", True)
+    assert "errors at setup only, twice" in r.detail and "TimeoutError" in r.detail
+
+
+def test_a_fixture_that_starts_at_the_second_try_judges_the_mutant(judge):
+    r = judge(CLUSTER_ON_SECOND_TRY + "def test_value(cluster):\n    assert mod.value() == 1\n", WRONG_VALUE)
+    assert (r.status, r.unjudged) == ("KILLED", False)
+    r = judge(CLUSTER_ON_SECOND_TRY + "def test_limit(cluster):\n    assert mod.LIMIT == 1\n", WRONG_VALUE)
+    assert r.status == "SURVIVED"
+
+
+def test_the_second_try_runs_the_tests_after_the_error_too(judge):
+    # -x stops the first run at the fixture's error; the tests after it judge the mutant on the second.
+    r = judge(NO_CLUSTER + "def test_with_cluster(cluster):\n    pass\n\n\n"
+                           "def test_value():\n    assert mod.value() == 1\n", WRONG_VALUE)
+    assert r.status == "KILLED" and "test_value" in r.detail
+
+
+def test_an_error_at_teardown_is_a_check_that_kills(judge):
+    r = judge(CHECKED_AFTER + "def test_value(leak_check):\n    mod.value()\n", WRONG_VALUE)
+    assert r.status == "KILLED"
+
+
+def test_an_import_the_mutant_broke_kills_it(judge):
+    r = judge("def test_value():\n    assert mod.value() == 1\n", IMPORT_FAILS)
+    assert r.status == "KILLED" and "exit status 2" in r.detail
+
+
+def test_no_report_is_no_setup_error(tmp_path):
+    # pytest crashed before writing its report: the exit status decides, as before.
+    assert not mutate.errors_at_setup_only(tmp_path / "missing.xml")
+    (tmp_path / "cut.xml").write_text("<testsuites><testsuite><testcase><error message='failed on setup")
+    assert not mutate.errors_at_setup_only(tmp_path / "cut.xml")

@@ -11,20 +11,26 @@ that matters) and names the test files that should catch it. For each selected m
    tree (once per job; the checkout it is run from is only read, never written),
 2. applies the mutant there and rebuilds in place (`setup.py build_ext --inplace`, incremental:
    only the units the edit touched compile again),
-3. runs `python -m pytest -x -q -p no:cacheprovider <tests>` against the scratch tree,
+3. runs `python -m pytest -x -q -p no:cacheprovider <tests>` against the scratch tree, with a
+   JUnit XML report that tells a failed test from an error at the setup of one,
 4. restores the source and goes on with the next mutant.
 
-Outcomes: KILLED (the tests failed), TIMEOUT (they ran past --timeout; counted as killed),
-SURVIVED (they passed: the tests miss that bug), INVALID (the mutant does not compile; not
-counted), STALE (the snippet no longer occurs exactly once in the file, as after a refactoring,
-or a test file it names is gone: reported loudly and skipped, not counted), ERROR (pytest
-collected no test: fix the mutant's `tests`; or an object including the mutated file did not
-recompile, so the extension would not hold the mutant: exit status 2), EQUIVALENT (a generated
-mutant tools/mutation_areas.toml lists as unable to change behaviour, with its reason: not run,
-not counted). Each list of tests first runs on the unmutated tree and must pass.
+Outcomes: KILLED (a test failed, or pytest stopped otherwise: a collection error, a crash),
+TIMEOUT (the tests ran past --timeout; counted as killed), SURVIVED (they passed: the tests miss
+that bug), INVALID (the mutant does not compile; not counted), STALE (the snippet no longer
+occurs exactly once in the file, as after a refactoring, or a test file it names is gone:
+reported loudly and skipped, not counted), ERROR (not counted: pytest collected no test, fix the
+mutant's `tests`; or the tests ended with errors at setup only, twice, the second time without
+-x: a fixture that did not start, such as a cluster of worker processes timing out under load,
+judges nothing, so the mutant is reported loudly and the exit status is 1; or an object
+including the mutated file did not recompile, so the extension would not hold the mutant: exit
+status 2), EQUIVALENT (a generated mutant tools/mutation_areas.toml lists as unable to change
+behaviour, with its reason: not run, not counted). Each list of tests first runs on the
+unmutated tree and must pass.
 
 Kill rate = killed / (killed + survived), timeouts counted as killed. The exit status is 1 when
-the rate is below --min-rate (or when no mutant could be judged), 0 otherwise.
+the rate is below --min-rate, when no mutant could be judged or when a mutant's tests could not
+start (errors at setup), 0 otherwise.
 
     python tools/mutate.py --generate --sample 170 --seed 2026 --jobs 2
     python tools/mutate.py --list                 # the mutants, and which are stale
@@ -49,6 +55,7 @@ import sys
 import tempfile
 import threading
 import time
+import xml.etree.ElementTree as ET
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -91,6 +98,7 @@ class Result:
     test_s: float = 0.0
     detail: str = ""
     loud: bool = False  # an ERROR that means the tool itself is broken (a unit did not recompile)
+    unjudged: bool = False  # an ERROR of tests that could not start (errors at setup only, twice)
 
 
 # --- the mutant list ----------------------------------------------------------------------------
@@ -292,6 +300,45 @@ def units_compiled(build_output: str) -> int:
     return int(found.group(1)) if found else 0
 
 
+def pytest_command(tests: list[str], *options: str) -> list[str]:
+    return [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "no:randomly", *options, *tests]
+
+
+def errors_at_setup_only(report: Path) -> bool:
+    """Whether pytest's JUnit XML report holds errors at the setup of tests and nothing else that
+    failed: a fixture that did not start (a cluster timing out, a pipeline that did not compile),
+    so no test ran against the mutant. A failure, an error at teardown (a check after the test,
+    such as the CUDA stand-in's strict mode) or a collection error (an import the mutant broke)
+    each judged it. No report (pytest crashed) is not this case either."""
+    try:
+        cases = ET.parse(report).getroot().iter("testcase")
+        at_setup = other = 0
+        for case in cases:
+            for child in case:
+                if child.tag == "error" and child.get("message", "").startswith("failed on setup"):
+                    at_setup += 1
+                elif child.tag in ("failure", "error"):
+                    other += 1
+    except (OSError, ET.ParseError):
+        return False
+    return at_setup > 0 and other == 0
+
+
+def tests_outcome(rc: int | None, report: Path) -> str:
+    """What one run of a mutant's tests says: TIMEOUT, SURVIVED, NO TESTS, SETUP ERROR (errors at
+    setup only, nothing judged) or KILLED (a failed test; a collection error, which is an import
+    the mutant broke; a crash)."""
+    if rc is None:
+        return "TIMEOUT"
+    if rc == 0:
+        return "SURVIVED"
+    if rc == 5:  # nothing was collected: the list names no test
+        return "NO TESTS"
+    if rc == 1 and errors_at_setup_only(report):
+        return "SETUP ERROR"
+    return "KILLED"
+
+
 class Worker:
     """One scratch tree, used for one mutant after another."""
 
@@ -341,24 +388,37 @@ class Worker:
                 if stale:  # the mutant is not in the extension: its tests would prove nothing
                     return Result(m, "ERROR", build_s, detail=f"{', '.join(o.name for o in stale)} did not recompile "
                                                               f"after {m.file} changed", loud=True)
-            cmd = [sys.executable, "-m", "pytest", "-x", "-q", "-p", "no:cacheprovider", "-p", "no:randomly", *m.tests]
-            rc, out, test_s = run(cmd, self.scratch, self.env, m.timeout or test_timeout)
-            if rc is None:
-                return Result(m, "TIMEOUT", build_s, test_s, f"tests ran past {m.timeout or test_timeout:.0f} s")
-            if rc == 0:
+            timeout = m.timeout or test_timeout
+            outcome, rc, out, test_s = self.test(m.tests, timeout, "-x")
+            if outcome == "SETUP ERROR":
+                # A fixture did not start (under load, a cluster may time out): judged once more, every
+                # test running this time, so that the tests that do not need that fixture judge it too.
+                outcome, rc, out, again_s = self.test(m.tests, timeout)
+                test_s += again_s
+            if outcome == "TIMEOUT":
+                return Result(m, "TIMEOUT", build_s, test_s, f"tests ran past {timeout:.0f} s")
+            if outcome == "SURVIVED":
                 return Result(m, "SURVIVED", build_s, test_s, last_line(out))
-            if rc == 5:  # nothing was collected: the list names no test
+            if outcome == "NO TESTS":
                 return Result(m, "ERROR", build_s, test_s, f"no tests ran: {last_line(out)}")
-            # Failed tests (1), collection or conftest errors (2, 4), a crash (negative): noticed.
+            if outcome == "SETUP ERROR":
+                return Result(m, "ERROR", build_s, test_s, f"errors at setup only, twice: no test judged it: "
+                                                           f"{first_failure(out)}", unjudged=True)
             return Result(m, "KILLED", build_s, test_s, first_failure(out) if rc == 1 else
                           f"pytest exit status {rc}: {first_failure(out)}")
         finally:
             path.write_bytes(original)  # newer than the mutant's object: the next build recompiles it
 
+    def test(self, tests: list[str], timeout: float, *options: str) -> tuple[str, int | None, str, float]:
+        """(tests_outcome(), exit status, output, seconds) of one run of the tests in the scratch tree."""
+        report = self.scratch / "build" / "mutate-junit.xml"
+        report.unlink(missing_ok=True)  # a report left from the last run must not be read for this one
+        rc, out, secs = run(pytest_command(tests, f"--junitxml={report}", *options), self.scratch, self.env, timeout)
+        return tests_outcome(rc, report), rc, out, secs
+
     def baseline(self, tests: list[str], timeout: float) -> str | None:
         """None when the tests pass on the unmutated tree, else what failed."""
-        cmd = [sys.executable, "-m", "pytest", "-x", "-q", "-p", "no:cacheprovider", "-p", "no:randomly", *tests]
-        rc, out, _ = run(cmd, self.scratch, self.env, timeout)
+        rc, out, _ = run(pytest_command(tests, "-x"), self.scratch, self.env, timeout)
         return None if rc == 0 else ("timed out" if rc is None else first_failure(out))
 
     def close(self, keep: bool) -> None:
@@ -621,12 +681,18 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {len(loud)} mutant(s) never reached the extension: this tool's rebuild is broken",
               file=sys.stderr)
         return 2
+    unjudged = [r for r in ordered if r.unjudged]
+    for r in unjudged:
+        print(f"error: {r.mutant.id}: {r.detail}", file=sys.stderr)
+    if unjudged:
+        print(f"error: {len(unjudged)} mutant(s) judged by no test: their tests ended with errors at setup only "
+              f"(a fixture that did not start), twice; not counted: judge them again (--ids, --only)", file=sys.stderr)
     if not judged:
         print("kill rate: undefined (no mutant was killed or survived)")
         return 1
     rate = killed / judged
     print(f"kill rate: {killed}/{judged} = {rate:.0%} (minimum {args.min_rate:.0%})")
-    return 0 if rate >= args.min_rate else 1
+    return 0 if rate >= args.min_rate and not unjudged else 1
 
 
 if __name__ == "__main__":
