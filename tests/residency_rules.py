@@ -34,6 +34,7 @@ class Model:
     nobody wrote (a new device allocation), which are never compared."""
 
     def __init__(self, data, *, lease, readonly):
+        self.nbytes = data.nbytes
         self.host = np.asarray(data, np.float64)  # the host memory
         self.dev = None  # the device memory, while there is an allocation
         self.host_dirty = True  # the raw flag; constructed from host data
@@ -41,6 +42,7 @@ class Model:
         self.lease = lease  # wrapped writable memory its owner may write at any time
         self.readonly = readonly
         self.up = self.down = 0
+        self.up_bytes = self.down_bytes = 0  # the whole storage each time, but for a pipeline's parts
 
     @property
     def allocated(self):
@@ -53,6 +55,7 @@ class Model:
         if self.device_dirty:
             self.host = self.dev.copy()
             self.down += 1
+            self.down_bytes += self.nbytes
             self.device_dirty = False
 
     def allocate(self):  # device_malloc(): a new device copy is empty, the host holds the data
@@ -65,6 +68,7 @@ class Model:
         if self.host_dirty_reads():
             self.dev = self.host.copy()
             self.up += 1
+            self.up_bytes += self.nbytes
             self.host_dirty = False
 
     def free(self):  # device_free(): a newer device copy comes home first
@@ -72,15 +76,54 @@ class Model:
             self.host_current()
             self.dev = None
 
+    def current(self):
+        """What a reader sees: the newer copy's values."""
+        return self.dev if self.device_dirty else self.host
+
+    def transfers(self):
+        """The copies the rules made, as common.counts() gives a buffer's."""
+        return (self.up, self.up_bytes, self.down, self.down_bytes)
+
+    def host_write(self, lo, hi, x):  # numpy(writable=True) and every other host writer
+        self.host_current()
+        self.host_dirty = True
+        self.host[lo:hi] = x
+
+    def device_write(self, lo, hi, x):  # a consumer's kernel, under a write lease
+        self.device_current()
+        self.device_dirty = True
+        self.host_dirty = False
+        self.dev[lo:hi] = x
+
+    def observe(self, b, values, host_memory):
+        """After a step whose copies depend on where a pipeline's runtime placed a part (whole
+        storages or its elements alone, its own allocations brought home): the flags and the
+        copies are taken from the buffer, the values from what the step computed. The copy that
+        is current must hold them (checked here); a stale one's contents are unknown."""
+        self.device_dirty = b.device_dirty()
+        self.host_dirty = b.host_dirty()
+        t = b.transfers
+        self.up, self.up_bytes, self.down, self.down_bytes = t.to_device, t.to_device_bytes, t.to_host, t.to_host_bytes
+        if not self.device_dirty:
+            assert_holds(host_memory, values)
+            self.host = values.copy()
+        else:
+            self.host = np.asarray(host_memory, np.float64).copy()
+        if not b.has_device_allocation():
+            self.dev = None
+        elif self.host_dirty_reads():
+            self.dev = np.full(N, np.nan)  # stale: never compared
+        else:
+            self.dev = values.copy()  # a device read checks it
+
     def device_dirty_refusals(self):
         """Why set_device_dirty(True) must be refused now, as patterns of its message."""
         reasons = []
         if not self.allocated:
             reasons.append(r"the buffer has no device allocation")
-        if self.host_dirty:
-            reasons.append(r"the host copy is newer")
-        elif self.host_dirty_reads():  # a standing lease: the owner may have written since
-            reasons.append(r"the host copy is newer|the buffer wraps memory its owner may write")
+        if self.host_dirty_reads():  # a standing lease: the owner may have written since
+            reasons.append(r"the host copy is newer|the buffer wraps memory its owner may write" if self.lease
+                           else r"the host copy is newer")
         if self.readonly:
             reasons.append(r"the buffer wraps read-only memory")
         return reasons
@@ -96,3 +139,37 @@ def assert_holds(got, expected):
 
 ranges = st.tuples(st.integers(0, N - 1), st.integers(1, N)).map(sorted).filter(lambda r: r[0] < r[1])
 values = st.integers(-2**31, 2**31 - 1)
+
+
+# --- a device consumer: pyopencl on OpenCL, the stand-in's control API on CUDA ---------------------
+
+
+def consumer_write(device, v, raw, after_lease=lambda: None):
+    """A consumer's kernel writes the forward view `v` with `raw` bytes, under a write lease
+    (ours: it may fail or be refused); `after_lease` runs between the two."""
+    if device.kind == "cuda":
+        native, offset, _ = v._device_view(device, True, "device_write")
+        after_lease()
+        cuda_standin().write(native + offset, raw)
+        return
+    a = hb.opencl.as_array(v.bits() if v.dtype == "bfloat16" else v, writable=True)
+    after_lease()
+    a.set(np.frombuffer(raw, a.dtype).reshape(a.shape))
+    a.queue.finish()
+
+
+def consumer_read(device, v, dtype, after_lease=lambda: None):
+    """What a consumer reads of the forward view `v` on the device, under a read lease."""
+    if device.kind == "cuda":
+        native, offset, _ = v._device_view(device, False, "device_read")
+        after_lease()
+        return np.frombuffer(cuda_standin().read(native + offset, v.size * dtype.itemsize), dtype)
+    a = hb.opencl.as_array(v.bits() if v.dtype == "bfloat16" else v, writable=False)
+    after_lease()
+    return a.get().view(dtype)
+
+
+def cuda_standin():
+    import cuda_standin as standin  # tests/cuda_standin.py: loaded where the driver is asked for
+
+    return standin

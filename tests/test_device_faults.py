@@ -33,7 +33,8 @@ import halide_buffer as hb
 import cuda_standin
 import opencl_interposer
 from common import counts
-from residency_rules import DTYPES, N, STARTS, assert_holds, ranges, start_buffer, values
+from residency_rules import (DTYPES, N, STARTS, assert_holds, consumer_read, consumer_write, ranges, start_buffer,
+                             values)
 
 # Per backend: the entry points failures are injected into, and the codes they fail with.
 FAULTS = {
@@ -79,25 +80,10 @@ class Backend:
     def device_write(self, v, raw):
         """A consumer's kernel writes the view (contiguous, forward) with `raw` bytes; the lease
         is ours (it may fail), the write the consumer's (never faulted)."""
-        if self.name.startswith("cuda"):
-            native, offset, _ = v._device_view(self.device, True, "device_write")
-            self.disarm()
-            cuda_standin.write(native + offset, raw)
-            return
-        a = hb.opencl.as_array(v.bits() if v.dtype == "bfloat16" else v, writable=True)
-        self.disarm()
-        a.set(np.frombuffer(raw, a.dtype).reshape(a.shape))
-        a.queue.finish()
+        consumer_write(self.device, v, raw, after_lease=self.disarm)
 
     def device_read(self, v, dtype):
-        if self.name.startswith("cuda"):
-            native, offset, _ = v._device_view(self.device, False, "device_read")
-            self.disarm()
-            raw = cuda_standin.read(native + offset, v.size * dtype.itemsize)
-            return np.frombuffer(raw, dtype)
-        a = hb.opencl.as_array(v.bits() if v.dtype == "bfloat16" else v, writable=False)
-        self.disarm()
-        return a.get().view(dtype)
+        return consumer_read(self.device, v, dtype, after_lease=self.disarm)
 
 
 class Faulty(RuleBasedStateMachine):
@@ -109,7 +95,6 @@ class Faulty(RuleBasedStateMachine):
         self.live_before = self.backend.live()
         self.dev = self.backend.device
         self.dtype = np.dtype(hb.dtype(dtype).numpy)
-        self.nbytes = N * self.dtype.itemsize
         self.b, self.a, self.model = start_buffer(seed, dtype, start)
         self.host_memory = self.b.numpy()
         self.armed = None
@@ -242,7 +227,7 @@ class Faulty(RuleBasedStateMachine):
         assert (self.b.host_dirty(), self.b.device_dirty()) == (m.host_dirty_reads(), m.device_dirty)
         assert not (self.b.host_dirty() and self.b.device_dirty())
         assert self.b.has_device_allocation() == m.allocated
-        assert counts(self.b.transfers) == (m.up, m.up * self.nbytes, m.down, m.down * self.nbytes)
+        assert counts(self.b.transfers) == m.transfers()
         assert_holds(self.host_memory, m.host)
 
 

@@ -1,38 +1,112 @@
 """Random sequences of host and device operations against a pure-Python model of the rules
-(the state machine of docs/architecture.md). After every step the host memory, the flags and the exact copies must match
-the model, which moves the storage only when a reader on the stale side needs it.
+(the state machine of docs/architecture.md). After every step the host memory, the flags and the
+exact copies must match the model, which moves the storage only when a reader on the stale side
+needs it.
 
 The machine starts from an owned buffer, a standing lease (wrapped writable memory its owner
 may write at any time), a promised wrap (`external_writes=False`) or wrapped read-only memory,
-of a classic dtype or bfloat16. Besides reads, writes and copies on both sides it sets the flags
-directly (a claim, which the model believes: it keeps what each side's memory holds, so a false
-claim shows up as old data, exactly) and makes calls that must be refused: a refused call moves
-no data and changes no flag."""
+of a classic dtype or bfloat16, on OpenCL (PoCL) or on CUDA (the driver stand-in: our
+bookkeeping only). Besides reads, writes and copies on both sides it sets the flags directly (a
+claim, which the model believes: it keeps what each side's memory holds, so a false claim shows
+up as old data, exactly) and makes calls that must be refused: a refused call moves no data and
+changes no flag.
+
+Where the layers meet, it also drops DLPack capsules unconsumed, holds `halide_buffer_t`s from
+`_get_raw_halide_buffer_t()` across every later step (each must show the state the model has),
+copies through Halide's own `halide_buffer_copy` in and out of parts, and calls pipelines
+(identity copies, host and OpenCL) on parts and negative-stride views, reading them and writing
+them; an OpenCL runtime's own allocation for a part comes home. Where a pipeline's runtime
+places a part decides which copies it makes (the whole storage, or the part's elements alone),
+so after a device pipeline's call the model takes the flags and counts from the buffer and
+checks the values (Model.observe()).
+"""
 
 import contextlib
+import ctypes
+import gc
+import os
 
+import halide as hl  # required test dependency: the test fails, not skips, without it
 import numpy as np
 import pytest
-from hypothesis import HealthCheck, settings
+from hypothesis import HealthCheck, Phase, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
 import halide_buffer as hb
 
-from common import counts
-from residency_rules import DTYPES, N, STARTS, assert_holds, ranges, start_buffer, values
+import cuda_standin
+from common import DEVICE_DIRTY, HOST_DIRTY, HalideBufferT, counts, raw_buffer
+from pipelines import OPENCL_TARGET, TARGET, build, c_compiler, compile_and_load
+from residency_rules import (DTYPES, N, STARTS, assert_holds, consumer_read, consumer_write, ranges, start_buffer,
+                             values)
+
+DEVICES = ["opencl", "cuda-driver-standin"]
+BITS = {"int32": "uint32", "float32": "uint32", "bfloat16": "uint16"}  # what the pipelines copy
+
+
+def identity_func(bits, gpu):
+    """out(x) = in(x) of unsigned `bits`, any stride on either side; on the GPU in tiles of 8,
+    the last one guarded."""
+    x, xo, xi = hl.Var("x"), hl.Var("xo"), hl.Var("xi")
+    inp = hl.ImageParam(hl.UInt(bits), 1, "inp")
+    inp.dim(0).set_stride(hl.Expr())
+    out = hl.Func("identity")
+    out[x] = inp[x]
+    out.output_buffer().dim(0).set_stride(hl.Expr())
+    if gpu:
+        out.gpu_tile(x, xo, xi, 8, hl.TailStrategy.GuardWithIf)
+    return out, [inp]
+
+
+@pytest.fixture(scope="module")
+def pipelines(tmp_path_factory):
+    """The identity pipelines by (where, bits dtype), and halide_buffer_copy of an OpenCL runtime."""
+    hb.opencl.device()  # opens the OpenCL loader process-wide, where a pipeline's runtime looks
+    directory = tmp_path_factory.mktemp("residency_model")
+    cc = c_compiler()
+    got = {}
+    for where, target in [("host", TARGET), ("opencl", OPENCL_TARGET)]:
+        for bits in (16, 32):
+            name = f"hb_model_identity_{where}_{bits}"
+            got[where, f"uint{bits}"] = compile_and_load(directory, cc, *identity_func(bits, where == "opencl"), name,
+                                                         target=target)
+    copy = build(directory, cc, *identity_func(8, True), "hb_model_runtime", target=OPENCL_TARGET).lib.halide_buffer_copy
+    copy.argtypes = [ctypes.c_void_p] * 4
+    copy.restype = ctypes.c_int
+    got["halide_buffer_copy"] = copy
+    return got
+
+
+def at_mins_of(view, values):
+    """A buffer over `values` at the view's coordinates (a part keeps its parent's)."""
+    b = hb.Buffer.from_host(values)
+    b.set_min(view.mins)
+    return b
+
 
 class Residency(RuleBasedStateMachine):
+    device_name: str  # set per run
+    pipelines: dict
+
     @initialize(seed=st.integers(0, 2**32 - 1), dtype=st.sampled_from(DTYPES), start=st.sampled_from(STARTS))
     def start(self, seed, dtype, start):
+        self.device = hb.cuda.device() if self.device_name.startswith("cuda") else hb.opencl.device()
         self.dtype = np.dtype(hb.dtype(dtype).numpy)
         self.bfloat16 = dtype == "bfloat16"
-        self.nbytes = N * self.dtype.itemsize
+        self.bits = BITS[dtype]
         self.b, self.a, self.model = start_buffer(seed, dtype, start)
         assert self.b.external_writes == (start == "lease")  # read-only memory is no lease
         assert self.b.readonly == (start == "read-only")
         # The host memory itself, read after every step without a lease (no copy, no flag).
         self.host_memory = self.b.numpy()
+        self.structs = []  # (view, its halide_buffer_t) handed out and held
+        self.rng = np.random.default_rng(seed)
+
+    def teardown(self):
+        for name in ("b", "a", "host_memory", "structs"):
+            self.__dict__.pop(name, None)
+        gc.collect()
 
     def view(self, lo, hi, reverse=False):
         v = self.b[lo:hi] if lo % 2 else self.b.cropped(0, lo, hi - lo)
@@ -41,10 +115,8 @@ class Residency(RuleBasedStateMachine):
     def value(self, value):
         return np.asarray(value).astype(self.dtype)[()]
 
-    def device_array(self, v, writable=True):
-        if self.bfloat16:  # its bits, which pyopencl can fill
-            v = v.bits()
-        return hb.opencl.as_array(v, writable=writable)
+    def random_values(self, n):
+        return self.rng.integers(-2**31, 2**31, n).astype(self.dtype)
 
     def state(self):
         b = self.b
@@ -71,8 +143,7 @@ class Residency(RuleBasedStateMachine):
             return
         self.model.host_current()
         v.numpy(writable=True)[...] = x
-        self.model.host_dirty = True
-        self.model.host[r[0]:r[1]] = x
+        self.model.host_write(*r, x)
 
     @precondition(lambda self: self.model.lease and not self.model.device_dirty)
     @rule(r=ranges, value=values)
@@ -102,14 +173,33 @@ class Residency(RuleBasedStateMachine):
             # NumPy refuses the dtype after our export made the host copy current: a host read;
             # the write lease no consumer took leaves no mark.
             with pytest.raises(RuntimeError, match="Unsupported dtype"):
-                np.from_dlpack(v)
-            self.model.host_current()
+                np.from_dlpack(v, device="cpu")
+            self.dlpack_dropped_effect()
             return
-        got = np.from_dlpack(v)  # a writable lease (unless the memory is read-only)
+        got = np.from_dlpack(v, device="cpu")  # a writable lease (unless the memory is read-only)
         assert got.flags.writeable != self.model.readonly
         self.model.host_current()
         self.model.host_dirty |= not self.model.readonly
         assert_holds(got, self.model.host[r[0]:r[1]])
+
+    @rule(r=ranges, reverse=st.booleans(), versioned=st.booleans())
+    def dlpack_dropped(self, r, reverse, versioned):
+        """A capsule made and dropped, no consumer taking it."""
+        # Read-only memory goes out in a versioned capsule only (a legacy one cannot say so).
+        versioned |= self.model.readonly
+        kwargs = {"dl_device": (1, 0)}  # the host's memory, wherever the buffer is
+        if versioned:
+            kwargs["max_version"] = (1, 0)
+        capsule = self.view(*r, reverse=reverse).__dlpack__(**kwargs)
+        del capsule
+        self.dlpack_dropped_effect()
+
+    def dlpack_dropped_effect(self):
+        # The export made the host copy current; its lease leaves no mark, unless a
+        # halide_buffer_t is out (foreign code may have acted on the mark since).
+        self.model.host_current()
+        if self.structs and not self.model.readonly:
+            self.model.host_dirty = True
 
     @rule()
     def copy_to_host(self):
@@ -120,34 +210,29 @@ class Residency(RuleBasedStateMachine):
 
     @rule(r=ranges, value=values)
     def device_write(self, r, value):
-        x = self.value(value)
+        x = np.full(r[1] - r[0], self.value(value), self.dtype)
         v = self.view(*r)
         if self.model.readonly:
-            with self.refused(BufferError, r"opencl\.as_array\(\): the buffer wraps read-only memory"):
-                self.device_array(v)
+            with self.refused(BufferError, r"\(\): the buffer wraps read-only memory"):
+                consumer_write(self.device, v, x.tobytes())
             return
-        a = self.device_array(v)  # a pyopencl kernel on the shared cl_mem
-        self.model.device_current()
-        a.fill(np.array(x).view(a.dtype)[()])
-        a.queue.finish()
-        self.model.device_dirty = True
-        self.model.host_dirty = False
-        self.model.dev[r[0]:r[1]] = x
+        consumer_write(self.device, v, x.tobytes())
+        self.model.device_write(*r, x.astype(np.float64))
 
     @rule(r=ranges)
     def device_read(self, r):
-        got = self.device_array(self.view(*r), writable=False).get().view(self.dtype)
+        got = consumer_read(self.device, self.view(*r), self.dtype)
         self.model.device_current()
         assert_holds(got, self.model.dev[r[0]:r[1]])
 
     @rule()
     def copy_to_device(self):
-        self.b.copy_to_device()
+        self.b.copy_to_device(self.device)
         self.model.device_current()
 
     @rule()
     def device_malloc(self):
-        self.b.device_malloc()
+        self.b.device_malloc(self.device)
         self.model.allocate()
 
     @rule()
@@ -185,6 +270,130 @@ class Residency(RuleBasedStateMachine):
         v.set_device_dirty(value)
         self.model.device_dirty = value
 
+    # --- halide_buffer_t's handed to foreign code -------------------------------------------
+
+    @precondition(lambda self: len(self.structs) < 4)
+    @rule(r=ranges, reverse=st.booleans())
+    def hold_struct(self, r, reverse):  # publishing one moves nothing
+        v = self.view(*r, reverse=reverse)
+        self.structs.append((v, HalideBufferT.from_address(v._get_raw_halide_buffer_t())))
+
+    @precondition(lambda self: self.structs)
+    @rule(which=st.integers(0, 3))
+    def drop_struct(self, which):
+        del self.structs[which % len(self.structs)]
+
+    def struct_of(self, r):
+        """The halide_buffer_t of a view over r (forward) for Halide's runtime, asked for again
+        (a view held is asked again, as foreign code must once the state may have changed), and
+        held from now on. Asking publishes it over a current host copy where it shows no
+        device memory: a part our device cannot show, its newer device copy brought home."""
+        for v, raw in self.structs:
+            if v.mins == self.view(*r).mins and v.shape == (r[1] - r[0],) and v.strides[0] > 0:
+                break
+        else:
+            v = self.view(*r)
+            self.structs.append((v, None))
+        raw = HalideBufferT.from_address(v._get_raw_halide_buffer_t())
+        self.structs = [(w, raw if w is v else held) for w, held in self.structs]
+        if not raw.device and self.model.allocated:
+            self.model.host_current()
+        return v, raw
+
+    @rule(r=ranges)
+    def halide_buffer_copy_out(self, r):
+        """Halide's runtime copies a part of ours into a new host buffer: from the current copy,
+        whichever it is, moving nothing of ours."""
+        v, raw = self.struct_of(r)
+        dst = at_mins_of(v, np.zeros(r[1] - r[0], self.dtype))
+        assert self.pipelines["halide_buffer_copy"](None, ctypes.addressof(raw), None, ctypes.addressof(
+            raw_buffer(dst))) == 0
+        assert_holds(dst.numpy(), self.model.current()[r[0]:r[1]])
+        if self.model.device_dirty:  # the elements read from the device copy: a copy of those bytes
+            self.model.down += 1
+            self.model.down_bytes += (r[1] - r[0]) * self.dtype.itemsize
+
+    @precondition(lambda self: not self.model.readonly)  # Halide has no read-only flag
+    @rule(r=ranges, value=values, to_device=st.booleans())
+    def halide_buffer_copy_in(self, r, value, to_device):
+        """Halide's runtime copies a host buffer into a part of ours: to its host copy, or to its
+        device copy (which must exist)."""
+        if not to_device and self.model.device_dirty:
+            # Halide's runtime writes the elements into the host copy and calls it the newer one,
+            # whatever the device holds: its caller brings the host copy home first.
+            self.b.copy_to_host()
+            self.model.host_current()
+        v, raw = self.struct_of(r)
+        x = self.value(value)
+        src = at_mins_of(v, np.full(r[1] - r[0], x, self.dtype))
+        interface = raw.device_interface if to_device else None
+        to_device = interface is not None  # a part shown without device memory takes a host copy
+        assert self.pipelines["halide_buffer_copy"](None, ctypes.addressof(raw_buffer(src)), interface,
+                                                    ctypes.addressof(raw)) == 0
+        if not to_device:
+            self.model.host_write(*r, x)  # Halide sets host_dirty in the struct: taken in
+        elif self.model.host_dirty_reads():
+            # Into the host copy, which then goes up whole: the device copy's rest was stale.
+            self.model.host[r[0]:r[1]] = x
+            self.model.device_current()
+            self.model.device_dirty = True
+        else:  # the elements alone, written into the current device copy: a copy of those bytes
+            self.model.dev[r[0]:r[1]] = x
+            self.model.device_dirty = True
+            self.model.host_dirty = False
+            self.model.up += 1
+            self.model.up_bytes += (r[1] - r[0]) * self.dtype.itemsize
+
+    # --- pipelines on parts ---------------------------------------------------------------
+
+    def pipeline(self, where):
+        """The identity pipeline of this dtype's bits on `where`; the host's for a buffer on CUDA
+        (an OpenCL pipeline would move it to OpenCL: not this machine's subject)."""
+        return self.pipelines["host" if self.device.kind == "cuda" else where, self.bits]
+
+    def computed_on_device(self, where):
+        return where == "opencl" and self.device.kind == "opencl"
+
+    def copies_agree(self):
+        """No false claim stands: where both copies are called current they hold the same values
+        (a device pipeline's copies are then taken from the buffer: see Model.observe())."""
+        m = self.model
+        if not m.allocated or m.host_dirty_reads() or m.device_dirty:
+            return True
+        return np.array_equal(m.host, m.dev)  # never true over device memory nobody wrote (NaN)
+
+    @precondition(lambda self: self.copies_agree())
+    @rule(r=ranges, reverse=st.booleans(), where=st.sampled_from(["host", "opencl"]))
+    def pipeline_reads_a_part(self, r, reverse, where):
+        v = self.view(*r, reverse=reverse)
+        out = at_mins_of(v.bits(), np.zeros(v.shape, self.bits))
+        self.pipeline(where)(v.bits(), out)
+        expected = self.model.current()[r[0]:r[1]]
+        if not self.computed_on_device(where):
+            self.model.host_current()
+        assert_holds(out.numpy().view(self.dtype), expected[::-1] if reverse else expected)
+        if self.computed_on_device(where):
+            self.model.observe(self.b, self.model.current().copy(), self.host_memory)
+
+    @precondition(lambda self: self.copies_agree())
+    @rule(r=ranges, reverse=st.booleans(), where=st.sampled_from(["host", "opencl"]))
+    def pipeline_writes_a_part(self, r, reverse, where):
+        v = self.view(*r, reverse=reverse)
+        x = self.random_values(r[1] - r[0])
+        src = at_mins_of(v.bits(), x.view(self.bits))
+        if self.model.readonly:
+            with self.refused(hb.ReadOnlyError, r"\(\): argument '\S+': the output's memory is read-only"):
+                self.pipeline(where)(src, v.bits())
+            return
+        self.pipeline(where)(src, v.bits())
+        written = x.astype(np.float64)[::-1] if reverse else x.astype(np.float64)
+        if not self.computed_on_device(where):
+            self.model.host_write(*r, written)
+            return
+        values = self.model.current().copy()
+        values[r[0]:r[1]] = written
+        self.model.observe(self.b, values, self.host_memory)
+
     # --- calls that must be refused (besides those in the rules above) -------------------
 
     @rule(r=ranges)
@@ -205,22 +414,39 @@ class Residency(RuleBasedStateMachine):
     def state_matches_the_model(self):
         m = self.model
         assert (self.b.host_dirty(), self.b.device_dirty()) == (m.host_dirty_reads(), m.device_dirty)
-        assert not (m.host_dirty and m.device_dirty)
+        assert not (m.host_dirty_reads() and m.device_dirty)
         assert self.b.has_device_allocation() == m.allocated
-        assert counts(self.b.transfers) == (m.up, m.up * self.nbytes, m.down, m.down * self.nbytes)
+        assert counts(self.b.transfers) == m.transfers()
         assert_holds(self.host_memory, m.host)
+        # Every halide_buffer_t held shows the state. What Halide's runtime wrote into one of
+        # them reaches the others with the next operation on the storage: the reads above.
+        for _, raw in self.structs:
+            assert (bool(raw.flags & HOST_DIRTY), bool(raw.flags & DEVICE_DIRTY)) == (m.host_dirty_reads(),
+                                                                                      m.device_dirty)
 
 
-def run(examples):
+PHASES = [Phase.explicit, Phase.reuse, Phase.generate] + ([] if os.environ.get("HB_NO_SHRINK") else [Phase.shrink])
+
+
+def run(device, pipelines, examples):
+    if device.startswith("cuda") and not cuda_standin.active():
+        pytest.skip(cuda_standin.why_inactive())
+    Residency.device_name = device
+    Residency.pipelines = pipelines
     Residency.TestCase.settings = settings(max_examples=examples, stateful_step_count=25,
-                                           deadline=None, suppress_health_check=[HealthCheck.too_slow])
+                                           deadline=None, suppress_health_check=[HealthCheck.too_slow],
+                                           phases=PHASES)
     Residency.TestCase("runTest").runTest()
 
 
-def test_random_operations_match_the_model():
-    run(1000)
+@pytest.mark.needs_halide
+@pytest.mark.parametrize("device", DEVICES)
+def test_random_operations_match_the_model(pipelines, device):
+    run(device, pipelines, 600)
 
 
 @pytest.mark.long
-def test_random_operations_match_the_model_long():
-    run(20000)
+@pytest.mark.needs_halide
+@pytest.mark.parametrize("device", DEVICES)
+def test_random_operations_match_the_model_long(pipelines, device):
+    run(device, pipelines, 10000)
