@@ -182,17 +182,25 @@ class Residency(RuleBasedStateMachine):
         self.model.host_dirty |= not self.model.readonly
         assert_holds(got, self.model.host[r[0]:r[1]])
 
-    @rule(r=ranges, reverse=st.booleans(), versioned=st.booleans())
-    def dlpack_dropped(self, r, reverse, versioned):
-        """A capsule made and dropped, no consumer taking it."""
+    @rule(r=ranges, reverse=st.booleans(), versioned=st.booleans(), written=st.none() | values)
+    def dlpack_dropped(self, r, reverse, versioned, written):
+        """A capsule made and dropped, no consumer taking it; meanwhile, perhaps, a host write
+        through another view, which the capsule's end must not take back."""
         # Read-only memory goes out in a versioned capsule only (a legacy one cannot say so).
         versioned |= self.model.readonly
         kwargs = {"dl_device": (1, 0)}  # the host's memory, wherever the buffer is
         if versioned:
             kwargs["max_version"] = (1, 0)
         capsule = self.view(*r, reverse=reverse).__dlpack__(**kwargs)
+        if written is None or self.model.readonly:
+            del capsule
+            self.dlpack_dropped_effect()
+            return
+        self.model.host_current()
+        x = self.value(written)
+        self.b.numpy(writable=True)[r[0]:r[1]] = x
+        self.model.host_write(*r, x)
         del capsule
-        self.dlpack_dropped_effect()
 
     def dlpack_dropped_effect(self):
         # The export made the host copy current; its lease leaves no mark, unless a
@@ -284,10 +292,8 @@ class Residency(RuleBasedStateMachine):
         del self.structs[which % len(self.structs)]
 
     def struct_of(self, r):
-        """The halide_buffer_t of a view over r (forward) for Halide's runtime, asked for again
-        (a view held is asked again, as foreign code must once the state may have changed), and
-        held from now on. Asking publishes it over a current host copy where it shows no
-        device memory: a part our device cannot show, its newer device copy brought home."""
+        """The halide_buffer_t of a view over r (forward) for Halide's runtime: a held one's,
+        asked for again (publishing moves nothing), else a new one, held from now on."""
         for v, raw in self.structs:
             if v.mins == self.view(*r).mins and v.shape == (r[1] - r[0],) and v.strides[0] > 0:
                 break
@@ -296,8 +302,6 @@ class Residency(RuleBasedStateMachine):
             self.structs.append((v, None))
         raw = HalideBufferT.from_address(v._get_raw_halide_buffer_t())
         self.structs = [(w, raw if w is v else held) for w, held in self.structs]
-        if not raw.device and self.model.allocated:
-            self.model.host_current()
         return v, raw
 
     @rule(r=ranges)

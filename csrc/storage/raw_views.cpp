@@ -133,10 +133,6 @@ void Storage::publish(RawView &r, bool may_copy) {
     } else if (root.device) {
         device_field = device()->view_field(root, r.buf.host - root.host, r.handle);
         if (device_field) interface = root.device_interface;
-        // A part our device cannot show is shown over a current host copy: Halide's runtime,
-        // seeing no device memory, would take the host copy as the data (halide_buffer_copy
-        // into it clears device_dirty), and the rest's newer device values would be lost.
-        else if (may_copy) download("_get_raw_halide_buffer_t");
         if (device_field && r.shown_as) {
             if (raw_covers_root(r.buf, root) || part_in_place(*device(), r.buf.host - root.host, is_forward(r.buf))) {
                 interface = r.shown_as;  // the runtime computes in our memory as it is
