@@ -203,6 +203,27 @@ def test_a_part_computed_by_the_runtime_over_a_newer_device_copy_keeps_the_rest(
     np.testing.assert_array_equal(b.numpy(), expected)
 
 
+def test_parts_computed_by_runtimes_come_home_over_a_whole_computed_by_another(built):
+    """Two calls through _get_raw_halide_buffer_t() (ctypes), with nothing of ours between them:
+    one computes the whole storage, another a part, each runtime in memory of its own. The part
+    comes home over the whole, which came home first."""
+    rng = np.random.default_rng(9)
+    b = hb.Buffer(SHAPE, "uint8")
+    part = b[1:9]
+    whole_src, part_src = random_u8(rng, SHAPE), random_u8(rng, part.shape)
+    src_whole, src_part = hb.Buffer.from_host(whole_src), at_mins_of(part, part_src)
+    structs = [(src_whole._get_raw_halide_buffer_t(), b._get_raw_halide_buffer_t()),
+               (src_part._get_raw_halide_buffer_t(), part._get_raw_halide_buffer_t())]
+    fn = built["raw opencl"].fn
+    for inp, out in structs:  # the structs as they were handed out, called one after the other
+        assert fn(inp, out) == 0, built["raw opencl"].errors
+    expected = plus_ten(whole_src)
+    expected[1:9] = plus_ten(part_src)
+    np.testing.assert_array_equal(b.numpy(), expected)
+    # The whole's memory is the runtime's now: the next pipeline reads it there.
+    np.testing.assert_array_equal(built["opencl"](b, hb.Buffer(SHAPE, "uint8")).numpy(), plus_ten(expected))
+
+
 # ---------------------------------------------------------------------------------------------
 # 3. Views with negative strides reach a pipeline as NumPy reads them
 # ---------------------------------------------------------------------------------------------
@@ -408,3 +429,19 @@ def test_a_cuda_export_hands_the_device_pointer_cuda_driver_standin(standin, exp
     host_first, host_base = np.asarray(v).ctypes.data, np.asarray(b).ctypes.data
     assert address - base == host_first - host_base  # the same element of the storage
     assert size >= b.nbytes and address != host_first
+
+
+@pytest.mark.parametrize("stream", [2**63, 2**64 - 1])
+def test_a_stream_handle_in_the_upper_half_of_the_address_space_reaches_the_driver_cuda_driver_standin(
+        standin, stream):
+    """A consumer's stream is a pointer-sized handle: the values above 2**63 are handles too,
+    handed to the driver (which says this one is no live stream), never refused as numbers."""
+    b = hb.Buffer.from_host(np.zeros(8, np.float32), copy=True)
+    b.copy_to_device(hb.cuda.device())
+    with pytest.raises(hb.DeviceError, match=r"cuStreamWaitEvent failed with CUDA_ERROR_INVALID_HANDLE"):
+        b.__dlpack__(stream=stream)
+    misuse = standin.violations()  # the consumer's misuse, handed on as it was given
+    standin.clear_violations()
+    assert misuse and all("cuStreamWaitEvent" in m for m in misuse), misuse
+    with pytest.raises(BufferError, match=r"__dlpack__\(\): stream 18446744073709551616 is no stream"):
+        b.__dlpack__(stream=2**64)
