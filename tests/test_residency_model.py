@@ -5,8 +5,8 @@ needs it.
 
 The machine starts from an owned buffer, a standing lease (wrapped writable memory its owner
 may write at any time), a promised wrap (`external_writes=False`) or wrapped read-only memory,
-of a classic dtype or bfloat16, on OpenCL (PoCL) or on CUDA (the driver stand-in: our
-bookkeeping only). Besides reads, writes and copies on both sides it sets the flags directly (a
+of a classic dtype or bfloat16, on the host alone, on OpenCL (PoCL) or on CUDA (the driver
+stand-in: our bookkeeping only). Besides reads, writes and copies on both sides it sets the flags directly (a
 claim, which the model believes: it keeps what each side's memory holds, so a false claim shows
 up as old data, exactly) and makes calls that must be refused: a refused call moves no data and
 changes no flag.
@@ -41,7 +41,7 @@ from pipelines import OPENCL_TARGET, TARGET, build, c_compiler, compile_and_load
 from residency_rules import (DTYPES, N, STARTS, assert_holds, consumer_read, consumer_write, ranges, start_buffer,
                              values)
 
-DEVICES = ["opencl", "cuda-driver-standin"]
+DEVICES = ["host", "opencl", "cuda-driver-standin"]  # "host": no device ever, host pipelines only
 BITS = {"int32": "uint32", "float32": "uint32", "bfloat16": "uint16"}  # what the pipelines copy
 
 
@@ -78,6 +78,13 @@ def pipelines(tmp_path_factory):
     return got
 
 
+def device_of(name):
+    """The device a machine's buffer goes to: None on the host alone."""
+    if name == "host":
+        return None
+    return hb.opencl.device() if name == "opencl" else hb.cuda.device()
+
+
 def at_mins_of(view, values):
     """A buffer over `values` at the view's coordinates (a part keeps its parent's)."""
     b = hb.Buffer.from_host(values)
@@ -91,7 +98,7 @@ class Residency(RuleBasedStateMachine):
 
     @initialize(seed=st.integers(0, 2**32 - 1), dtype=st.sampled_from(DTYPES), start=st.sampled_from(STARTS))
     def start(self, seed, dtype, start):
-        self.device = hb.cuda.device() if self.device_name.startswith("cuda") else hb.opencl.device()
+        self.device = device_of(self.device_name)
         self.dtype = np.dtype(hb.dtype(dtype).numpy)
         self.bfloat16 = dtype == "bfloat16"
         self.bits = BITS[dtype]
@@ -216,6 +223,7 @@ class Residency(RuleBasedStateMachine):
 
     # --- device side ----------------------------------------------------------------------
 
+    @precondition(lambda self: self.device is not None)
     @rule(r=ranges, value=values)
     def device_write(self, r, value):
         x = np.full(r[1] - r[0], self.value(value), self.dtype)
@@ -227,17 +235,20 @@ class Residency(RuleBasedStateMachine):
         consumer_write(self.device, v, x.tobytes())
         self.model.device_write(*r, x.astype(np.float64))
 
+    @precondition(lambda self: self.device is not None)
     @rule(r=ranges)
     def device_read(self, r):
         got = consumer_read(self.device, self.view(*r), self.dtype)
         self.model.device_current()
         assert_holds(got, self.model.dev[r[0]:r[1]])
 
+    @precondition(lambda self: self.device is not None)
     @rule()
     def copy_to_device(self):
         self.b.copy_to_device(self.device)
         self.model.device_current()
 
+    @precondition(lambda self: self.device is not None)
     @rule()
     def device_malloc(self):
         self.b.device_malloc(self.device)
@@ -351,12 +362,12 @@ class Residency(RuleBasedStateMachine):
     # --- pipelines on parts ---------------------------------------------------------------
 
     def pipeline(self, where):
-        """The identity pipeline of this dtype's bits on `where`; the host's for a buffer on CUDA
-        (an OpenCL pipeline would move it to OpenCL: not this machine's subject)."""
-        return self.pipelines["host" if self.device.kind == "cuda" else where, self.bits]
+        """The identity pipeline of this dtype's bits on `where`; the host's on the host and for a
+        buffer on CUDA (an OpenCL pipeline would move it to OpenCL: not this machine's subject)."""
+        return self.pipelines[where if self.computed_on_device(where) else "host", self.bits]
 
     def computed_on_device(self, where):
-        return where == "opencl" and self.device.kind == "opencl"
+        return where == "opencl" and self.device is not None and self.device.kind == "opencl"
 
     def copies_agree(self):
         """No false claim stands: where both copies are called current they hold the same values
