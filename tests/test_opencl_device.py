@@ -1,6 +1,7 @@
 """OpenCL devices on the real runtime the project installs (PoCL on a CPU-only machine)."""
 
 import gc
+import importlib.util
 import os
 import re
 import subprocess
@@ -11,6 +12,8 @@ import pytest
 
 import halide_buffer as hb
 import opencl_interposer
+
+FIND_SPEC = importlib.util.find_spec
 
 
 def pyopencl_default():
@@ -50,6 +53,14 @@ def test_the_loader_is_pyopencls_so_handles_are_shared():
     assert "libOpenCL" in loader
     ctx = cl.Context.from_int_ptr(hb.opencl.device().context)
     assert ctx.devices[0].name == hb.opencl.device().name
+
+
+def test_without_pyopencl_the_loader_is_the_systems(monkeypatch):
+    """pyopencl is optional: without it, no bundled loader is looked for (none is there), and
+    the system's libOpenCL.so.1 is the one candidate."""
+    monkeypatch.delenv(hb.opencl.ENV_LIBRARY, raising=False)
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "pyopencl" else FIND_SPEC(name, *a))
+    assert hb.opencl.library_candidates() == ["libOpenCL.so.1"]
 
 
 def test_pyopencl_context_and_queue_are_used_as_given():
