@@ -149,10 +149,12 @@ def test_a_name_that_is_no_c_identifier_is_refused_before_any_lookup(fake, name)
         hb.aot.load(lib, name)
 
 
-def test_a_nul_in_the_name_is_shown_escaped(fake):
+@pytest.mark.parametrize("name, shown", [("fake\0", r"fake\\x00"), ("fake x", "fake x"), ("it's", r"it\\x27s"),
+                                         ("~fake", "~fake"), ("fake\x7f", r"fake\\x7f")])
+def test_a_name_is_shown_as_it_is_but_what_is_not_printable_ascii(fake, name, shown):
     lib, _ = fake
-    with pytest.raises(ValueError, match=r"the function name 'fake\\x00' is not a C identifier"):
-        hb.aot.load(lib, "fake\0")
+    with pytest.raises(ValueError, match=rf"the function name '{shown}' is not a C identifier"):
+        hb.aot.load(lib, name)
 
 
 def _set(field, value):
