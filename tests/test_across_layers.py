@@ -8,6 +8,7 @@ under test alone.
 
 import ctypes
 import gc
+import threading
 
 import halide as hl  # required test dependency: the test fails, not skips, without it
 import numpy as np
@@ -222,6 +223,34 @@ def test_parts_computed_by_runtimes_come_home_over_a_whole_computed_by_another(b
     np.testing.assert_array_equal(b.numpy(), expected)
     # The whole's memory is the runtime's now: the next pipeline reads it there.
     np.testing.assert_array_equal(built["opencl"](b, hb.Buffer(SHAPE, "uint8")).numpy(), plus_ten(expected))
+
+
+def test_a_buffer_lent_to_concurrent_calls_is_given_back_whole(built):
+    """One Buffer passed to calls running at once in two threads: each call gets a struct of its
+    own, and each is given back when its call returns, so nothing of them outlives the calls (a
+    small view of the storage, untouched again, is then called directly)."""
+    b = hb.Buffer((512, 256), "uint8")  # 128 KiB: lent to each call, not called directly
+    b.numpy(writable=True)[...] = random_u8(np.random.default_rng(10), b.shape)
+    small = b[0:4, 0:16]
+    start = threading.Barrier(2)
+
+    def calls():
+        start.wait()
+        for _ in range(6):
+            built["host"](b, hb.Buffer(b.shape, "uint8"))
+
+    threads = [threading.Thread(target=calls) for _ in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    expected = plus_ten(b.numpy()[0:4, 0:16])
+    del b
+    gc.collect()
+    before = hb._core._live_counts()["direct_calls"]
+    got = built["host"](small, hb.Buffer.from_host(np.zeros((4, 16), np.uint8)))
+    assert hb._core._live_counts()["direct_calls"] == before + 1, "a struct of a finished call was left behind"
+    np.testing.assert_array_equal(got.numpy(), expected)
 
 
 # ---------------------------------------------------------------------------------------------
