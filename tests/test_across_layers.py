@@ -377,6 +377,22 @@ def test_halide_buffer_copy_from_a_struct_handed_out_before_a_host_write(built, 
     np.testing.assert_array_equal(device_values(src), new)  # the source's own device copy too
 
 
+def test_a_structs_device_handle_stays_while_its_allocation_does(built):
+    """A halide_buffer_t held across operations keeps the device handle it was given (foreign
+    code may keep it, as Halide's crops keep their parent's), until the allocation changes."""
+    b = in_sync(random_u8(np.random.default_rng(11), SHAPE))
+    part = b[2:6]
+    raw = raw_buffer(part)
+    handle = raw.device
+    assert handle
+    np.asarray(b)
+    b.set_host_dirty(True)
+    b.copy_to_device()
+    assert raw.device == handle and raw_buffer(part).device == handle
+    b.device_free()
+    assert raw.device == 0
+
+
 # ---------------------------------------------------------------------------------------------
 # 5. A pipeline with two outputs, one of them empty, runs and fills the other
 # ---------------------------------------------------------------------------------------------
