@@ -281,6 +281,14 @@ src = np.arange({n}, dtype=np.uint8).reshape({shape!r})
 out = p(src)
 assert out.device is None, out  # the runtime's own memory, in its own context
 assert np.array_equal(np.asarray(out), (src + 3).astype(np.uint8))
+# An empty argument beside an output to compute: Halide's runtime would abort allocating it in
+# its own memory, where we cannot give it ours; refused instead.
+try:
+    p(np.zeros({empty!r}, np.uint8), hb.Buffer({shape!r}, "uint8"))
+except ValueError as e:
+    assert "argument 'inp' is empty, and the pipeline's runtime keeps device memory of its own" in str(e), e
+else:
+    raise AssertionError("an empty argument of a runtime keeping its own memory was not refused")
 late = hb.aot.load({late!r}, "late5")
 again = late(src)
 assert again.device is hb.opencl.device(), again
@@ -296,7 +304,7 @@ def test_a_library_opened_before_halide_buffer_keeps_its_own_context(libraries):
     build(directory, cc, *adder(3, "early3"), "early3", target=OPENCL_TARGET)
     build(directory, cc, *adder(5, "late5"), "late5", target=OPENCL_TARGET)
     code = CHILD_OPENED_FIRST.format(tests=str(Path(__file__).parent), library=str(directory / "libearly3.so"),
-                                     late=str(directory / "liblate5.so"), n=NBYTES, shape=SHAPE)
+                                     late=str(directory / "liblate5.so"), n=NBYTES, shape=SHAPE, empty=(0,) + SHAPE[1:])
     run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
     assert run.returncode == 0 and run.stdout.strip() == "ok", run.stderr[-3000:]
 
