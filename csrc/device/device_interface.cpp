@@ -78,7 +78,7 @@ int64_t slice_offset(const halide_buffer_t *src, int dim, int pos) {
 }
 
 int host_and_device_malloc(void *uc, halide_buffer_t *buf, int (*device_malloc)(void *, halide_buffer_t *)) {
-        ByteSpan span = byte_span(buf);
+    ByteSpan span = byte_span(buf);
     void *host = std::malloc(size_t(span.size() > 0 ? span.size() : 1));
     if (!host) return halide_error::out_of_memory;
     buf->host = static_cast<uint8_t *>(host) - span.lo;
