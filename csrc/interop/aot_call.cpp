@@ -53,7 +53,6 @@ void CallScratch::start(size_t n) {
     refill(scalar_given, n, uint8_t(0));
     allocated.clear();  // made room in when the call allocates an output (few calls do)
     staged.clear();     // likewise, when it stages a buffer
-    staged_for.clear();
     refill(lent, n, static_cast<RawView *>(nullptr));
     refill(argv, n, static_cast<void *>(nullptr));
     outputs.clear();
@@ -265,23 +264,21 @@ void refuse_empty_without_device(const AotPipeline &p, const CallScratch &s, con
 /// non-negative strides): an input's values copied into it now, an output's copied out of it
 /// after the call (copy_back_staged()).
 void stage(const AotPipeline &p, CallScratch &s, size_t i, bool output) {
-    if (s.staged.empty()) {
-        s.staged.resize(s.buffers.size());
-        s.staged_for.assign(s.buffers.size(), nullptr);
-    }
-    Buffer &given = *s.buffers[i];
-    Buffer &staged = s.staged[i].emplace(Buffer::allocate_like(p.name().c_str(), given, given.dtype()));
-    if (!output) staged.copy_from(p.name().c_str(), given);
-    s.staged_for[i] = &given;
-    s.buffers[i] = &staged;
+    if (s.staged.empty()) s.staged.resize(s.buffers.size());
+    CallScratch::Staged &st = s.staged[i];
+    st.given = s.buffers[i];
+    Buffer &copy = st.copy.emplace(Buffer::allocate_like(p.name().c_str(), *st.given, st.given->dtype()));
+    if (!output) copy.copy_from(p.name().c_str(), *st.given);
+    s.buffers[i] = &copy;
 }
 
 /// Copies each staged output into the buffer it stands for, once the call gave its view back.
 void copy_back_staged(const AotPipeline &p, CallScratch &s) {
+    if (s.staged.empty()) return;
     for (size_t i : s.outputs) {
-        if (s.staged.empty() || !s.staged_for[i]) continue;
+        if (!s.staged[i].given) continue;
         s.buffers[i]->take_back(std::exchange(s.lent[i], nullptr));
-        s.staged_for[i]->copy_from(p.name().c_str(), *s.buffers[i]);
+        s.staged[i].given->copy_from(p.name().c_str(), *s.buffers[i]);
     }
 }
 

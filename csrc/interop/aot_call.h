@@ -78,10 +78,14 @@ struct CallScratch {
     std::vector<halide_buffer_t> direct;
     std::vector<halide_dimension_t> direct_dims;
     std::vector<void *> argv;
-    /// A device pipeline's forward copy of each buffer argument with a negative stride, and
-    /// the argument it stands for (see aot_call.cpp's stage()); none for most calls.
-    std::vector<std::optional<Buffer>> staged;
-    std::vector<Buffer *> staged_for;
+    /// A device pipeline's staging copy of a buffer argument (see aot_call.cpp's stage()), and
+    /// the argument it stands for.
+    struct Staged {
+        std::optional<Buffer> copy;
+        Buffer *given = nullptr;
+    };
+    /// Per argument, for a call that stages one; empty for most calls.
+    std::vector<Staged> staged;
     std::vector<Query> queries[2];  // one per request (see aot_call.cpp)
     std::vector<size_t> outputs, missing;
 

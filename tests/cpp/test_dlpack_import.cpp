@@ -270,6 +270,17 @@ TEST_CASE(dlpack_import_refuses_malformed_tensors_and_leaves_them_to_their_owner
     CHECK_EQ(import(&empty.versioned).size(), 0);
 }
 
+TEST_CASE(dlpack_import_takes_a_tensor_ending_at_the_top_of_the_address_space_and_no_further) {
+    // Nothing is read: the check is of addresses alone. 8 int16 elements end 16 bytes above the first.
+    constexpr uint64_t kTop = std::numeric_limits<uintptr_t>::max();
+    void *data = reinterpret_cast<void *>(uintptr_t(16));
+    Producer last(data, kInt16, {2, 4}, {4, 1}, kTop - 16 - 16);  // its bytes end at the top address
+    CHECK_EQ(import(&last.versioned).size(), 8);
+    Producer past(data, kInt16, {2, 4}, {4, 1}, kTop - 16 - 15);
+    CHECK_THROWS(hb::BufferError, import(&past.versioned),
+                 std::string(kEntry) + "(): data, byte_offset and strides reach beyond the address space");
+}
+
 TEST_CASE(dlpack_import_refuses_another_major_version_deleting_the_tensor_once) {
     std::vector<int16_t> memory(4);
     Producer p(memory.data(), kInt16, {4}, {1});
