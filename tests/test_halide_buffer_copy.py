@@ -164,6 +164,23 @@ def test_device_to_device_moves_nothing_through_the_host(runtime, dtype):
     assert dst_moves() == down(dst_parent.nbytes)
 
 
+def test_device_to_device_between_two_contexts_goes_through_the_host(runtime):
+    """Device memories that cannot copy into each other (another context of the same device): the
+    box is read from the source's device copy into host memory and written into the destination's."""
+    import pyopencl as cl
+
+    other = hb.opencl.device(cl.Context([cl.Context.from_int_ptr(hb.opencl.device().context).devices[0]]))
+    on_device = random_bits((6, 8), "float32", seed=30)
+    src = device_newer(np.empty_like(on_device), on_device, random_bits((6, 8), "float32", seed=31))
+    dst_host = random_bits((6, 8), "float32", seed=32)
+    dst = hb.Buffer.from_host(dst_host, external_writes=False)
+    dst.copy_to_device(other)
+    rc, flags, errors = runtime.copy(src, dst, to_device=True)
+    assert (rc, errors, flags) == (0, [], DEVICE_DIRTY)
+    assert dst.device is other
+    assert np.array_equal(bits_of(hb.opencl.as_array(dst, writable=False).get()), bits_of(on_device))
+
+
 def test_device_to_device_through_reversed_and_transposed_views(runtime):
     on_device = random_bits((6, 8), "float32", seed=9)
     src_parent = device_newer(np.empty_like(on_device), on_device, np.zeros((6, 8), np.float32))

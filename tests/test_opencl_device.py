@@ -157,6 +157,16 @@ def test_error_names_follow_the_khronos_headers():
     assert issubclass(hb.DeviceError, RuntimeError)
 
 
+def test_every_error_code_pyopencl_knows_has_its_khronos_name():
+    """pyopencl's own table of the Khronos codes (cl.status_code), against ours, code by code."""
+    codes = {name: value for name, value in vars(cl.status_code).items()
+             if name.isupper() and type(value) is int}
+    assert len(codes) > 50
+    wrong = {value: (f"CL_{name}", hb._core._opencl_error_name(value)) for name, value in codes.items()
+             if hb._core._opencl_error_name(value) != f"CL_{name}"}
+    assert not wrong, wrong
+
+
 RACE = """
 import threading, halide_buffer as hb
 seen, start = [], threading.Barrier(8)
