@@ -503,6 +503,24 @@ def test_copy_between_rows_of_different_pitches_on_a_cuda_device(cuda_dev):
     assert np.array_equal(b.numpy(), expected)
 
 
+def test_device_copy_between_rows_of_different_pitches_on_a_cuda_device(cuda_dev):
+    """Three dense rows of 4 elements into the middle of an 8x8 buffer, both on the device: one
+    device-to-device rectangle whose rows are 16 bytes apart in the source and 32 in the
+    destination, each side described with its own pitch."""
+    values = np.arange(12, dtype=np.float32).reshape(3, 4) + 1
+    src = with_mins(hb.Buffer.from_host(values, copy=True), 1, 2)
+    src.copy_to_device(cuda_dev)
+    b = hb.Buffer((8, 8), "float32")
+    b.copy_to_device(cuda_dev)
+    moves, rectangles = Moves(b), cuda_standin.calls("cuMemcpy3DAsync")
+    b.copy_from(src)
+    assert moves() == NONE and b.device_dirty()
+    assert cuda_standin.calls("cuMemcpy3DAsync") == rectangles + 1
+    expected = np.zeros((8, 8), np.float32)
+    expected[1:4, 2:6] = values
+    assert np.array_equal(b.numpy(), expected)
+
+
 @pytest.mark.parametrize("shape", [(6, 9, 16), (5, 11, 16)], ids=["more-outer", "more-inner"])
 def test_rectangles_take_the_longer_of_two_axes_as_rows_on_a_cuda_device(cuda_dev, shape):
     """Half rows of every other row: two axes either of which can be a rectangle's rows, but

@@ -356,6 +356,24 @@ def test_a_copy_between_two_parts_of_one_device_allocation_is_one_rectangle_per_
     assert np.array_equal(bits_of(np.asarray(parent)), bits_of(expected))
 
 
+def test_a_copy_between_parts_of_one_device_allocation_with_other_row_pitches_goes_row_by_row(runtime):
+    """Within one cl_mem, rows 32 bytes apart in the source and 64 in the destination, in slices
+    256 bytes apart on both sides: the pitches differ, so each row is a command of its own."""
+    values = random_bits((4, 8, 8), "float32", seed=23)
+    parent = in_sync(values.copy())
+    src, dst = parent[0:2, 0:3, 0:4], parent[2:4, 0:6:2, 4:8]  # disjoint bytes of one storage
+    dst = dst.translated([s - d for s, d in zip(src.mins, dst.mins)])
+    assert src.mins == dst.mins and src.shape == dst.shape == (2, 3, 4)
+    before = opencl_interposer.counts() if opencl_interposer.active() else None
+    rc, flags, errors = runtime.copy(src, dst, to_device=True)
+    assert (rc, errors, flags) == (0, [], DEVICE_DIRTY)
+    if before is not None:
+        assert opencl_interposer.counts()["copies"] - before["copies"] == 6
+    expected = values.copy()
+    expected[2:4, 0:6:2, 4:8] = values[0:2, 0:3, 0:4]
+    assert np.array_equal(bits_of(np.asarray(parent)), bits_of(expected))
+
+
 def test_no_common_coordinates_copy_nothing(runtime):
     src = in_sync(np.ones((4, 4), np.float32))
     dst = in_sync(np.zeros((8, 4), np.float32))

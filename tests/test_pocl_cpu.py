@@ -88,9 +88,10 @@ def test_the_variable_names_the_cpu_pocl_compiles_for():
 
 # ---------------------------------------------------------------------------- a safe change
 
-def _elf_with_symbols(symbols):
+def _elf_with_symbols(symbols, entsize=24):
     """A 64-bit little-endian ELF file's bytes: a header, a .dynstr and a .dynsym listing
-    ``symbols`` (name, value, size), and their section table, as a linker lays them out."""
+    ``symbols`` (name, value, size), and their section table, as a linker lays them out; the
+    .dynsym says its entries are ``entsize`` bytes (0: it does not say)."""
     strings = b"\0"
     entries = [bytes(24)]  # symbol 0 is the null symbol
     for name, value, size in symbols:
@@ -103,7 +104,7 @@ def _elf_with_symbols(symbols):
     sections = bytes(64)  # section 0 is the null section
     section = struct.Struct("<IIQQQQIIQQ")
     sections += section.pack(0, 3, 2, 0, strings_at, len(strings), 0, 0, 1, 0)  # STRTAB
-    sections += section.pack(0, 11, 2, 0, dynsym_at, len(dynsym), 1, 1, 8, 24)  # DYNSYM, link 1
+    sections += section.pack(0, 11, 2, 0, dynsym_at, len(dynsym), 1, 1, 8, entsize)  # DYNSYM, link 1
     header = struct.pack("<16sHHIQQQIHHHHHH", b"\x7fELF\x02\x01\x01" + bytes(9), 3, 62, 1, 0, 0,
                          sections_at, 0, 64, 56, 0, 64, 3, 0)
     return (header + strings + bytes(dynsym_at - strings_at - len(strings)) + dynsym + sections)
@@ -119,6 +120,12 @@ def test_the_symbol_table_gives_a_function_s_offset_and_size(tmp_path):
     (tmp_path / "text").write_bytes(b"not an ELF file at all")
     assert _pocl_cpu.dynamic_symbol(str(tmp_path / "text"), "pocl_get_llvm_cpu_name") is None
     assert _pocl_cpu.dynamic_symbol(str(tmp_path / "absent.so"), "pocl_get_llvm_cpu_name") is None
+
+
+def test_a_symbol_table_that_does_not_say_its_entry_size_has_elf64s(tmp_path):
+    lib = tmp_path / "libfake.so"
+    lib.write_bytes(_elf_with_symbols([("other", 0x100, 90), ("pocl_get_llvm_cpu_name", 0x7de1b0, 12)], entsize=0))
+    assert _pocl_cpu.dynamic_symbol(str(lib), "pocl_get_llvm_cpu_name") == (0x7de1b0, 12)
 
 
 @pytest.mark.parametrize("value, off", [(None, False), ("", False), ("0", False), ("1", True),
