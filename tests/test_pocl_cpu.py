@@ -1,5 +1,6 @@
 """pip's PoCL is given a CPU name its compiler knows (halide_buffer._pocl_cpu)."""
 
+import ctypes
 import json
 import os
 import platform
@@ -120,6 +121,20 @@ def test_the_symbol_table_gives_a_function_s_offset_and_size(tmp_path):
     (tmp_path / "text").write_bytes(b"not an ELF file at all")
     assert _pocl_cpu.dynamic_symbol(str(tmp_path / "text"), "pocl_get_llvm_cpu_name") is None
     assert _pocl_cpu.dynamic_symbol(str(tmp_path / "absent.so"), "pocl_get_llvm_cpu_name") is None
+
+
+@pytest.mark.parametrize("prot", [0, 1, 3, 5], ids=["none", "read", "read-write", "read-exec"])
+def test_a_pages_protection_is_read_from_the_maps_of_the_process(prot):
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.mmap.restype = ctypes.c_void_p
+    libc.mmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_long]
+    libc.munmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t]
+    page = libc.mmap(None, 4096, prot, 0x22, -1, 0)  # MAP_PRIVATE | MAP_ANONYMOUS
+    assert page not in (None, ctypes.c_void_p(-1).value), ctypes.get_errno()
+    try:
+        assert _pocl_cpu.page_protection(page) == prot
+    finally:
+        libc.munmap(page, 4096)
 
 
 def test_a_symbol_table_that_does_not_say_its_entry_size_has_elf64s(tmp_path):

@@ -59,8 +59,6 @@ public:
     const int64_t *data() const { return data_; }
     int64_t &operator[](size_t i) { return data_[i]; }
     const int64_t &operator[](size_t i) const { return data_[i]; }
-    int64_t &back() { return data_[size_ - 1]; }
-    const int64_t &back() const { return data_[size_ - 1]; }
     iterator begin() { return data_; }
     iterator end() { return data_ + size_; }
     const_iterator begin() const { return data_; }
