@@ -469,7 +469,8 @@ def test_a_descriptor_that_is_not_a_sealed_segment_is_refused():
 
 
 @pytest.mark.parametrize("offset, shape, strides", [(4096, (1,), (1,)), (0, (4097,), (1,)), (-1, (1,), (1,)),
-                                                    (0, (2, 2), (-4, 1)), (0, (2,), (2**62,))])
+                                                    (0, (2, 2), (-4, 1)), (0, (2,), (2**62,)),
+                                                    (4097, (0,), (1,)), (-1, (0, 4), (4, 1))])  # empty, yet outside
 def test_a_geometry_outside_the_segment_is_refused(offset, shape, strides, no_segments_left):
     b = hb.Buffer((4096,), "uint8", shared=True)
     fd, _ = b._shared_handle()
