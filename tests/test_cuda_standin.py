@@ -487,6 +487,23 @@ def test_a_device_on_another_stream_takes_the_memory_over(gpu):
         standin.stream_destroy(stream)
 
 
+@pytest.mark.parametrize("module, name, attribute", [("cupy.cuda.stream", "Stream", "ptr"),
+                                                     ("torch.cuda.streams", "Stream", "cuda_stream"),
+                                                     ("torch.cuda.streams", "ExternalStream", "cuda_stream")])
+def test_a_frameworks_stream_object_gives_its_handle(gpu, module, name, attribute):
+    """A CuPy or PyTorch stream object (here one of the same module and name as theirs, over a
+    stand-in stream) is taken by the handle it carries, no trust_handle needed."""
+    stream = standin.stream_create(non_blocking=True)
+    try:
+        framework_stream = type(name, (), {"__module__": module, attribute: stream})()
+        dev = hb.cuda.device(stream=framework_stream)
+        assert dev.stream == stream and dev.context == gpu.context
+        del dev
+        gc.collect()
+    finally:
+        standin.stream_destroy(stream)
+
+
 # ---------------------------------------------------------------------------------------------
 # Lifetimes: lent memory, contexts
 # ---------------------------------------------------------------------------------------------

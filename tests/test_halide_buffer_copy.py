@@ -164,21 +164,28 @@ def test_device_to_device_moves_nothing_through_the_host(runtime, dtype):
     assert dst_moves() == down(dst_parent.nbytes)
 
 
-def test_device_to_device_between_two_contexts_goes_through_the_host(runtime):
+@pytest.mark.parametrize("source", ["device newer", "in sync"])
+def test_device_to_device_between_two_contexts_goes_through_the_host(runtime, source):
     """Device memories that cannot copy into each other (another context of the same device): the
-    box is read from the source's device copy into host memory and written into the destination's."""
+    box goes from the source's current copy, its host copy where that is current (nothing of the
+    source's moves), else its device copy (read into host memory, counted for the source), into
+    the destination's device copy."""
     import pyopencl as cl
 
     other = hb.opencl.device(cl.Context([cl.Context.from_int_ptr(hb.opencl.device().context).devices[0]]))
-    on_device = random_bits((6, 8), "float32", seed=30)
-    src = device_newer(np.empty_like(on_device), on_device, random_bits((6, 8), "float32", seed=31))
-    dst_host = random_bits((6, 8), "float32", seed=32)
-    dst = hb.Buffer.from_host(dst_host, external_writes=False)
+    values = random_bits((6, 8), "float32", seed=30)
+    if source == "in sync":
+        src = in_sync(values.copy())
+    else:
+        src = device_newer(np.empty_like(values), values, random_bits((6, 8), "float32", seed=31))
+    dst = hb.Buffer.from_host(random_bits((6, 8), "float32", seed=32), external_writes=False)
     dst.copy_to_device(other)
+    moves = Moves(src)
     rc, flags, errors = runtime.copy(src, dst, to_device=True)
     assert (rc, errors, flags) == (0, [], DEVICE_DIRTY)
+    assert moves() == (NONE if source == "in sync" else down(values.nbytes))
     assert dst.device is other
-    assert np.array_equal(bits_of(hb.opencl.as_array(dst, writable=False).get()), bits_of(on_device))
+    assert np.array_equal(bits_of(hb.opencl.as_array(dst, writable=False).get()), bits_of(values))
 
 
 def test_device_to_device_through_reversed_and_transposed_views(runtime):
