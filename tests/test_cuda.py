@@ -22,6 +22,7 @@ import gc
 import importlib
 import json
 import os
+import re
 import subprocess
 import sys
 import textwrap
@@ -183,6 +184,29 @@ def test_the_no_driver_tests_pass_in_a_process_without_a_driver():
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-2000:]
     passed = int(summary.split(" passed")[0].split()[-1]) if " passed" in summary else 0
     assert passed >= 4 and "failed" not in summary and "error" not in summary, summary
+
+
+def cuda_header():
+    """The CUDA toolkit's cuda.h on this machine ($CUDA_HOME, else /usr/local/cuda*), or None."""
+    homes = [os.environ.get("CUDA_HOME", "")] + sorted(str(p) for p in Path("/usr/local").glob("cuda*"))
+    for home in homes:
+        header = Path(home) / "include" / "cuda.h"
+        if home and header.is_file():
+            return header
+    return None
+
+
+def test_every_driver_error_code_has_its_name_from_cuda_h():
+    """Our names of the driver's codes (messages name them without a driver to ask), against the
+    CUDA toolkit's own header, code by code."""
+    header = cuda_header()
+    if header is None:
+        pytest.skip("no CUDA toolkit header (cuda.h) on this machine to compare the names with")
+    codes = re.findall(r"^\s*(CUDA_SUCCESS|CUDA_ERROR_\w+)\s*=\s*(\d+)", header.read_text(errors="replace"), re.M)
+    assert len(codes) > 80
+    wrong = {int(value): (name, hb._core._cuda_error_name(int(value))) for name, value in codes
+             if hb._core._cuda_error_name(int(value)) != name}
+    assert not wrong, wrong
 
 
 def test_every_cpu_feature_works_whatever_the_driver():
