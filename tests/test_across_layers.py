@@ -229,21 +229,22 @@ def test_a_buffer_lent_to_concurrent_calls_is_given_back_whole(built):
     """One Buffer passed to calls running at once in two threads: each call gets a struct of its
     own, and each is given back when its call returns, so nothing of them outlives the calls (a
     small view of the storage, untouched again, is then called directly)."""
-    b = hb.Buffer((512, 256), "uint8")  # 128 KiB: lent to each call, not called directly
+    b = hb.Buffer((2048, 2048), "uint8")  # 4 MiB: lent to each call, which takes milliseconds
     b.numpy(writable=True)[...] = random_u8(np.random.default_rng(10), b.shape)
     small = b[0:4, 0:16]
-    start = threading.Barrier(2)
+    calling = threading.Event()
 
-    def calls():
-        start.wait()
-        for _ in range(6):
+    def first():
+        for _ in range(3):
+            calling.set()
             built["host"](b, hb.Buffer(b.shape, "uint8"))
 
-    threads = [threading.Thread(target=calls) for _ in range(2)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
+    thread = threading.Thread(target=first)
+    thread.start()
+    calling.wait()
+    while thread.is_alive():  # calls while the other thread's runs (it holds no lock meanwhile)
+        built["host"](b, hb.Buffer(b.shape, "uint8"))
+    thread.join()
     expected = plus_ten(b.numpy()[0:4, 0:16])
     del b
     gc.collect()
