@@ -69,6 +69,13 @@ def bits_of(a):
     return a.view(np.uint8).reshape(a.shape + (a.dtype.itemsize,))
 
 
+def at_mins_of(view, values):
+    """A buffer over `values` at the view's coordinates (a part keeps its parent's)."""
+    b = hb.Buffer.from_host(values)
+    b.set_min(view.mins)
+    return b
+
+
 def on_device(b):
     """b's elements as the OpenCL device holds them (read with pyopencl, not through b)."""
     return hb.opencl.as_array(b, writable=False).get()

@@ -17,7 +17,7 @@ import pytest
 import halide_buffer as hb
 
 import buffer_protocol
-from common import raw_buffer
+from common import at_mins_of, raw_buffer
 from pipelines import OPENCL_TARGET, TARGET, build, c_compiler, compile_and_load, random_u8
 
 pytestmark = pytest.mark.needs_halide
@@ -160,13 +160,6 @@ def lease(values):
     """A buffer wrapping `values` that its owner may write at any time, uploaded."""
     b = hb.Buffer.from_host(values)
     b.copy_to_device()
-    return b
-
-
-def at_mins_of(view, values):
-    """A buffer over `values` at the view's coordinates (a part keeps its parent's)."""
-    b = hb.Buffer.from_host(values)
-    b.set_min(view.mins)
     return b
 
 

@@ -36,7 +36,7 @@ from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, pr
 import halide_buffer as hb
 
 import cuda_standin
-from common import DEVICE_DIRTY, HOST_DIRTY, HalideBufferT, counts, raw_buffer
+from common import DEVICE_DIRTY, HOST_DIRTY, HalideBufferT, at_mins_of, counts, raw_buffer
 from pipelines import OPENCL_TARGET, TARGET, build, c_compiler, compile_and_load
 from residency_rules import (DTYPES, N, STARTS, assert_holds, consumer_read, consumer_write, ranges, start_buffer,
                              values)
@@ -83,13 +83,6 @@ def device_of(name):
     if name == "host":
         return None
     return hb.opencl.device() if name == "opencl" else hb.cuda.device()
-
-
-def at_mins_of(view, values):
-    """A buffer over `values` at the view's coordinates (a part keeps its parent's)."""
-    b = hb.Buffer.from_host(values)
-    b.set_min(view.mins)
-    return b
 
 
 class Residency(RuleBasedStateMachine):
