@@ -43,17 +43,21 @@ _devices: weakref.WeakSet[Device] = weakref.WeakSet()
 
 @atexit.register
 def _finish_queued_work() -> None:
-    """At exit: waits for the work queued on every device still alive."""
+    """At exit: waits for the work queued on every device still alive, then releases the memory
+    their pools keep."""
     for d in list(_devices):
         try:
             d.synchronize()
+            d.trim()
         except Exception:  # noqa: BLE001 (a lost queue has nothing left to finish)
             pass
 
 __all__ = ["as_array", "device", "library_candidates", "load_library", "loaded_library", "wrap"]
 
 ENV_LIBRARY = "HALIDE_BUFFER_OPENCL_LIBRARY"
+ENV_ZERO_COPY = "HALIDE_BUFFER_OPENCL_ZERO_COPY"
 _default: Device | None = None
+_default_other_zero_copy: Device | None = None  # the default's context and queue, zero-copy the other way
 _default_lock = threading.Lock()  # one default device even when threads race to the first call
 _loader_lock = threading.Lock()  # the candidates are chosen once, whoever comes first
 
@@ -141,7 +145,7 @@ def _handle(obj: Any, kind: str) -> int:
     return obj.int_ptr
 
 
-def device(context: Any = None, queue: Any = None) -> Device:
+def device(context: Any = None, queue: Any = None, *, zero_copy: bool | None = None) -> Device:
     """An OpenCL device for buffers.
 
     With neither argument: the default device, the same object on every call: the first GPU of
@@ -149,16 +153,32 @@ def device(context: Any = None, queue: Any = None) -> Device:
     on a machine without a GPU). With a pyopencl ``Context`` and/or ``CommandQueue``: a device
     using exactly those (a missing queue is created on the context's first device; a missing
     context is the queue's). Raises ``halide_buffer.DeviceError`` when there is no OpenCL.
+
+    ``zero_copy``: on a device whose memory is the host's (``host_unified_memory``: PoCL, integrated
+    GPUs), the device copy of a buffer whose host memory is aligned for it is that host memory,
+    and copies become maps (docs/devices.md). On by default; ``HALIDE_BUFFER_OPENCL_ZERO_COPY=0``
+    turns it off for new devices, ``zero_copy=False`` for this one. ``device(zero_copy=...)``
+    the other way from the default device is a device on its context and queue (memory moves
+    between the two without the host), the same object on every call.
     """
-    global _default
+    global _default, _default_other_zero_copy
+    if zero_copy is not None and not isinstance(zero_copy, bool):
+        raise TypeError(f"opencl.device(): zero_copy must be True, False or None, not "
+                        f"{type(zero_copy).__name__}")
     with _default_lock:
         _choose_loader()
         if context is None and queue is None:
             if _default is None:
                 _default = _core._opencl_default_device()
                 _devices.add(_default)
-            return _default
-    adopted = _core._opencl_adopt(_handle(context, "context"), _handle(queue, "queue"))
+            if zero_copy is None or zero_copy == _default.zero_copy or not _default.host_unified_memory:
+                return _default
+            if _default_other_zero_copy is None:
+                _default_other_zero_copy = _core._opencl_adopt(_default.context, _default.queue, zero_copy)
+                _devices.add(_default_other_zero_copy)
+            return _default_other_zero_copy
+    wanted = _core._opencl_zero_copy_wanted() if zero_copy is None else zero_copy
+    adopted = _core._opencl_adopt(_handle(context, "context"), _handle(queue, "queue"), wanted)
     _devices.add(adopted)
     return adopted
 

@@ -36,7 +36,7 @@ ENV_LOADER = "HALIDE_BUFFER_TEST_OPENCL_LOADER"
 ENV_PRELOAD = "HALIDE_BUFFER_TEST_OPENCL_PRELOAD"
 NAME = "opencl_interposer"
 COUNT_KEYS = ("reads", "read_bytes", "writes", "write_bytes", "copies", "fills", "kernels",
-              "finishes", "mem_created", "mem_released")
+              "finishes", "mem_created", "mem_released", "maps", "unmaps")
 
 _lib: ctypes.CDLL | None = None
 _reason = "install() was not called"
@@ -172,8 +172,9 @@ def entries() -> list[str]:
 def counts() -> dict[str, int]:
     """The successful calls (and bytes) so far: reads, read_bytes, writes, write_bytes (the
     Read/Write Buffer and BufferRect calls), copies (device to device), fills, kernels
-    (NDRange launches), finishes, mem_created (clCreateBuffer/SubBuffer) and mem_released
-    (the last release of one of those)."""
+    (NDRange launches), finishes, mem_created (clCreateBuffer/SubBuffer), mem_released
+    (the last release of one of those), maps and unmaps (clEnqueueMapBuffer /
+    clEnqueueUnmapMemObject: no bytes counted)."""
     lib = _library("counts")
     return {k: lib.hb_interposer_count(i) for i, k in enumerate(COUNT_KEYS)}
 

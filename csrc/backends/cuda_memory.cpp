@@ -56,7 +56,9 @@ struct CudaMemory {
     using Device = CudaDevice;
     static const halide_device_interface_t *interface() { return cuda_interface(); }
     static constexpr ComputeCapability compute_capability = hb::compute_capability;
-    static constexpr const char *kRead = "cuMemcpyDtoH", *kWrite = "cuMemcpyHtoD", *kFree = "cuMemFree";
+    static constexpr const char *kRead = "cuMemcpyDtoH", *kWrite = "cuMemcpyHtoD", *kFree = "cuMemFree",
+                                *kMap = "";
+    static constexpr bool kZeroCopy = false;  // device memory of its own: every transfer copies
     static constexpr int kNoTarget = CUDA_ERROR_INVALID_CONTEXT, kNotRoot = CUDA_ERROR_INVALID_VALUE;
 
     static DeviceAllocation *allocation_of(const halide_buffer_t *buf) { return hb::allocation_of(buf); }
@@ -85,9 +87,11 @@ struct CudaMemory {
     }
 
     static std::string error_name(int code) { return cu::error_name(CUresult(code)); }
-    static int release(const DeviceAllocation &a) {
-        ContextScope scope(static_cast<const CudaDevice &>(*a.device).context());
-        return scope.result != CUDA_SUCCESS ? scope.result : api().MemFree(reinterpret_cast<CUdeviceptr>(a.native));
+    /// Memory no consumer was lent (Engine checks): nobody else holds a CUdeviceptr into it.
+    static bool poolable(const DeviceAllocation &) { return true; }
+    static int release(const Device &d, void *native) {
+        ContextScope scope(static_cast<const CudaDevice &>(d).context());
+        return scope.result != CUDA_SUCCESS ? scope.result : api().MemFree(reinterpret_cast<CUdeviceptr>(native));
     }
     static int read(const Device &d, void *native, int64_t at, uint8_t *host, uint64_t bytes) {
         return copy_span(d, host, reinterpret_cast<CUdeviceptr>(native) + uint64_t(at), size_t(bytes), true);

@@ -26,6 +26,7 @@ CudaDevice::CudaDevice(int ordinal, CUdevice device, CUcontext context, CUstream
     : ordinal_(ordinal), device_(device), context_(context), stream_(stream) {}
 
 CudaDevice::~CudaDevice() {
+    if (available()) trim();  // the pool's memory, while the context lives
     if (const Api *cuda = available() ? &api() : nullptr) cuda->DevicePrimaryCtxRelease(device_);
 }
 

@@ -1,6 +1,8 @@
 // device_opencl.cpp: finding, adopting and describing OpenCL devices.
 #include "backends/device_opencl.h"
 
+#include <cctype>
+#include <cstdlib>
 #include <vector>
 
 #include "core/errors.h"
@@ -72,13 +74,22 @@ cl_device_id first_device() {
 OpenCLDevice::OpenCLDevice(cl_context context, cl_command_queue queue, cl_device_id id)
     : context_(context), queue_(queue), id_(id) {}
 
+bool OpenCLDevice::zero_copy_wanted() {
+    const char *value = std::getenv("HALIDE_BUFFER_OPENCL_ZERO_COPY");
+    if (!value) return true;
+    std::string v(value);
+    for (char &c : v) c = char(std::tolower(static_cast<unsigned char>(c)));
+    return !(v == "0" || v == "false" || v == "off" || v == "no");
+}
+
 OpenCLDevice::~OpenCLDevice() {
+    trim();  // the pool's memory, while the context lives
     const Api &cl = api();
     cl.ReleaseCommandQueue(queue_);
     cl.ReleaseContext(context_);
 }
 
-void OpenCLDevice::describe() {
+void OpenCLDevice::describe(bool zero_copy) {
     const Api &cl = api();
     name_ = info_string(cl.GetDeviceInfo, id_, CL_DEVICE_NAME, "clGetDeviceInfo");
     auto platform = device_value<cl_platform_id>(id_, CL_DEVICE_PLATFORM);
@@ -87,9 +98,14 @@ void OpenCLDevice::describe() {
     global_memory_ = device_value<cl_ulong>(id_, CL_DEVICE_GLOBAL_MEM_SIZE);
     base_alignment_ = device_value<cl_uint>(id_, CL_DEVICE_MEM_BASE_ADDR_ALIGN) / 8;  // bits
     is_gpu_ = device_value<cl_device_type>(id_, CL_DEVICE_TYPE) & CL_DEVICE_TYPE_GPU;
+    // Deprecated by OpenCL 2.0, still answered; a driver that does not know it answers no.
+    cl_bool unified = CL_FALSE;
+    host_unified_ = api().GetDeviceInfo(id_, CL_DEVICE_HOST_UNIFIED_MEMORY, sizeof unified, &unified, nullptr) ==
+                        CL_SUCCESS && unified;
+    zero_copy_ = zero_copy && host_unified_;
 }
 
-std::shared_ptr<OpenCLDevice> OpenCLDevice::open_default() {
+std::shared_ptr<OpenCLDevice> OpenCLDevice::open_default(bool zero_copy) {
     const Api &cl = api();
     cl_device_id id = first_device();
     cl_int rc = CL_SUCCESS;
@@ -100,11 +116,11 @@ std::shared_ptr<OpenCLDevice> OpenCLDevice::open_default() {
     check(rc, kEntry, "clCreateCommandQueue", kFix);
     // From here the device owns one reference on each and releases them however it ends.
     std::shared_ptr<OpenCLDevice> device(new OpenCLDevice(context, queue, id));
-    device->describe();
+    device->describe(zero_copy);
     return device;
 }
 
-std::shared_ptr<OpenCLDevice> OpenCLDevice::adopt(cl_context context, cl_command_queue queue) {
+std::shared_ptr<OpenCLDevice> OpenCLDevice::adopt(cl_context context, cl_command_queue queue, bool zero_copy) {
     const Api &cl = api();
     constexpr const char *fix = "pass a live pyopencl Context or CommandQueue";
     cl_device_id id = nullptr;
@@ -139,7 +155,7 @@ std::shared_ptr<OpenCLDevice> OpenCLDevice::adopt(cl_context context, cl_command
         check(rc, kEntry, "clCreateCommandQueue", fix);
     }
     std::shared_ptr<OpenCLDevice> device(new OpenCLDevice(context, queue, id));
-    device->describe();
+    device->describe(zero_copy);
     return device;
 }
 

@@ -36,11 +36,18 @@ inline DeviceHandle *handle_of(const halide_buffer_t *buf) {
 class OpenCLDevice final : public Device {
 public:
     /// The first GPU of any platform, else the first device of the first platform with one.
-    static std::shared_ptr<OpenCLDevice> open_default();
+    /// `zero_copy`: use host memory as device memory where the device shares the host's memory
+    /// (CL_DEVICE_HOST_UNIFIED_MEMORY); ignored on a device that does not.
+    static std::shared_ptr<OpenCLDevice> open_default(bool zero_copy = true);
     /// Adopts a context and/or queue created elsewhere (at least one of them non-null): a
     /// missing queue is created on the context's first device; a missing context is the
     /// queue's. Both given: the queue must belong to the context.
-    static std::shared_ptr<OpenCLDevice> adopt(ocl::cl_context context, ocl::cl_command_queue queue);
+    static std::shared_ptr<OpenCLDevice> adopt(ocl::cl_context context, ocl::cl_command_queue queue,
+                                               bool zero_copy = true);
+
+    /// Whether new devices use zero-copy where they can: yes, unless the environment variable
+    /// HALIDE_BUFFER_OPENCL_ZERO_COPY is 0, false, off or no.
+    static bool zero_copy_wanted();
 
     ~OpenCLDevice() override;
 
@@ -53,6 +60,7 @@ public:
     uint64_t global_memory() const { return global_memory_; }    ///< CL_DEVICE_GLOBAL_MEM_SIZE
     uint64_t base_alignment() const { return base_alignment_; }  ///< CL_DEVICE_MEM_BASE_ADDR_ALIGN, in bytes
     bool is_gpu() const { return is_gpu_; }
+    bool host_unified() const { return host_unified_; }  ///< CL_DEVICE_HOST_UNIFIED_MEMORY
     /// Blocks until every command queued so far has finished (clFinish).
     void synchronize() const override;
 
@@ -66,6 +74,11 @@ public:
     Lease lease(const halide_buffer_t &root, int64_t offset) const override;
     std::shared_ptr<void> retire_lent(halide_buffer_t &root) const override;
     bool shows_part(const halide_buffer_t *root, int64_t offset) const override;
+    bool zero_copy() const override { return zero_copy_; }
+    /// The widest OpenCL C vector of the elements (16 lanes) is read in place: host memory
+    /// aligned to it, or to the device's base alignment if that is less, is used as it is.
+    uint64_t mirror_alignment(int itemsize) const override;
+    std::shared_ptr<void> host_block(uint64_t bytes, uint8_t **host) override;
     // Data primitives (opencl_memory.cpp), on the queue, each waiting for it (clFinish).
     int fill(const DeviceRegion &region, const uint8_t *pattern) const override;
     int transfer(const DeviceRegion &region, const HostRegion &host, Direction direction) const override;
@@ -75,14 +88,14 @@ public:
 
 private:
     OpenCLDevice(ocl::cl_context context, ocl::cl_command_queue queue, ocl::cl_device_id id);
-    void describe();  ///< reads name, platform and limits from the driver
+    void describe(bool zero_copy);  ///< reads name, platform and limits from the driver
 
     ocl::cl_context context_;
     ocl::cl_command_queue queue_;
     ocl::cl_device_id id_;
     std::string name_, platform_;
     uint64_t max_allocation_ = 0, global_memory_ = 0, base_alignment_ = 0;
-    bool is_gpu_ = false;
+    bool is_gpu_ = false, host_unified_ = false, zero_copy_ = false;
 };
 
 /// Our OpenCL halide_device_interface_t (opencl_memory.cpp). Its halide_buffer_t::device is a

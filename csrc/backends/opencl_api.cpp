@@ -67,7 +67,9 @@ Api *open(const std::string &path, std::string &why) {
               resolve(library, "clEnqueueWriteBufferRect", api->EnqueueWriteBufferRect) &&
               resolve(library, "clEnqueueCopyBuffer", api->EnqueueCopyBuffer) &&
               resolve(library, "clEnqueueCopyBufferRect", api->EnqueueCopyBufferRect) &&
-              resolve(library, "clEnqueueFillBuffer", api->EnqueueFillBuffer);
+              resolve(library, "clEnqueueFillBuffer", api->EnqueueFillBuffer) &&
+              resolve(library, "clEnqueueMapBuffer", api->EnqueueMapBuffer) &&
+              resolve(library, "clEnqueueUnmapMemObject", api->EnqueueUnmapMemObject);
     if (!ok) {
         why = path + ": not an OpenCL loader (missing entry points)";
         dlclose(library);

@@ -32,6 +32,7 @@ using cl_mem = struct _cl_mem *;
 using cl_event = struct _cl_event *;
 using cl_mem_info = cl_uint;
 using cl_bool = cl_uint;
+using cl_map_flags = cl_bitfield;
 
 constexpr cl_int CL_SUCCESS = 0;
 constexpr cl_int CL_DEVICE_NOT_FOUND = -1;
@@ -50,8 +51,13 @@ constexpr cl_device_info CL_DEVICE_PLATFORM = 0x1031;
 constexpr cl_context_info CL_CONTEXT_DEVICES = 0x1081;
 constexpr cl_command_queue_info CL_QUEUE_CONTEXT = 0x1090;
 constexpr cl_command_queue_info CL_QUEUE_DEVICE = 0x1091;
+constexpr cl_device_info CL_DEVICE_HOST_UNIFIED_MEMORY = 0x1035;
 constexpr cl_mem_flags CL_MEM_READ_WRITE = 1 << 0;
+constexpr cl_mem_flags CL_MEM_USE_HOST_PTR = 1 << 3;
+constexpr cl_map_flags CL_MAP_READ = 1 << 0;
+constexpr cl_map_flags CL_MAP_WRITE_INVALIDATE_REGION = 1 << 2;
 constexpr cl_mem_info CL_MEM_SIZE = 0x1102;
+constexpr cl_mem_info CL_MEM_REFERENCE_COUNT = 0x1105;
 constexpr cl_mem_info CL_MEM_CONTEXT = 0x1106;
 constexpr cl_bool CL_FALSE = 0;
 constexpr cl_bool CL_TRUE = 1;
@@ -98,6 +104,10 @@ struct Api {
     /// (queue, memory, pattern, pattern bytes, offset, bytes, ...): OpenCL 1.2.
     cl_int (*EnqueueFillBuffer)(cl_command_queue, cl_mem, const void *, size_t, size_t, size_t, cl_uint,
                                 const cl_event *, cl_event *);
+    /// (queue, memory, blocking, flags, offset, bytes, ..., errcode): the host address of the bytes.
+    void *(*EnqueueMapBuffer)(cl_command_queue, cl_mem, cl_bool, cl_map_flags, size_t, size_t, cl_uint,
+                              const cl_event *, cl_event *, cl_int *);
+    cl_int (*EnqueueUnmapMemObject)(cl_command_queue, cl_mem, void *, cl_uint, const cl_event *, cl_event *);
 };
 
 /// Libraries to try, in order, before the first use (set by halide_buffer.opencl).

@@ -62,7 +62,7 @@ std::shared_ptr<OpenCLDevice> default_opencl_device() {
     static std::mutex m;
     static auto *device = new std::shared_ptr<OpenCLDevice>;  // never released: runtimes hold its objects
     std::lock_guard<std::mutex> guard(m);
-    if (!*device) *device = OpenCLDevice::open_default();
+    if (!*device) *device = OpenCLDevice::open_default(OpenCLDevice::zero_copy_wanted());
     return *device;
 }
 

@@ -31,7 +31,8 @@ struct OpenCLMemory {
     static const halide_device_interface_t *interface() { return opencl_interface(); }
     static constexpr ComputeCapability compute_capability = nullptr;
     static constexpr const char *kRead = "clEnqueueReadBuffer", *kWrite = "clEnqueueWriteBuffer",
-                                *kFree = "clReleaseMemObject";
+                                *kFree = "clReleaseMemObject", *kMap = "clEnqueueMapBuffer";
+    static constexpr bool kZeroCopy = true;
     static constexpr int kNoTarget = CL_INVALID_CONTEXT, kNotRoot = CL_INVALID_MEM_OBJECT;
 
     static DeviceAllocation *allocation_of(const halide_buffer_t *buf) { return handle_of(buf)->allocation; }
@@ -57,10 +58,17 @@ struct OpenCLMemory {
     }
 
     static std::string error_name(int code) { return ocl::error_name(code); }
-    static int release(const DeviceAllocation &a) {
+    static int release(const Device &, void *native) {
         // A failure is ignored: a reference count offers no retry.
-        api().ReleaseMemObject(static_cast<cl_mem>(a.native));
+        api().ReleaseMemObject(static_cast<cl_mem>(native));
         return CL_SUCCESS;
+    }
+    /// Only our reference is left: no consumer (a pyopencl array) or sub-buffer uses the memory.
+    static bool poolable(const DeviceAllocation &a) {
+        cl_uint references = 0;
+        return api().GetMemObjectInfo(static_cast<cl_mem>(a.native), CL_MEM_REFERENCE_COUNT, sizeof references,
+                                      &references, nullptr) == CL_SUCCESS &&
+               references == 1;
     }
     static int read(const Device &d, void *native, int64_t at, uint8_t *host, uint64_t bytes) {
         return api().EnqueueReadBuffer(d.queue(), static_cast<cl_mem>(native), CL_TRUE, size_t(at), size_t(bytes), host,
@@ -80,6 +88,37 @@ struct OpenCLMemory {
         if (rc == CL_SUCCESS) return 0;
         return record_failure(halide_error::device_malloc_failed, rc, "clCreateBuffer of " + size_text(bytes) +
                                                            "; free device buffers (device_free()) or use a smaller one");
+    }
+    /// Device memory that is `host` itself: a host block's (the pool's, another reference), else
+    /// a new cl_mem using the host memory (CL_MEM_USE_HOST_PTR).
+    static int allocate_over(Device &d, const uint8_t *host, uint64_t bytes, void **native) {
+        if ((*native = d.pool().block_memory(host, bytes))) {
+            api().RetainMemObject(static_cast<cl_mem>(*native));
+            return 0;
+        }
+        d.pool().note_miss();
+        return create_over(d, const_cast<uint8_t *>(host), bytes, native);
+    }
+    static int create_over(const Device &d, uint8_t *host, uint64_t bytes, void **native) {
+        cl_int rc = CL_SUCCESS;
+        *native = api().CreateBuffer(d.context(), CL_MEM_READ_WRITE | CL_MEM_USE_HOST_PTR, bytes, host, &rc);
+        if (rc == CL_SUCCESS) return 0;
+        return record_failure(halide_error::device_malloc_failed, rc, "clCreateBuffer of " + size_text(bytes) +
+                                  " over host memory (zero-copy); free device buffers (device_free()), or turn "
+                                  "zero-copy off (halide_buffer.opencl.device(zero_copy=False))");
+    }
+    /// A blocking map of the bytes for the side that reads next, and its unmap: the driver makes
+    /// the memory current for that side (nothing moves where the device's memory is the host's).
+    static int map(const Device &d, void *native, int64_t at, uint64_t bytes, Direction direction) {
+        auto mem = static_cast<cl_mem>(native);
+        cl_map_flags flags = direction == Direction::to_host ? CL_MAP_READ : CL_MAP_WRITE_INVALIDATE_REGION;
+        cl_int rc = CL_SUCCESS;
+        void *mapped = api().EnqueueMapBuffer(d.queue(), mem, CL_TRUE, flags, size_t(at), size_t(bytes), 0, nullptr,
+                                              nullptr, &rc);
+        if (rc != CL_SUCCESS) return rc;
+        rc = api().EnqueueUnmapMemObject(d.queue(), mem, mapped, 0, nullptr, nullptr);
+        cl_int finished = api().Finish(d.queue());
+        return rc != CL_SUCCESS ? rc : finished;
     }
     static int sync(const Device &d) {
         cl_int rc = api().Finish(d.queue());
@@ -143,6 +182,35 @@ std::shared_ptr<void> OpenCLDevice::retire_lent(halide_buffer_t &root) const {
 bool OpenCLDevice::shows_part(const halide_buffer_t *root, int64_t offset) const {
     uint64_t at = (root ? handle_of(root)->offset : 0) + uint64_t(offset);
     return base_alignment_ > 0 && at % base_alignment_ == 0;
+}
+
+uint64_t OpenCLDevice::mirror_alignment(int itemsize) const {
+    uint64_t widest = 16 * uint64_t(itemsize > 0 ? itemsize : 1);
+    return base_alignment_ > 0 && base_alignment_ < widest ? base_alignment_ : widest;
+}
+
+std::shared_ptr<void> OpenCLDevice::host_block(uint64_t bytes, uint8_t **host) {
+    if (!zero_copy_) return nullptr;
+    DevicePool::HostBlock block;
+    if (!pool_.take_block(DevicePool::size_class(bytes), block)) {
+        block.size = DevicePool::size_class(bytes);
+        void *memory = nullptr;
+        constexpr size_t kPage = 4096;  // pages of its own for bulk copies, as a storage's large blocks
+        if (posix_memalign(&memory, kPage, size_t(block.size)) != 0) return nullptr;
+        block.host = static_cast<uint8_t *>(memory);
+        std::memset(memory, 0, size_t(block.size));  // as a storage's own memory starts
+        if (OpenCLMemory::create_over(*this, block.host, block.size, &block.native) != 0) {
+            std::free(memory);
+            return nullptr;
+        }
+        ++live_counts().device_allocations;
+        pool_.add_block(block, [](const Device &, void *native) {
+            return int(api().ReleaseMemObject(static_cast<cl_mem>(native)));
+        });
+    }
+    *host = block.host;
+    auto self = std::static_pointer_cast<OpenCLDevice>(shared_from_this());
+    return std::shared_ptr<void>(block.host, [self, block](void *) { self->pool_.give_block(*self, block); });
 }
 
 Device::Lease OpenCLDevice::lease(const halide_buffer_t &root, int64_t offset) const {

@@ -9,6 +9,7 @@
 
 #include "abi/halide_abi.h"
 #include "device/device_interface.h"
+#include "device/device_pool.h"
 
 namespace hb {
 
@@ -67,6 +68,21 @@ public:
     /// their own (lent: CUDA pointers) is retired from root instead, and what frees it returned,
     /// for the storage to drop when it dies (its consumers keep it alive). Null: free it now.
     virtual std::shared_ptr<void> retire_lent(halide_buffer_t &root) const = 0;
+    /// Zero-copy: this device's memory is the host's (an OpenCL device reporting host-unified
+    /// memory, unless turned off). The device copy of a storage whose host memory is aligned as
+    /// mirror_alignment() asks is then that host memory, and copies between them are maps.
+    virtual bool zero_copy() const { return false; }
+    /// The alignment host memory of elements of `itemsize` bytes needs to be used as device
+    /// memory as it is (zero_copy()).
+    virtual uint64_t mirror_alignment(int /*itemsize*/) const { return 0; }
+    /// On a zero-copy device: host memory of at least `bytes` with device memory over it, from the
+    /// pool (its start in `*host`; the returned owner gives it back to the pool when dropped).
+    /// Null elsewhere, or when the driver has none: the caller allocates host memory itself.
+    virtual std::shared_ptr<void> host_block(uint64_t /*bytes*/, uint8_t ** /*host*/) { return nullptr; }
+    /// Freed device memory kept for reuse (device_pool.h).
+    DevicePool &pool() const { return pool_; }
+    /// Releases what the pool keeps; the bytes released.
+    uint64_t trim() const { return pool_.trim(*this); }
     /// Whether this device can take over `other`'s allocation as it is (the same memory space,
     /// e.g. two streams of one CUDA device); if so, it does (work queued on `other` is ordered
     /// before its own).
@@ -105,6 +121,9 @@ public:
     /// Whether copy() can move data between this device's memory and `other`'s directly (the
     /// same OpenCL context, the same CUDA device).
     virtual bool shares_memory_with(const Device &other) const { return &other == this; }
+
+protected:
+    mutable DevicePool pool_;  ///< released by each backend's destructor (trim()), while it can
 };
 
 }  // namespace hb

@@ -23,15 +23,21 @@
 //   static void detach(halide_buffer_t *buf);  // device = 0, and any handle object it owns freed
 //   // The driver: 0, or the driver's own failure code (error_name() names it).
 //   static std::string error_name(int code);
-//   static int release(const DeviceAllocation &a);          // failure: the memory is kept
+//   static int release(const Device &d, void *native);      // failure: the memory is kept
 //   static int read(const Device &d, void *native, int64_t at, uint8_t *host, uint64_t bytes);
 //   static int write(const Device &d, void *native, int64_t at, const uint8_t *host, uint64_t bytes);
 //   // Calls with checks of their own: 0, or a Halide error code with the failure recorded (record_failure()).
 //   static int allocate(Device &d, uint64_t bytes, void **native);
 //   static int sync(const Device &d);
+//   static bool poolable(const DeviceAllocation &a);        // no one else holds it: the pool may keep it
+//   // Zero-copy (kZeroCopy; Device::zero_copy() says where): device memory over host memory, and
+//   // maps (a blocking map and its unmap, no bytes moved) in place of reads and writes.
+//   static constexpr bool kZeroCopy;
+//   static int allocate_over(Device &d, const uint8_t *host, uint64_t bytes, void **native);
+//   static int map(const Device &d, void *native, int64_t at, uint64_t bytes, Direction direction);
 //   static int inspect(Device &d, uint64_t native, uint64_t *available);  // before wrap_native
 //   // Names for messages and codes for refusals.
-//   static constexpr const char *kRead, *kWrite, *kFree;  // "clEnqueueReadBuffer", ...
+//   static constexpr const char *kRead, *kWrite, *kFree, *kMap;  // "clEnqueueReadBuffer", ...
 //   static constexpr int kNoTarget, kNotRoot;              // the driver's codes for those
 //   static std::string transfer_call(const CopyPlan &plan, Direction d);  // a region's commands
 //
@@ -80,14 +86,45 @@ struct Engine {
     /// Releases what is ours of an allocation (Lifetime) and its record; false, with the
     /// driver's code in `rc`, when the driver refused: everything is kept then.
     static bool end(DeviceAllocation *a, int *rc = nullptr) {
-        if (a->releases()) {
-            int code = Backend::release(*a);
+        if (a->releases() && !keep_in_pool(*a)) {
+            int code = Backend::release(device_of(a), a->native);
             if (rc) *rc = code;
             if (code != 0) return false;
             --live_counts().device_allocations;
         }
         delete a;
         return true;
+    }
+
+    /// Whether an ending allocation went to its device's pool (still held: counted as live).
+    static bool keep_in_pool(const DeviceAllocation &a) {
+        return a.pooled && !a.lent() && Backend::poolable(a) && a.device->pool().give(a.native, a.size, release_native);
+    }
+    static int release_native(const hb::Device &device, void *native) {
+        return Backend::release(static_cast<const Device &>(device), native);
+    }
+
+    /// Device memory of `bytes` for `buf`: over its host memory where the device is zero-copy
+    /// and the memory aligned as it asks (`mirrors` set), else from the pool (`pooled` set;
+    /// `bytes` grows to its size class), else from the driver, which is retried once after the
+    /// pool let go of what it kept. `fresh`: a new reference, to count as live.
+    static int obtain(Device &device, const halide_buffer_t *buf, ByteSpan span, DeviceAllocation &a, bool &fresh) {
+        if constexpr (Backend::kZeroCopy) {
+            const uint8_t *host = buf->host ? buf->host + span.lo : nullptr;
+            uint64_t alignment = device.mirror_alignment((buf->type.bits + 7) / 8);
+            if (host && span.size() > 0 && device.zero_copy() && reinterpret_cast<uintptr_t>(host) % alignment == 0) {
+                a.mirrors = host;
+                fresh = true;
+                return Backend::allocate_over(device, host, a.size, &a.native);
+            }
+        }
+        a.size = DevicePool::size_class(a.size);
+        a.pooled = true;
+        if ((a.native = device.pool().take(a.size))) return 0;
+        fresh = true;
+        int rc = Backend::allocate(device, a.size, &a.native);
+        if (rc != 0 && device.trim() > 0) rc = Backend::allocate(device, a.size, &a.native);
+        return rc;
     }
 
     /// Before root's allocation is freed: a lent one is retired instead (Device::retire_lent).
@@ -113,14 +150,16 @@ struct Engine {
                                   "device_malloc without a target device; allocate through halide_buffer");
         ByteSpan span = byte_span(buf);
         uint64_t bytes = span.size() > 0 ? uint64_t(span.size()) : 1;  // no driver takes size 0
-        void *native = nullptr;
-        if (int rc = Backend::allocate(*device, bytes, &native)) return rc;
-        ++live_counts().device_allocations;
-        auto *a = new (std::nothrow) DeviceAllocation{device->shared_from_this(), native, bytes, Lifetime::owned};
-        if (!a || !Backend::attach(buf, a, -span.lo)) {
-            if (a) end(a);
-            else if (Backend::release(DeviceAllocation{nullptr, native, bytes, Lifetime::owned}) == 0)
-                --live_counts().device_allocations;
+        auto *a = new (std::nothrow) DeviceAllocation{device->shared_from_this(), nullptr, bytes, Lifetime::owned};
+        if (!a) return halide_error::out_of_memory;
+        bool fresh = false;
+        if (int rc = obtain(*device, buf, span, *a, fresh)) {
+            delete a;
+            return rc;
+        }
+        if (fresh) ++live_counts().device_allocations;
+        if (!Backend::attach(buf, a, -span.lo)) {
+            end(a);
             return halide_error::out_of_memory;
         }
         buf->device_interface = Backend::interface();
@@ -160,6 +199,7 @@ struct Engine {
     /// the region's allocation; Backend::transfer_call(plan, direction) names the commands.
     template <class Run>
     static int transfer(const DeviceRegion &region, const HostRegion &host, Direction direction, Run &&run) {
+        if (is_own_mirror(region, host)) return map_region(region, direction);
         int64_t bytes = region_bytes(region.shape, region.itemsize);
         int rc = host_transfer(region, host, direction, [&](const CopyPlan &plan, uint8_t *at) {
             int code = run(plan, at);
@@ -167,6 +207,31 @@ struct Engine {
         });
         if (rc == 0 && bytes > 0) record_transfer(Backend::allocation_of(region.root)->transfers, direction, bytes);
         return rc;
+    }
+
+    /// Whether `host` is the zero-copy memory of `region` itself: the same bytes, nothing to copy.
+    static bool is_own_mirror(const DeviceRegion &region, const HostRegion &host) {
+        const DeviceAllocation *a = Backend::allocation_of(region.root);
+        return a->mirrors && a->mirrors + Backend::offset_of(region.root) == region.root->host &&
+               host.data == region.root->host + region.offset && host.strides == region.strides;
+    }
+
+    /// A map of the bytes `region` spans, counted as one.
+    static int map_region(const DeviceRegion &region, Direction direction) {
+        ByteSpan span = region_span(region.shape, region.strides, region.itemsize);
+        if (span.size() == 0) return 0;
+        DeviceAllocation *a = Backend::allocation_of(region.root);
+        int64_t at = Backend::offset_of(region.root) + region.offset + span.lo;
+        int rc = mapped(*a, at, span.size(), direction);
+        if (rc == 0) record_map(a->transfers, direction);
+        return rc;
+    }
+
+    /// A map of `bytes` at `at` of a zero-copy allocation: 0, or its failure recorded.
+    static int mapped(const DeviceAllocation &a, int64_t at, int64_t bytes, Direction direction) {
+        int code = 0;
+        if constexpr (Backend::kZeroCopy) code = Backend::map(device_of(&a), a.native, at, uint64_t(bytes), direction);
+        return code == 0 ? 0 : transfer_failed(direction, code, Backend::kMap, bytes);
     }
 
     /// What copy_to_host or copy_to_device through `view` moves: the span of the whole storage.
@@ -184,12 +249,20 @@ struct Engine {
             record_transfer(a->transfers, direction, span.size());
             return 0;
         }
+        /// The device memory is this very host memory (zero-copy): a map stands for the copy.
+        bool zero_copy() const { return a->mirrors && a->mirrors + at() == host(); }
+        int map(Direction direction) const {
+            int rc = mapped(*a, at(), span.size(), direction);
+            if (rc == 0) record_map(a->transfers, direction);
+            return rc;
+        }
     };
 
     static int copy_to_host(void *, halide_buffer_t *view) {
         SpanCopy c(view);
         if (!c.buf->host) return halide_error::host_is_null;
         if (c.span.size() == 0) return 0;
+        if (c.zero_copy()) return c.map(Direction::to_host);
         uint64_t bytes = uint64_t(c.span.size());
         auto *staging = c.span.dense ? c.host() : static_cast<uint8_t *>(std::malloc(size_t(bytes)));
         if (!staging) return halide_error::out_of_memory;
@@ -205,6 +278,7 @@ struct Engine {
         SpanCopy c(view);
         if (!c.buf->host) return halide_error::host_is_null;
         if (c.span.size() == 0) return 0;
+        if (c.zero_copy()) return c.map(Direction::to_device);
         // The whole span goes up, gaps included: they are host bytes of the same storage (current,
         // as the host is: one state covers the storage) or bytes no element of ours reads.
         int rc = Backend::write(device_of(c.a), c.a->native, c.at(), c.host(), uint64_t(c.span.size()));

@@ -19,6 +19,12 @@ Transfers &process_transfers() {
     return totals;
 }
 
+void record_map(Transfers *storage, Direction direction) {
+    for (Transfers *t : {storage, &process_transfers()}) {
+        if (t) (direction == Direction::to_device ? t->maps_to_device : t->maps_to_host) += 1;
+    }
+}
+
 void record_transfer(Transfers *storage, Direction direction, int64_t bytes) {
     for (Transfers *t : {storage, &process_transfers()}) {
         if (!t) continue;

@@ -45,15 +45,19 @@ constexpr int bad_dimensions = -43;
 // Transfer accounting
 // ---------------------------------------------------------------------------------------------
 
-/// Copies and bytes moved in each direction (one per storage, one for the process).
+/// Copies and bytes moved in each direction (one per storage, one for the process), and maps:
+/// hand-overs of zero-copy memory (the device's memory is the host's), which move no byte.
 struct Transfers {
     std::atomic<int64_t> to_device{0}, to_device_bytes{0}, to_host{0}, to_host_bytes{0};
+    std::atomic<int64_t> maps_to_device{0}, maps_to_host{0};
 };
 /// Every transfer of the process, whoever's storage it was.
 Transfers &process_transfers();
 enum class Direction { to_device, to_host };
 /// Counts one copy of `bytes` in `storage` (may be null) and in the process total.
 void record_transfer(Transfers *storage, Direction direction, int64_t bytes);
+/// Counts one map (no bytes moved) in `storage` (may be null) and in the process total.
+void record_map(Transfers *storage, Direction direction);
 
 // ---------------------------------------------------------------------------------------------
 // Device handles of our backends
@@ -94,6 +98,11 @@ struct DeviceAllocation {
     /// The storage's root halide_buffer_t: copies through any handle move all of it, since one
     /// state covers the storage (null: copy what the buffer describes).
     const halide_buffer_t *whole = nullptr;
+    /// Zero-copy: the host memory that is this allocation's memory (its first byte), so copies
+    /// between the two are maps (null: memory of its own, copied).
+    const uint8_t *mirrors = nullptr;
+    /// From the device's pool (DevicePool): freed into it, in `size`'s class.
+    bool pooled = false;
 
     bool releases() const { return lifetime == Lifetime::owned; }
     bool lent() const { return stage_ != AllocationStage::in_use; }  ///< lent, retired or not

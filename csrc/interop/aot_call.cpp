@@ -166,10 +166,11 @@ Region fixed_region(const std::string &where, Region r, Region again) {
     return r;
 }
 
-/// The output the bounds queries found (fixed_region()), allocated with its coordinates.
-Buffer allocate_queried(const std::string &where, const Query &first, const Query &second) {
+/// The output the bounds queries found (fixed_region()), allocated with its coordinates, on
+/// `device` when the call has one (a zero-copy device's pool: Buffer::allocate_on()).
+Buffer allocate_queried(const std::string &where, const Query &first, const Query &second, Device *device) {
     Region r = fixed_region(where, region_of(first), region_of(second));
-    return Buffer::allocate("aot", r.shape, *dtype_by_halide(first.buf.type)).with_mins(r.mins);
+    return Buffer::allocate_on("aot", device, r.shape, *dtype_by_halide(first.buf.type)).with_mins(r.mins);
 }
 
 /// Halide's bounds query (host == NULL: the pipeline fills in the region it needs) for each
@@ -307,7 +308,7 @@ void enter_buffers(const AotPipeline &p, CallScratch &s, const std::shared_ptr<D
     s.allocated.resize(s.buffers.size());
     for (size_t i : s.missing) {
         s.buffers[i] = &s.allocated[i].emplace(allocate_queried(
-            p.name() + "(): output '" + m.arguments[i].name + "'", s.queries[0][i], s.queries[1][i]));
+            p.name() + "(): output '" + m.arguments[i].name + "'", s.queries[0][i], s.queries[1][i], gpu.get()));
         enter_buffer(p, s, i, gpu);
     }
 }

@@ -14,18 +14,26 @@ namespace {
 
 /// A snapshot of Transfers, as Python sees it.
 struct TransferCounts {
-    int64_t to_device = 0, to_device_bytes = 0, to_host = 0, to_host_bytes = 0;
+    int64_t to_device = 0, to_device_bytes = 0, to_host = 0, to_host_bytes = 0, maps_to_device = 0, maps_to_host = 0;
+
+    auto fields() const {
+        return std::make_tuple(to_device, to_device_bytes, to_host, to_host_bytes, maps_to_device, maps_to_host);
+    }
 };
 
 TransferCounts snapshot(const Transfers &t) {
     return TransferCounts{t.to_device.load(), t.to_device_bytes.load(), t.to_host.load(),
-                          t.to_host_bytes.load()};
+                          t.to_host_bytes.load(), t.maps_to_device.load(), t.maps_to_host.load()};
 }
 
 std::string transfers_repr(const TransferCounts &t) {
-    return "Transfers(to_device=" + std::to_string(t.to_device) + ", to_device_bytes=" +
-           std::to_string(t.to_device_bytes) + ", to_host=" + std::to_string(t.to_host) +
-           ", to_host_bytes=" + std::to_string(t.to_host_bytes) + ")";
+    std::string out = "Transfers(to_device=" + std::to_string(t.to_device) + ", to_device_bytes=" +
+                      std::to_string(t.to_device_bytes) + ", to_host=" + std::to_string(t.to_host) +
+                      ", to_host_bytes=" + std::to_string(t.to_host_bytes);
+    // Maps only where there were any: most storages never meet a zero-copy device.
+    if (t.maps_to_device || t.maps_to_host)
+        out += ", maps_to_device=" + std::to_string(t.maps_to_device) + ", maps_to_host=" + std::to_string(t.maps_to_host);
+    return out + ")";
 }
 
 std::shared_ptr<Device> default_device() {
@@ -176,21 +184,25 @@ void bind_residency(py::class_<Buffer> &cls) {
 
 void bind_transfer_totals(py::module_ &m) {
     py::class_<TransferCounts>(m, "Transfers",
-                               "Copies (count and bytes) in each direction, counted where they happen.")
+                               "Copies (count and bytes) in each direction, counted where they happen, and maps: "
+                               "hand-overs of zero-copy memory, which move no byte.")
         .def_readonly("to_device", &TransferCounts::to_device)
         .def_readonly("to_device_bytes", &TransferCounts::to_device_bytes)
         .def_readonly("to_host", &TransferCounts::to_host)
         .def_readonly("to_host_bytes", &TransferCounts::to_host_bytes)
+        .def_readonly("maps_to_device", &TransferCounts::maps_to_device,
+                      "hand-overs of zero-copy memory to the device: no bytes moved")
+        .def_readonly("maps_to_host", &TransferCounts::maps_to_host)
         .def("__eq__", [](const TransferCounts &a, const TransferCounts &b) {
-            return a.to_device == b.to_device && a.to_device_bytes == b.to_device_bytes &&
-                   a.to_host == b.to_host && a.to_host_bytes == b.to_host_bytes;
+            return a.fields() == b.fields();
         }, py::is_operator())
         .def("__hash__", [](const TransferCounts &t) {
-            return py::hash(py::make_tuple(t.to_device, t.to_device_bytes, t.to_host, t.to_host_bytes));
+            return py::hash(py::cast(t.fields()));
         })
         .def("__sub__", [](const TransferCounts &a, const TransferCounts &b) {
             return TransferCounts{a.to_device - b.to_device, a.to_device_bytes - b.to_device_bytes,
-                                  a.to_host - b.to_host, a.to_host_bytes - b.to_host_bytes};
+                                  a.to_host - b.to_host, a.to_host_bytes - b.to_host_bytes,
+                                  a.maps_to_device - b.maps_to_device, a.maps_to_host - b.maps_to_host};
         }, py::is_operator())
         .def("__repr__", &transfers_repr);
 

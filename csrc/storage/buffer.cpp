@@ -75,6 +75,16 @@ Buffer Buffer::allocate(const char *entry, Axes shape, const DType &dtype) {
     return allocate_packed(entry, std::move(shape), dtype, std::move(strides));
 }
 
+Buffer Buffer::allocate_on(const char *entry, Device *device, Axes shape, const DType &dtype) {
+    int64_t count = checked_count(entry, shape, dtype.itemsize);
+    uint8_t *host = nullptr;
+    std::shared_ptr<void> block =
+        device && count > 0 ? device->host_block(uint64_t(count) * uint64_t(dtype.itemsize), &host) : nullptr;
+    if (!block) return allocate(entry, std::move(shape), dtype);
+    Axes strides = c_strides(shape, dtype.itemsize);
+    return wrap(entry, host, std::move(shape), std::move(strides), dtype, std::move(block), false, false);
+}
+
 Buffer Buffer::allocate(const char *entry, Axes shape, const DType &dtype,
                         const std::vector<int> &order_arg) {
     std::vector<int> order = permutation(entry, "order", order_arg, int(shape.size()),

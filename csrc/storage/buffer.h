@@ -52,6 +52,10 @@ public:
     /// permutation; negative axes count from the end).
     static Buffer allocate(const char *entry, Axes shape, const DType &dtype,
                            const std::vector<int> &order);
+    /// allocate(), on a zero-copy device (Device::host_block()) in host memory from its pool with
+    /// device memory over it, reused from one storage to the next; its contents are undefined
+    /// (for outputs written whole). Anywhere else, or with no device: allocate().
+    static Buffer allocate_on(const char *entry, Device *device, Axes shape, const DType &dtype);
     /// allocate() with other's shape, mins and memory order (Halide's make_with_shape_of).
     static Buffer allocate_like(const char *entry, const Buffer &other, const DType &dtype);
     /// allocate() in Halide's interleaved layout: axis 0 (the channels, Halide's last dimension)

@@ -54,7 +54,7 @@ typedef void *Platform, *Device, *Context, *Queue, *Mem, *Event, *Kernel;
     X(clRetainMemObject) X(clReleaseMemObject) X(clGetMemObjectInfo) X(clEnqueueReadBuffer)  \
     X(clEnqueueWriteBuffer) X(clEnqueueReadBufferRect) X(clEnqueueWriteBufferRect)           \
     X(clEnqueueCopyBuffer) X(clEnqueueCopyBufferRect) X(clEnqueueFillBuffer)                 \
-    X(clEnqueueNDRangeKernel)
+    X(clEnqueueNDRangeKernel) X(clEnqueueMapBuffer) X(clEnqueueUnmapMemObject)
 
 #define AS_ENUM(name) E_##name,
 #define AS_NAME(name) #name,
@@ -72,7 +72,7 @@ static char last_error[4096];
 
 #define COUNTS(X)                                                                              \
     X(reads) X(read_bytes) X(writes) X(write_bytes) X(copies) X(fills) X(kernels) X(finishes) \
-    X(mem_created) X(mem_released)
+    X(mem_created) X(mem_released) X(maps) X(unmaps)
 #define AS_COUNT(name) C_##name,
 enum { COUNTS(AS_COUNT) COUNT_COUNT };
 static const char *const count_names[COUNT_COUNT] = {COUNTS(AS_NAME)};
@@ -424,6 +424,24 @@ cl_int clEnqueueReadBuffer(Queue q, Mem m, cl_uint blocking, size_t offset, size
         add(C_reads, 1);
         add(C_read_bytes, (long long)n);
     }
+    return rc;
+}
+
+/* Maps move no bytes on a device sharing the host's memory: counted apart from reads and writes. */
+void *clEnqueueMapBuffer(Queue q, Mem m, cl_uint blocking, cl_bitfield flags, size_t offset, size_t n,
+                         cl_uint ne, const Event *wait, Event *e, cl_int *errcode_ret) {
+    FORWARD_CREATE(clEnqueueMapBuffer, errcode_ret);
+    cl_int rc = CL_SUCCESS;
+    void *p = fn(q, m, blocking, flags, offset, n, ne, wait, e, &rc);
+    if (errcode_ret) *errcode_ret = rc;
+    if (rc == CL_SUCCESS) add(C_maps, 1);
+    return p;
+}
+
+cl_int clEnqueueUnmapMemObject(Queue q, Mem m, void *p, cl_uint ne, const Event *wait, Event *e) {
+    FORWARD(clEnqueueUnmapMemObject);
+    cl_int rc = fn(q, m, p, ne, wait, e);
+    if (rc == CL_SUCCESS) add(C_unmaps, 1);
     return rc;
 }
 

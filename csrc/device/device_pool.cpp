@@ -1,0 +1,135 @@
+// device_pool.cpp: the size classes, and the pool's bookkeeping under its lock (a leaf lock:
+// nothing else is taken while it is held).
+#include "device/device_pool.h"
+
+#include <cstdlib>
+
+#include "core/live_counts.h"
+
+namespace hb {
+
+uint64_t DevicePool::size_class(uint64_t bytes) {
+    constexpr uint64_t kSmallest = 256;
+    if (bytes <= kSmallest) return kSmallest;
+    int top = 63 - __builtin_clzll(bytes - 1);  // 2^top < bytes <= 2^(top + 1)
+    uint64_t step = (uint64_t(1) << top) / 4;
+    return (bytes + step - 1) / step * step;
+}
+
+void *DevicePool::take(uint64_t size) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    auto it = free_.find(size);
+    if (it == free_.end() || it->second.empty()) {
+        ++stats_.misses;
+        return nullptr;
+    }
+    void *native = it->second.back();
+    it->second.pop_back();
+    ++stats_.hits;
+    stats_.bytes_held -= size;
+    --stats_.blocks_held;
+    return native;
+}
+
+bool DevicePool::give(void *native, uint64_t size, Release release) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    release_ = release;
+    if (stats_.bytes_held + size > stats_.limit) return false;
+    free_[size].push_back(native);
+    stats_.bytes_held += size;
+    ++stats_.blocks_held;
+    return true;
+}
+
+bool DevicePool::take_block(uint64_t size, HostBlock &out) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    auto it = blocks_.find(size);
+    if (it == blocks_.end() || it->second.empty()) return false;  // the miss is counted by add_block()
+    out = it->second.back();
+    it->second.pop_back();
+    blocks_in_use_[out.host] = out;
+    ++stats_.hits;
+    stats_.bytes_held -= size;
+    --stats_.blocks_held;
+    return true;
+}
+
+void DevicePool::add_block(const HostBlock &block, Release release) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    release_ = release;
+    blocks_in_use_[block.host] = block;
+    ++stats_.misses;
+}
+
+void DevicePool::give_block(const Device &device, const HostBlock &block) {
+    {
+        std::lock_guard<std::mutex> lock(mutex_);
+        blocks_in_use_.erase(block.host);
+        if (stats_.bytes_held + block.size <= stats_.limit) {
+            blocks_[block.size].push_back(block);
+            stats_.bytes_held += block.size;
+            ++stats_.blocks_held;
+            return;
+        }
+    }
+    release_block(device, block);
+}
+
+void *DevicePool::block_memory(const uint8_t *host, uint64_t bytes) const {
+    std::lock_guard<std::mutex> lock(mutex_);
+    auto it = blocks_in_use_.find(host);
+    return it != blocks_in_use_.end() && bytes <= it->second.size ? it->second.native : nullptr;
+}
+
+void DevicePool::note_miss() {
+    std::lock_guard<std::mutex> lock(mutex_);
+    ++stats_.misses;
+}
+
+void DevicePool::release_block(const Device &device, const HostBlock &block) {
+    if (release_) release_(device, block.native);
+    --live_counts().device_allocations;
+    std::free(block.host);
+}
+
+uint64_t DevicePool::trim(const Device &device) {
+    std::map<uint64_t, std::vector<void *>> free;
+    std::map<uint64_t, std::vector<HostBlock>> blocks;
+    Release release;
+    {
+        std::lock_guard<std::mutex> lock(mutex_);
+        free.swap(free_);
+        blocks.swap(blocks_);
+        release = release_;
+        stats_.bytes_held = 0;
+        stats_.blocks_held = 0;
+    }
+    uint64_t released = 0;
+    for (const auto &[size, natives] : free) {
+        for (void *native : natives) {
+            // A failure is ignored: the memory is the driver's again or lost with its context.
+            if (release) release(device, native);
+            --live_counts().device_allocations;
+            released += size;
+        }
+    }
+    for (const auto &[size, kept] : blocks) {
+        for (const HostBlock &block : kept) {
+            release_block(device, block);
+            released += size;
+        }
+    }
+    return released;
+}
+
+PoolStats DevicePool::stats() const {
+    std::lock_guard<std::mutex> lock(mutex_);
+    return stats_;
+}
+
+void DevicePool::set_limit(uint64_t bytes) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    stats_.limit = bytes;
+}
+
+}  // namespace hb
