@@ -15,6 +15,7 @@ Handing data over: ``b.copy_to_device(hb.cuda.device())`` puts a buffer on the G
 
 from __future__ import annotations
 
+import atexit
 import threading
 from typing import Any
 
@@ -25,6 +26,17 @@ __all__ = ["device", "is_available", "loaded_library", "wrap"]
 
 _defaults: dict[int, CudaDevice] = {}
 _defaults_lock = threading.Lock()  # one default device per ordinal even when threads race
+
+
+@atexit.register
+def _release_pools() -> None:
+    """At exit: releases the device memory the default devices' pools keep (a device that dies
+    earlier releases its own)."""
+    for d in list(_defaults.values()):
+        try:
+            d.trim()
+        except Exception:  # noqa: BLE001 (a lost context has nothing left to release)
+            pass
 
 
 def is_available() -> bool:

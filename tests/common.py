@@ -86,6 +86,12 @@ def on_device(b):
 # ---------------------------------------------------------------------------------------------
 
 
+def pooled_blocks():
+    """Device memory the pools of the devices Python knows keep for reuse: held, not lost (the
+    leak checks subtract it from the driver's count of live allocations)."""
+    return sum(d.pool["blocks_held"] for d in [*hb.opencl._devices, *hb.cuda._defaults.values()])
+
+
 def counts(t):
     """A Transfers as (to_device, to_device_bytes, to_host, to_host_bytes)."""
     return (t.to_device, t.to_device_bytes, t.to_host, t.to_host_bytes)

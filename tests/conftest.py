@@ -18,6 +18,12 @@ if not os.environ.get(opencl_interposer.ENV_LIBRARY):
     opencl_interposer.install()
 cuda_standin.install()
 
+# The suite's default OpenCL device copies (zero-copy off), so the many tests that count copies
+# count bytes that move; tests/test_zero_copy.py, the residency model and the device fault
+# injection take the zero-copy device explicitly (hb.opencl.device(zero_copy=True)). Setting the
+# variable runs the whole suite either way.
+os.environ.setdefault("HALIDE_BUFFER_OPENCL_ZERO_COPY", "0")
+
 # Property tests draw the same examples on every run ("reproducible"), so the suite's outcome does
 # not depend on the day; HYPOTHESIS_PROFILE=explore draws new ones and remembers failures (in
 # .hypothesis/), for hunting bugs rather than gating a change.
@@ -46,6 +52,15 @@ def queue(dev):
     import pyopencl as cl
 
     return cl.CommandQueue.from_int_ptr(dev.queue)
+
+
+@pytest.fixture(autouse=True)
+def empty_device_pools():
+    """Each test starts with nothing kept in the devices' pools, so what it allocates is asked of
+    the driver (fault injection fires, allocation counts add up) whatever ran before."""
+    for d in [*hb.opencl._devices, *hb.cuda._defaults.values()]:
+        d.trim()
+    yield
 
 
 @pytest.fixture(autouse=True)

@@ -32,7 +32,7 @@ import halide_buffer as hb
 
 import cuda_standin
 import opencl_interposer
-from common import counts
+from common import counts, pooled_blocks
 from residency_rules import (DTYPES, N, STARTS, assert_holds, consumer_read, consumer_write, ranges, start_buffer,
                              values)
 
@@ -62,11 +62,11 @@ class Backend:
         if name.startswith("cuda"):
             self.device = hb.cuda.device()
             self.driver = cuda_standin
-            self.live = cuda_standin.live_allocations
+            self.live = lambda: cuda_standin.live_allocations() - pooled_blocks()
         else:
             self.device = hb.opencl.device()
             self.driver = opencl_interposer
-            self.live = opencl_interposer.live_mem_objects
+            self.live = lambda: opencl_interposer.live_mem_objects() - pooled_blocks()
 
     def arm(self, entry, code, nth, repeat):
         if self.name.startswith("cuda"):
