@@ -28,6 +28,16 @@ def start_buffer(seed, dtype, start):
     return b, wrapped, Model(data, lease=start == "lease", readonly=start == "read-only")
 
 
+def mirrors_host(device, b):
+    """Whether the device copy of b's storage will be its host memory itself (zero-copy): the
+    device says so, and the storage's first byte is aligned for the widest vector of its
+    elements (16 lanes), or for the device's base alignment if that is less."""
+    if device is None or not getattr(device, "zero_copy", False):
+        return False
+    address = b.numpy().__array_interface__["data"][0]
+    return address % min(device.base_alignment, 16 * b.itemsize) == 0
+
+
 class Model:
     """The rules, in Python: what each side's memory holds, the flags, and what each step must
     move. Memory contents are float64 (exact for every value written here); NaN marks bytes
@@ -43,6 +53,10 @@ class Model:
         self.readonly = readonly
         self.up = self.down = 0
         self.up_bytes = self.down_bytes = 0  # the whole storage each time, but for a pipeline's parts
+        # Zero-copy (mirrors_host()): the device copy is the host memory itself, one array here,
+        # and what would be copies are maps, which move nothing.
+        self.zero_copy = False
+        self.maps_up = self.maps_down = 0
 
     @property
     def allocated(self):
@@ -53,22 +67,28 @@ class Model:
 
     def host_current(self):  # copy_to_host()
         if self.device_dirty:
-            self.host = self.dev.copy()
-            self.down += 1
-            self.down_bytes += self.nbytes
+            if self.zero_copy:
+                self.maps_down += 1
+            else:
+                self.host = self.dev.copy()
+                self.down += 1
+                self.down_bytes += self.nbytes
             self.device_dirty = False
 
     def allocate(self):  # device_malloc(): a new device copy is empty, the host holds the data
         if not self.allocated:
-            self.dev = np.full(N, np.nan)
+            self.dev = self.host if self.zero_copy else np.full(N, np.nan)
             self.host_dirty = True
 
     def device_current(self):  # copy_to_device()
         self.allocate()
         if self.host_dirty_reads():
-            self.dev = self.host.copy()
-            self.up += 1
-            self.up_bytes += self.nbytes
+            if self.zero_copy:
+                self.maps_up += 1
+            else:
+                self.dev = self.host.copy()
+                self.up += 1
+                self.up_bytes += self.nbytes
             self.host_dirty = False
 
     def free(self):  # device_free(): a newer device copy comes home first
@@ -83,6 +103,10 @@ class Model:
     def transfers(self):
         """The copies the rules made, as common.counts() gives a buffer's."""
         return (self.up, self.up_bytes, self.down, self.down_bytes)
+
+    def maps(self):
+        """The maps the rules made, as (maps_to_device, maps_to_host)."""
+        return (self.maps_up, self.maps_down)
 
     def host_write(self, lo, hi, x):  # numpy(writable=True) and every other host writer
         self.host_current()
@@ -104,6 +128,7 @@ class Model:
         self.host_dirty = b.host_dirty()
         t = b.transfers
         self.up, self.up_bytes, self.down, self.down_bytes = t.to_device, t.to_device_bytes, t.to_host, t.to_host_bytes
+        self.maps_up, self.maps_down = t.maps_to_device, t.maps_to_host
         if not self.device_dirty:
             assert_holds(host_memory, values)
             self.host = values.copy()
@@ -111,6 +136,8 @@ class Model:
             self.host = np.asarray(host_memory, np.float64).copy()
         if not b.has_device_allocation():
             self.dev = None
+        elif self.zero_copy:
+            self.dev = self.host  # one memory
         elif self.host_dirty_reads():
             self.dev = np.full(N, np.nan)  # stale: never compared
         else:
@@ -152,7 +179,7 @@ def consumer_write(device, v, raw, after_lease=lambda: None):
         after_lease()
         cuda_standin().write(native + offset, raw)
         return
-    a = hb.opencl.as_array(v.bits() if v.dtype == "bfloat16" else v, writable=True)
+    a = hb.opencl.as_array(v.bits() if v.dtype == "bfloat16" else v, device=device, writable=True)
     after_lease()
     a.set(np.frombuffer(raw, a.dtype).reshape(a.shape))
     a.queue.finish()
@@ -164,7 +191,7 @@ def consumer_read(device, v, dtype, after_lease=lambda: None):
         native, offset, _ = v._device_view(device, False, "device_read")
         after_lease()
         return np.frombuffer(cuda_standin().read(native + offset, v.size * dtype.itemsize), dtype)
-    a = hb.opencl.as_array(v.bits() if v.dtype == "bfloat16" else v, writable=False)
+    a = hb.opencl.as_array(v.bits() if v.dtype == "bfloat16" else v, device=device, writable=False)
     after_lease()
     return a.get().view(dtype)
 

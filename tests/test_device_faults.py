@@ -33,8 +33,8 @@ import halide_buffer as hb
 import cuda_standin
 import opencl_interposer
 from common import counts, pooled_blocks
-from residency_rules import (DTYPES, N, STARTS, assert_holds, consumer_read, consumer_write, ranges, start_buffer,
-                             values)
+from residency_rules import (DTYPES, N, STARTS, assert_holds, consumer_read, consumer_write, mirrors_host, ranges,
+                             start_buffer, values)
 
 # Per backend: the entry points failures are injected into, and the codes they fail with.
 FAULTS = {
@@ -47,6 +47,12 @@ FAULTS = {
     "opencl-pocl-interposer": (
         ["clCreateBuffer", "clEnqueueReadBuffer", "clEnqueueWriteBuffer", "clEnqueueReadBufferRect",
          "clEnqueueWriteBufferRect", "clFinish"],
+        {-4: "CL_MEM_OBJECT_ALLOCATION_FAILURE", -5: "CL_OUT_OF_RESOURCES", -6: "CL_OUT_OF_HOST_MEMORY"},
+    ),
+    # PoCL with zero-copy: the device copy of aligned storages is their host memory, mapped.
+    "opencl-pocl-zero-copy": (
+        ["clCreateBuffer", "clEnqueueMapBuffer", "clEnqueueUnmapMemObject", "clEnqueueReadBuffer",
+         "clEnqueueWriteBuffer", "clFinish"],
         {-4: "CL_MEM_OBJECT_ALLOCATION_FAILURE", -5: "CL_OUT_OF_RESOURCES", -6: "CL_OUT_OF_HOST_MEMORY"},
     ),
 }
@@ -64,7 +70,7 @@ class Backend:
             self.driver = cuda_standin
             self.live = lambda: cuda_standin.live_allocations() - pooled_blocks()
         else:
-            self.device = hb.opencl.device()
+            self.device = hb.opencl.device(zero_copy=name.endswith("zero-copy"))
             self.driver = opencl_interposer
             self.live = lambda: opencl_interposer.live_mem_objects() - pooled_blocks()
 
@@ -96,6 +102,7 @@ class Faulty(RuleBasedStateMachine):
         self.dev = self.backend.device
         self.dtype = np.dtype(hb.dtype(dtype).numpy)
         self.b, self.a, self.model = start_buffer(seed, dtype, start)
+        self.model.zero_copy = mirrors_host(self.dev, self.b)
         self.host_memory = self.b.numpy()
         self.armed = None
 
@@ -228,6 +235,7 @@ class Faulty(RuleBasedStateMachine):
         assert not (self.b.host_dirty() and self.b.device_dirty())
         assert self.b.has_device_allocation() == m.allocated
         assert counts(self.b.transfers) == m.transfers()
+        assert (self.b.transfers.maps_to_device, self.b.transfers.maps_to_host) == m.maps()
         assert_holds(self.host_memory, m.host)
 
 

@@ -38,10 +38,12 @@ import halide_buffer as hb
 import cuda_standin
 from common import DEVICE_DIRTY, HOST_DIRTY, HalideBufferT, at_mins_of, counts, raw_buffer
 from pipelines import OPENCL_TARGET, TARGET, build, c_compiler, compile_and_load
-from residency_rules import (DTYPES, N, STARTS, assert_holds, consumer_read, consumer_write, ranges, start_buffer,
-                             values)
+from residency_rules import (DTYPES, N, STARTS, assert_holds, consumer_read, consumer_write, mirrors_host, ranges,
+                             start_buffer, values)
 
-DEVICES = ["host", "opencl", "cuda-driver-standin"]  # "host": no device ever, host pipelines only
+# "host": no device ever, host pipelines only; "opencl-zero-copy": PoCL's device copy is the host
+# memory itself where it is aligned for it (mirrors_host()).
+DEVICES = ["host", "opencl", "opencl-zero-copy", "cuda-driver-standin"]
 BITS = {"int32": "uint32", "float32": "uint32", "bfloat16": "uint16"}  # what the pipelines copy
 
 
@@ -82,7 +84,9 @@ def device_of(name):
     """The device a machine's buffer goes to: None on the host alone."""
     if name == "host":
         return None
-    return hb.opencl.device() if name == "opencl" else hb.cuda.device()
+    if name.startswith("opencl"):
+        return hb.opencl.device(zero_copy=name == "opencl-zero-copy")
+    return hb.cuda.device()
 
 
 class Residency(RuleBasedStateMachine):
@@ -96,6 +100,7 @@ class Residency(RuleBasedStateMachine):
         self.bfloat16 = dtype == "bfloat16"
         self.bits = BITS[dtype]
         self.b, self.a, self.model = start_buffer(seed, dtype, start)
+        self.model.zero_copy = mirrors_host(self.device, self.b)
         assert self.b.external_writes == (start == "lease")  # read-only memory is no lease
         assert self.b.readonly == (start == "read-only")
         # The host memory itself, read after every step without a lease (no copy, no flag).
@@ -360,7 +365,12 @@ class Residency(RuleBasedStateMachine):
         return self.pipelines[where if self.computed_on_device(where) else "host", self.bits]
 
     def computed_on_device(self, where):
-        return where == "opencl" and self.device is not None and self.device.kind == "opencl"
+        """hb.aot computes on the device the buffer is on, else on the default device: this
+        machine's device, or the host's pipeline is used (the zero-copy machine's buffer meets
+        OpenCL pipelines once it is on its device)."""
+        if where != "opencl" or self.device is None or self.device.kind != "opencl":
+            return False
+        return (self.b.device or hb.opencl.device()) is self.device
 
     def copies_agree(self):
         """No false claim stands: where both copies are called current they hold the same values
@@ -425,6 +435,7 @@ class Residency(RuleBasedStateMachine):
         assert not (m.host_dirty_reads() and m.device_dirty)
         assert self.b.has_device_allocation() == m.allocated
         assert counts(self.b.transfers) == m.transfers()
+        assert (self.b.transfers.maps_to_device, self.b.transfers.maps_to_host) == m.maps()
         assert_holds(self.host_memory, m.host)
         # Every halide_buffer_t held shows the state. What Halide's runtime wrote into one of
         # them reaches the others with the next operation on the storage: the reads above.
