@@ -23,7 +23,7 @@ import torch
 
 import halide_buffer as hb
 
-from common import NONE, HalideBufferT, Moves, down, halide_dims, up
+from common import HalideBufferT, Moves, NONE, down, halide_dims, live_counts, up
 from pipelines import (OPENCL_TARGET, affine_bf16_func, c_compiler, compile_and_load, gpuadd_func, random_bf16,
                        random_u8)
 
@@ -365,7 +365,7 @@ def test_our_buffer_handed_on_as_a_capsule_is_that_buffer(built):
 
 def test_our_capsule_keeps_the_buffer_alive():
     gc.collect()
-    before = hb._core._live_counts()
+    before = live_counts()
     b = hb.Buffer((3, 4), "float32")
     b.numpy(writable=True)[...] = np.arange(12, dtype=np.float32).reshape(3, 4)
     capsule = b._get_halide_buffer_t_capsule()
@@ -377,10 +377,10 @@ def test_our_capsule_keeps_the_buffer_alive():
     assert (raw.type.code, raw.type.bits, raw.type.lanes) == (2, 32, 1)
     assert halide_dims(raw) == [(0, 4, 1), (0, 3, 4)]
     assert list((ctypes.c_float * 12).from_address(raw.host)) == list(range(12))
-    assert hb._core._live_counts()["storages"] == before["storages"] + 1
+    assert live_counts()["storages"] == before["storages"] + 1
     del raw, capsule
     gc.collect()
-    assert hb._core._live_counts() == before
+    assert live_counts() == before
 
 
 # ---------------------------------------------------------------------------------------------

@@ -35,7 +35,7 @@ import pytest
 
 import halide_buffer as hb
 
-from common import NONE, Moves, bits_of, counts, down, filled, ramp, random_bits, up
+from common import Moves, NONE, bits_of, counts, down, filled, live_counts, ramp, random_bits, up
 
 # JAX grabs 75% of the GPU's memory at start-up unless told not to; the other peers, and the
 # out-of-memory tests, need it. Read when JAX starts its GPU backend, so set before any import.
@@ -677,10 +677,10 @@ def test_memory_a_consumer_holds_outlives_device_free(gpu, cupy):
     others = [cupy.full(1 << 16, i, cupy.float32) for i in range(4)]  # would reuse freed memory
     np.testing.assert_array_equal(c.get(), np.arange(1 << 16, dtype=np.float32))
     assert all(float(o.get()[0]) == i for i, o in enumerate(others))
-    before = hb._core._live_counts()["device_allocations"]
+    before = live_counts()["device_allocations"]
     del c, b
     gc.collect()
-    assert hb._core._live_counts()["device_allocations"] == before - 1  # freed with the storage
+    assert live_counts()["device_allocations"] == before - 1  # freed with the storage
 
 
 @needs_gpu
@@ -1048,7 +1048,7 @@ def test_an_object_storing_the_buffer_over_its_cuda_memory_is_collected(gpu, cup
     so a cycle through it is collected (tests/test_gc.py has the host's)."""
     make = hb.cuda.wrap if route == "cuda.wrap" else hb.from_dlpack
     gc.collect()
-    before = hb._core._live_counts()["storages"]
+    before = live_counts()["storages"]
     objects = []
     for i in range(50):
         w = Wrapped(cupy.full(16, i, cupy.float32))
@@ -1058,7 +1058,7 @@ def test_an_object_storing_the_buffer_over_its_cuda_memory_is_collected(gpu, cup
     del w
     gc.collect()
     assert all(r() is None for r in objects)
-    assert hb._core._live_counts()["storages"] == before
+    assert live_counts()["storages"] == before
 
 
 @needs_gpu

@@ -10,12 +10,12 @@ import pytest
 
 import halide_buffer as hb
 
-from common import NONE, Moves
+from common import Moves, NONE, live_counts
 
 
 def test_an_allocation_over_the_device_limit_is_refused_and_changes_nothing(dev):
     gc.collect()
-    allocations = hb._core._live_counts()["device_allocations"]
+    allocations = live_counts()["device_allocations"]
     rows = dev.max_allocation_size // 2**30 + 1
     b = hb.Buffer((rows, 2**30), "uint8")  # zero pages: only what is written gets memory
     b.numpy(writable=True)[-1, -4:] = [1, 2, 3, 4]
@@ -30,7 +30,7 @@ def test_an_allocation_over_the_device_limit_is_refused_and_changes_nothing(dev)
     assert b.numpy()[-1, -4:].tolist() == [1, 2, 3, 4]
     with pytest.raises(hb.DeviceError, match="CL_INVALID_BUFFER_SIZE"):
         b.device_malloc()
-    assert hb._core._live_counts()["device_allocations"] == allocations  # neither refusal left one behind
+    assert live_counts()["device_allocations"] == allocations  # neither refusal left one behind
 
 
 def test_a_refused_download_keeps_the_device_copy(dev, ctx, queue):

@@ -14,7 +14,7 @@ import torch
 import halide_buffer as hb
 
 import cuda_standin
-from common import ALL_DTYPES, NONE, Moves, bits_of, down, filled, random_bits
+from common import ALL_DTYPES, Moves, NONE, bits_of, down, filled, live_counts, random_bits
 
 READ_ONLY, IS_COPIED, PADDED = 1, 2, 4
 
@@ -220,7 +220,7 @@ def test_our_capsule_dropped_unconsumed_releases_its_storage(max_version, made):
     """A capsule of our own that no consumer takes: dropping it deletes the tensor, which lets go
     of the storage and of the array it wraps."""
     gc.collect()  # storages of earlier tests that only garbage still holds
-    before = hb._core._live_counts()
+    before = live_counts()
     a = np.arange(12, dtype=np.float32).reshape(3, 4)
     alive = weakref.ref(a)
     b = hb.Buffer.from_host(a) if made == "wrapped" else hb.Buffer.from_host(a, copy=True)
@@ -229,11 +229,11 @@ def test_our_capsule_dropped_unconsumed_releases_its_storage(max_version, made):
     assert capsule_name(capsule) == ("dltensor" if max_version is None else "dltensor_versioned")
     del b
     gc.collect()
-    assert hb._core._live_counts()["storages"] == before["storages"] + 1  # the capsule's tensor holds it
+    assert live_counts()["storages"] == before["storages"] + 1  # the capsule's tensor holds it
     assert (alive() is not None) == (made == "wrapped")
     del capsule
     gc.collect()
-    assert hb._core._live_counts() == before
+    assert live_counts() == before
     assert alive() is None
 
 def test_copy_requests_are_passed_to_the_producer():
@@ -352,7 +352,7 @@ def test_dlpack_arguments_are_checked(kwargs, error, message):
     b, _ = filled((3, 5), "float32")
     with pytest.raises(error, match=message):
         b.__dlpack__(**kwargs)
-    assert b.host_dirty() and hb._core._live_counts()["storages"] >= 1
+    assert b.host_dirty() and live_counts()["storages"] >= 1
     assert capsule_name(b.__dlpack__(dl_device=(1, 0))) == "dltensor"
 
 
@@ -441,13 +441,13 @@ def test_round_trips_leak_nothing():
     for _ in range(2000):  # warm up caches and allocators
         hb.from_dlpack(torch.from_dlpack(b))
     gc.collect()
-    before, storages = rss(), hb._core._live_counts()["storages"]
+    before, storages = rss(), live_counts()["storages"]
     for _ in range(100_000):
         t = torch.from_dlpack(b)
         np.from_dlpack(hb.from_dlpack(t)[1:])
         hb.from_dlpack(src.__dlpack__())
     gc.collect()
-    assert hb._core._live_counts()["storages"] == storages
+    assert live_counts()["storages"] == storages
     assert rss() - before < 16 * 2**20, f"RSS grew by {(rss() - before) / 2**20:.1f} MiB"
 
 

@@ -1,0 +1,157 @@
+"""Zero-copy residency on a device that shares the host's memory (PoCL's CPU device reports
+CL_DEVICE_HOST_UNIFIED_MEMORY): the device copy of a storage aligned for it is its host memory,
+what were copies are maps (counted apart from copies: no byte moves), and the dirty flags still
+order kernels and host access. The residency model and the fault injection run on this device
+too (test_residency_model.py, test_device_faults.py); the pool is test_device_pool.py's."""
+
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+import halide_buffer as hb
+
+import opencl_interposer as oi
+from pipelines import OPENCL_TARGET, brighter_opencl_func, c_compiler, compile_and_load
+
+ENV = "HALIDE_BUFFER_OPENCL_ZERO_COPY"
+
+
+@pytest.fixture(scope="module")
+def zc():
+    d = hb.opencl.device(zero_copy=True)
+    if not d.zero_copy:
+        pytest.skip(f"{d!r} does not report host-unified memory: no zero-copy to test")
+    return d
+
+
+@pytest.fixture(scope="module")
+def copying():
+    return hb.opencl.device(zero_copy=False)
+
+
+@pytest.fixture()
+def calls():
+    """The interposer's counts of OpenCL calls since the test began, as a function."""
+    if not oi.active():
+        pytest.skip(f"the OpenCL interposer is not installed: {oi.reason()}")
+    before = oi.counts()
+    return lambda: {k: v - before[k] for k, v in oi.counts().items()}
+
+
+def address(a):
+    return a.__array_interface__["data"][0]
+
+
+def moved(t):
+    """(copies to the device, bytes, copies to the host, bytes, maps to the device, to the host)."""
+    return (t.to_device, t.to_device_bytes, t.to_host, t.to_host_bytes, t.maps_to_device, t.maps_to_host)
+
+
+def test_zero_copy_is_chosen_per_device_and_by_the_environment(zc, copying):
+    assert zc.host_unified_memory and not copying.zero_copy
+    assert hb.opencl.device(zero_copy=True) is zc and hb.opencl.device(zero_copy=False) is copying
+    assert zc.context == copying.context and zc.queue == copying.queue  # one memory, one queue
+    with pytest.raises(TypeError, match=r"opencl\.device\(\): zero_copy must be True, False or None, not int"):
+        hb.opencl.device(zero_copy=1)
+    for value, expected in (("0", "False"), ("off", "False"), ("no", "False"), ("1", "True"), (None, "True")):
+        env = {k: v for k, v in os.environ.items() if k != ENV}
+        if value is not None:
+            env[ENV] = value
+        out = subprocess.run([sys.executable, "-c", "import halide_buffer as hb; print(hb.opencl.device().zero_copy)"],
+                             env=env, capture_output=True, text=True, timeout=120)
+        assert out.stdout.strip() == expected, (value, out.stderr)
+
+
+def test_an_owned_buffer_crosses_by_maps_and_a_kernels_write_is_read_in_place(zc, calls):
+    b = hb.Buffer((64, 64), "float32")
+    b.numpy(writable=True)[...] = np.arange(4096, dtype=np.float32).reshape(64, 64)
+    b.copy_to_device(zc)
+    assert moved(b.transfers) == (0, 0, 0, 0, 1, 0) and not b.host_dirty()
+    a = hb.opencl.as_array(b, device=zc)  # a consumer's write on the device
+    a.fill(7.0)
+    a.queue.finish()
+    assert b.device_dirty()
+    np.testing.assert_array_equal(np.asarray(b), np.full((64, 64), 7.0, np.float32))
+    assert moved(b.transfers) == (0, 0, 0, 0, 1, 1) and not b.device_dirty()
+    b.numpy(writable=True)[0, :3] = -1  # a host write, then the device copy is current again
+    b.copy_to_device(zc)
+    assert moved(b.transfers) == (0, 0, 0, 0, 2, 1)
+    c = calls()
+    assert (c["reads"], c["writes"], c["read_bytes"], c["write_bytes"]) == (0, 0, 0, 0)
+    assert c["maps"] == c["unmaps"] == 3 and c["mem_created"] == 1
+    # The consumer reads, on the device, what the host wrote.
+    np.testing.assert_array_equal(hb.opencl.as_array(b, device=zc, writable=False).get()[0, :4], [-1, -1, -1, 7])
+    process = hb.transfers()
+    assert process.maps_to_device >= 2 and process.maps_to_host >= 1
+    assert "maps_to_device=2, maps_to_host=1" in repr(b.transfers)
+
+
+def test_memory_aligned_for_its_elements_is_used_in_place_and_other_memory_is_copied(zc):
+    raw = np.zeros(8192, np.uint8)
+    at = (-address(raw)) % 128 + 16  # 16 bytes past a multiple of 128
+    u8 = raw[at:at + 1024]  # uint8's widest vector is 16 bytes: in place
+    f32 = raw[at:at + 1024].view(np.float32)  # float32's is 64 bytes: copied
+    f32_aligned = raw[at + 112:at + 112 + 1024].view(np.float32)
+    for array, in_place in ((u8, True), (f32, False), (f32_aligned, True)):
+        b = hb.Buffer.from_host(array, external_writes=False)
+        b.copy_to_device(zc)
+        expected = (0, 0, 0, 0, 1, 0) if in_place else (1, 1024, 0, 0, 0, 0)
+        assert moved(b.transfers) == expected, (array.dtype, address(array) % 128)
+    # The copying device copies all of them.
+    b = hb.Buffer.from_host(u8, external_writes=False)
+    b.copy_to_device(hb.opencl.device(zero_copy=False))
+    assert moved(b.transfers) == (1, 1024, 0, 0, 0, 0)
+
+
+def test_a_part_read_back_in_place_is_a_map_of_its_bytes(zc, calls):
+    b = hb.Buffer((32,), "int32")
+    b.numpy(writable=True)[...] = np.arange(32)
+    b.copy_to_device(zc)
+    a = hb.opencl.as_array(b, device=zc)
+    a.fill(5)
+    a.queue.finish()
+    part = b[4:12]
+    np.testing.assert_array_equal(np.asarray(part), np.full(8, 5))  # the storage comes home: one map
+    assert moved(b.transfers)[:4] == (0, 0, 0, 0)
+    assert calls()["read_bytes"] == 0
+
+
+@pytest.fixture(scope="module")
+def brighter(tmp_path_factory):
+    hb.opencl.device()  # opens the OpenCL loader process-wide, where a pipeline's runtime looks
+    return compile_and_load(tmp_path_factory.mktemp("zero_copy"), c_compiler(), *brighter_opencl_func(),
+                            "hb_zero_copy_brighter", target=OPENCL_TARGET)
+
+
+def test_a_chain_of_pipelines_moves_no_byte_between_host_and_device(zc, brighter, calls):
+    image = np.random.default_rng(0).integers(0, 200, (64, 96), dtype=np.uint8)
+    x = hb.Buffer.from_host(image, external_writes=False)
+    x.device_malloc(zc)  # the chain's device: hb.aot computes where its inputs are
+    process = hb.transfers()
+    out = brighter(brighter(brighter(x)))
+    np.testing.assert_array_equal(np.asarray(out), image + 30)
+    t = hb.transfers() - process
+    assert (t.to_device_bytes, t.to_host_bytes) == (0, 0) and t.maps_to_device == 1 and t.maps_to_host == 1
+    c = calls()
+    assert (c["read_bytes"], c["write_bytes"]) == (0, 0) and c["kernels"] == 3
+    assert out.device is zc
+
+
+def test_storages_a_pipeline_allocates_are_host_blocks_of_the_devices_pool(zc, brighter, calls):
+    image = np.arange(64 * 64, dtype=np.uint8).reshape(64, 64)
+    x = hb.Buffer.from_host(image, external_writes=False)
+    x.device_malloc(zc)
+    first = brighter(x)
+    del first
+    pool = zc.pool
+    created = calls()["mem_created"]
+    for _ in range(10):
+        out = brighter(x)
+        np.testing.assert_array_equal(np.asarray(out), image + 10)
+        assert "memory=owned" in repr(out)
+        del out
+    assert calls()["mem_created"] == created  # every output is the same block, reused
+    assert zc.pool["hits"] - pool["hits"] == 10 and zc.pool["misses"] == pool["misses"]
