@@ -106,7 +106,8 @@ def info() -> int:
 DESCRIPTION = "Report what halide_buffer finds on this machine, or show its lazy host/device copies."
 EPILOG = ("info (the default) prints the version, the dtype table with the exports that carry each "
           "dtype (tried live), the OpenCL and CUDA devices and the peer libraries. demo runs two "
-          "tiny kernels on the default OpenCL device and prints each copy between host and device; "
+          "tiny kernels on the default OpenCL device and prints each copy between host and device "
+          "(each map, on a device sharing the host's memory; --no-zero-copy: copies there too); "
           "it needs pyopencl: pip install 'halide_buffer[opencl]'.")
 
 
@@ -115,16 +116,20 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("command", nargs="?", default="info", choices=["info", "demo"],
                         help="info: version, dtype/protocol table, devices and peers (default); "
                              "demo: lazy host/device copies on the default OpenCL device")
+    parser.add_argument("--no-zero-copy", action="store_true",
+                        help="demo: copy even where the device shares the host's memory")
     args = parser.parse_args(argv)
-    return {"info": info, "demo": demo}[args.command]()
+    if args.command == "demo":
+        return demo(zero_copy=False if args.no_zero_copy else None)
+    return info()
 
 
-def demo() -> int:
+def demo(zero_copy: bool | None = None) -> int:
     """The demo, or, without pyopencl or an OpenCL device, why not (on stderr, exit status 1)."""
     from . import demo as steps
 
     try:
-        return steps.run()
+        return steps.run(zero_copy)
     except (ModuleNotFoundError, DeviceError) as e:
         if isinstance(e, ModuleNotFoundError) and e.name != "pyopencl":
             raise

@@ -3,7 +3,10 @@
 A buffer on the default OpenCL device is written there by a tiny kernel, read from NumPy
 twice, written on the host, and read on the device again. After every step the demo prints
 where the current data is and each copy that step made, so the rule is plain to see: data
-moves only when a reader on the other side needs it, and only once.
+moves only when a reader on the other side needs it, and only once. On a device that shares the
+host's memory (PoCL on the CPU, integrated GPUs) the device copy is the host memory itself
+(zero-copy): the same steps hand it over with a map, and no byte moves. ``--no-zero-copy`` runs
+the steps on the same device with zero-copy off, copying.
 """
 
 from __future__ import annotations
@@ -44,13 +47,18 @@ def moved(before: Transfers, after: Transfers) -> str:
         parts.append(f"{d.to_device} copy host->device ({d.to_device_bytes} B)")
     if d.to_host:
         parts.append(f"{d.to_host} copy device->host ({d.to_host_bytes} B)")
+    if d.maps_to_device:
+        parts.append(f"{d.maps_to_device} map host->device (0 B)")
+    if d.maps_to_host:
+        parts.append(f"{d.maps_to_host} map device->host (0 B)")
     return ", ".join(parts) or "no copy"
 
 
-def run() -> int:
+def run(zero_copy: bool | None = None) -> int:
     cl = opencl._import_pyopencl("demo.run")
-    device = opencl.device()
-    print(f"device: {device.name} on {device.platform}\n")
+    device = opencl.device(zero_copy=zero_copy)
+    mode = "zero-copy: the device copy is the host memory" if device.zero_copy else "copying"
+    print(f"device: {device.name} on {device.platform} ({mode})\n")
     b = Buffer((8,), "float32")
     last = b.transfers
 
@@ -61,7 +69,7 @@ def run() -> int:
         last = now
 
     step("b = hb.Buffer((8,), 'float32')")
-    array = opencl.as_array(b)  # the device lease: uploads the host data, then device dirty
+    array = opencl.as_array(b, device=device)  # the device lease: uploads the host data, then device dirty
     step("array = hb.opencl.as_array(b)")
     program = cl.Program(array.context, KERNELS).build()
     program.ramp(array.queue, b.shape, None, array.data, np.float32(0.5))

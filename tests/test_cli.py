@@ -1,7 +1,10 @@
 """``python -m halide_buffer``: the report is computed live, not read from a list."""
 
+import os
 import subprocess
 import sys
+
+import pytest
 
 import halide_buffer as hb
 from halide_buffer import cli
@@ -35,13 +38,22 @@ def test_unknown_command_is_a_usage_error():
     assert run.returncode == 2 and "invalid choice: 'frobnicate'" in run.stderr
 
 
-def test_demo_shows_each_copy_once():
-    out = subprocess.run([sys.executable, "-m", "halide_buffer", "demo"], capture_output=True, text=True,
-                         check=True).stdout
+@pytest.mark.parametrize("zero_copy", [True, False], ids=["zero-copy", "copying"])
+def test_demo_shows_each_copy_or_map_once(zero_copy):
+    """PoCL shares the host's memory: by default the demo maps; with --no-zero-copy it copies."""
+    env = {k: v for k, v in os.environ.items() if k != "HALIDE_BUFFER_OPENCL_ZERO_COPY"}
+    flags = [] if zero_copy else ["--no-zero-copy"]
+    out = subprocess.run([sys.executable, "-m", "halide_buffer", "demo", *flags], capture_output=True, text=True,
+                         check=True, env=env).stdout
+    if zero_copy and "(zero-copy" not in out.splitlines()[0]:
+        pytest.skip("the default OpenCL device does not share the host's memory")
     steps = [line for line in out.splitlines() if "moved:" in line]
     moved = [line.split("moved:")[1].strip() for line in steps]
-    assert moved == ["no copy", "1 copy host->device (32 B)", "no copy", "1 copy device->host (32 B)",
-                     "no copy", "no copy", "1 copy host->device (32 B)", "no copy", "no copy"]
+    up, down = (("1 map host->device (0 B)", "1 map device->host (0 B)") if zero_copy
+                else ("1 copy host->device (32 B)", "1 copy device->host (32 B)"))
+    assert moved == ["no copy", up, "no copy", down, "no copy", "no copy", up, "no copy", "no copy"]
     assert "[0.0, 0.5, 1.0, 1.5, 2.0, 2.5, 3.0, 3.5]" in steps[3]
     assert "-> 22" in steps[6]  # (0 + 0.5 + ... + 3.5) + 8 * 1 on the device
-    assert out.rstrip().endswith("Transfers(to_device=2, to_device_bytes=64, to_host=1, to_host_bytes=32)")
+    total = ("Transfers(to_device=0, to_device_bytes=0, to_host=0, to_host_bytes=0, maps_to_device=2, maps_to_host=1)"
+             if zero_copy else "Transfers(to_device=2, to_device_bytes=64, to_host=1, to_host_bytes=32)")
+    assert out.rstrip().endswith(total)

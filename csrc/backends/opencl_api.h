@@ -57,7 +57,6 @@ constexpr cl_mem_flags CL_MEM_USE_HOST_PTR = 1 << 3;
 constexpr cl_map_flags CL_MAP_READ = 1 << 0;
 constexpr cl_map_flags CL_MAP_WRITE_INVALIDATE_REGION = 1 << 2;
 constexpr cl_mem_info CL_MEM_SIZE = 0x1102;
-constexpr cl_mem_info CL_MEM_REFERENCE_COUNT = 0x1105;
 constexpr cl_mem_info CL_MEM_CONTEXT = 0x1106;
 constexpr cl_bool CL_FALSE = 0;
 constexpr cl_bool CL_TRUE = 1;

@@ -63,13 +63,9 @@ struct OpenCLMemory {
         api().ReleaseMemObject(static_cast<cl_mem>(native));
         return CL_SUCCESS;
     }
-    /// Only our reference is left: no consumer (a pyopencl array) or sub-buffer uses the memory.
-    static bool poolable(const DeviceAllocation &a) {
-        cl_uint references = 0;
-        return api().GetMemObjectInfo(static_cast<cl_mem>(a.native), CL_MEM_REFERENCE_COUNT, sizeof references,
-                                      &references, nullptr) == CL_SUCCESS &&
-               references == 1;
-    }
+    /// No consumer was handed a reference (a lease): commands still queued on the memory are
+    /// ordered before the next use by the device's in-order queue.
+    static bool poolable(const DeviceAllocation &a) { return !a.shared_out; }
     static int read(const Device &d, void *native, int64_t at, uint8_t *host, uint64_t bytes) {
         return api().EnqueueReadBuffer(d.queue(), static_cast<cl_mem>(native), CL_TRUE, size_t(at), size_t(bytes), host,
                                        0, nullptr, nullptr);
@@ -216,8 +212,9 @@ std::shared_ptr<void> OpenCLDevice::host_block(uint64_t bytes, uint8_t **host) {
 Device::Lease OpenCLDevice::lease(const halide_buffer_t &root, int64_t offset) const {
     DeviceHandle *h = handle_of(&root);
     // The consumer gets its own reference, taken under the storage's lock: a device_free()
-    // racing with it cannot release the memory under the consumer's feet.
+    // racing with it cannot release the memory under the consumer's feet, nor the pool hand it on.
     api().RetainMemObject(static_cast<cl_mem>(h->native));
+    h->allocation->shared_out = true;
     return Lease{h->native, int64_t(h->offset) + offset};
 }
 

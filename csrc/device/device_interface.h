@@ -103,6 +103,9 @@ struct DeviceAllocation {
     const uint8_t *mirrors = nullptr;
     /// From the device's pool (DevicePool): freed into it, in `size`'s class.
     bool pooled = false;
+    /// A consumer was handed a reference of its own (an OpenCL lease): it may use the memory after
+    /// we free it, so the pool never hands it on.
+    bool shared_out = false;
 
     bool releases() const { return lifetime == Lifetime::owned; }
     bool lent() const { return stage_ != AllocationStage::in_use; }  ///< lent, retired or not
