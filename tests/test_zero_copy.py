@@ -155,3 +155,15 @@ def test_storages_a_pipeline_allocates_are_host_blocks_of_the_devices_pool(zc, b
         del out
     assert calls()["mem_created"] == created  # every output is the same block, reused
     assert zc.pool["hits"] - pool["hits"] == 10 and zc.pool["misses"] == pool["misses"]
+
+
+def test_a_pooled_output_moves_into_shared_memory_and_its_block_goes_back(zc, brighter):
+    image = np.arange(64 * 64, dtype=np.uint8).reshape(64, 64)
+    x = hb.Buffer.from_host(image, external_writes=False)
+    x.device_malloc(zc)
+    out = brighter(x)  # a host block of the pool, computed on in place
+    held = zc.pool["blocks_held"]
+    out.share_memory()  # the device copy comes home (a map) and goes; the data moves to a segment
+    assert out.is_shared and not out.has_device_allocation() and zc.pool["blocks_held"] == held + 1
+    np.testing.assert_array_equal(np.asarray(out), image + 10)
+    assert moved(out.transfers)[:4] == (0, 0, 0, 0)

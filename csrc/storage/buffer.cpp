@@ -82,7 +82,9 @@ Buffer Buffer::allocate_on(const char *entry, Device *device, Axes shape, const 
         device && count > 0 ? device->host_block(uint64_t(count) * uint64_t(dtype.itemsize), &host) : nullptr;
     if (!block) return allocate(entry, std::move(shape), dtype);
     Axes strides = c_strides(shape, dtype.itemsize);
-    return wrap(entry, host, std::move(shape), std::move(strides), dtype, std::move(block), false, false);
+    Buffer b = wrap(entry, host, std::move(shape), std::move(strides), dtype, nullptr, false, false);
+    b.storage_->host_memory = host_memory::Pooled{std::move(block)};
+    return b;
 }
 
 Buffer Buffer::allocate(const char *entry, Axes shape, const DType &dtype,

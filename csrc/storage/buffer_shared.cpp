@@ -117,19 +117,22 @@ void Buffer::share_memory(const char *entry) {
         throw BufferError(std::string(entry) + "(): the buffer borrows its memory (from_host, DLPack), "
                           "whose owner would stop seeing the buffer's writes if it moved; share a copy, "
                           "b.copy().share_memory(), or allocate shared memory: Buffer(shape, dtype, shared=True)");
-    // A heap block moves: nothing else may point into it. Pages of its own are replaced in place.
-    host_memory::Owned &owned = std::get<host_memory::Owned>(s.host_memory);
-    if (!owned.mapped_bytes && (storage_.use_count() > 1 || s.host_exports > 0 || s.ndarray_handed_out))
+    // A heap block (or a pool's host block) moves: nothing else may point into it. Pages of its
+    // own are replaced in place.
+    auto *owned = std::get_if<host_memory::Owned>(&s.host_memory);
+    bool in_place = owned && owned->mapped_bytes;
+    if (!in_place && (storage_.use_count() > 1 || s.host_exports > 0 || s.ndarray_handed_out))
         throw BufferError(std::string(entry) + "(): other views or exports (NumPy arrays, memoryviews, "
                           "DLPack) may point into this buffer's memory, which would stop seeing its writes "
                           "if it moved; call share_memory() before making views, share a copy "
                           "(b.copy().share_memory()), or allocate shared memory: Buffer(shape, dtype, "
                           "shared=True)");
-    // Device copies are per process from here on: the host copy comes home, the device copy goes.
+    // Device copies are per process from here on: the host copy comes home, the device copy goes
+    // (a zero-copy one, over the memory that moves, with it).
     op.defer(s.free_device(entry));
     std::unique_ptr<SharedSegment> segment;
-    if (owned.mapped_bytes) {
-        segment = SharedSegment::replace(entry, static_cast<uint8_t *>(owned.allocation), owned.mapped_bytes);
+    if (in_place) {
+        segment = SharedSegment::replace(entry, static_cast<uint8_t *>(owned->allocation), owned->mapped_bytes);
     } else {
         size_t bytes = storage_bytes(s);
         segment = SharedSegment::create(entry, bytes);
@@ -138,9 +141,9 @@ void Buffer::share_memory(const char *entry) {
         s.host = s.root.host = segment->base();
         data_ = s.host + (data_ - old);
         for (RawView *r : s.raw_views) r->buf.host = s.host + (r->buf.host - old);
-        std::free(owned.allocation);  // null for a small block in the storage's own allocation
+        if (owned) std::free(owned->allocation);  // null for a small block in the storage's own allocation
     }
-    make_shared_storage(s, std::move(segment));  // `owned` ends here
+    make_shared_storage(s, std::move(segment));  // the old host memory's record ends here (a pooled block goes back)
     remember(storage_);
 }
 

@@ -37,8 +37,13 @@ struct Borrowed {
 struct Shared {
     std::unique_ptr<SharedSegment> segment;
 };
+/// A host block of a zero-copy device's pool, with device memory over it (Device::host_block()):
+/// `block` gives it back to the pool when the storage dies.
+struct Pooled {
+    std::shared_ptr<void> block;
+};
 }  // namespace host_memory
-using HostMemory = std::variant<host_memory::Owned, host_memory::Borrowed, host_memory::Shared>;
+using HostMemory = std::variant<host_memory::Owned, host_memory::Borrowed, host_memory::Shared, host_memory::Pooled>;
 
 /// Whose a storage's device allocation is: the one state Storage::release_device() frees by.
 namespace device_memory {
