@@ -3,7 +3,9 @@ a standard access trace moves against the minimum.
 
 Run:  python benchmarks/bench_transfers.py [--repeat R] [--json PATH]
 
-Two measurements, both on the default OpenCL device (``halide_buffer.opencl.device()``):
+Two measurements, both on the default OpenCL device (``halide_buffer.opencl.device()``), copying:
+``HALIDE_BUFFER_OPENCL_ZERO_COPY=0`` unless the environment sets it (on a device sharing the
+host's memory a hand-over is a map, not a copy: bench_zero_copy.py measures that):
 
 * Copies. For each size (64 B, 1 MiB, 256 MiB of uint8), four cases:
   ours, upload:   ``b.set_host_dirty(True); b.copy_to_device()``  (allocated beforehand)
@@ -34,13 +36,15 @@ across machines, and nothing here but the bytes-moved ratio is a pass/fail check
 from __future__ import annotations
 
 import argparse
+import os
 import statistics
 import sys
 from pathlib import Path
 
 import numpy as np
 
-import halide_buffer as hb
+os.environ.setdefault("HALIDE_BUFFER_OPENCL_ZERO_COPY", "0")  # before the first device: copies are measured here
+import halide_buffer as hb  # noqa: E402
 
 from bench_common import MiB, CopyCase, environment_line, finish, fmt_bytes, fmt_time, run_copy_cases
 
