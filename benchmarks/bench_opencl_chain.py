@@ -245,7 +245,7 @@ def report_chains(cases, nbytes, counter_ok):
           f"moved / minimum {fmt_ratio(ratio(moved, minimum) if minimum else None)}")
     return rows, {"time_ratio": ours["vs_peer"], "time_ratio_paired": ours["paired_vs_peer"],
                   "bytes_per_chain": moved, "minimum_bytes": minimum,
-                  "bytes_ratio": ratio(moved, minimum)}
+                  "bytes_ratio": ratio(moved, minimum) if minimum else None}
 
 
 # Why the minimum is what it is, by whether it is 0.
