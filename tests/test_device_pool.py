@@ -91,6 +91,12 @@ def test_trim_releases_what_the_pool_keeps_and_live_counts_hold_it_until_then(co
 def test_the_pool_keeps_at_most_its_limit(copying):
     copying.pool_limit = 2048
     gone = released()
+    first, second = on_device(copying, 1024), on_device(copying, 1024)
+    first.device_free()
+    second.device_free()  # exactly the limit: kept
+    assert copying.pool["bytes_held"] == 2048 and released() == gone
+    copying.trim()
+    gone = released()
     on_device(copying, 1024).device_free()
     on_device(copying, 2048).device_free()  # past the limit: released
     assert copying.pool["bytes_held"] == 1024 and released() == gone + 1
@@ -146,6 +152,26 @@ def test_a_loop_of_calls_with_outputs_not_given_allocates_nothing_after_its_firs
         np.testing.assert_array_equal(np.asarray(out), image + 10)
     assert created() == made  # no clCreateBuffer once the loop runs
     assert device.pool["hits"] - pool["hits"] == 20 and device.pool["misses"] == pool["misses"]
+
+
+def test_a_host_block_beyond_the_limit_is_released_and_one_at_it_kept(brighter):
+    zc = hb.opencl.device(zero_copy=True)
+    if not zc.zero_copy:
+        pytest.skip(f"{zc!r} does not share the host's memory: no host blocks")
+    zc.trim()
+    x = hb.Buffer.from_host(np.zeros((32, 48), np.uint8), external_writes=False)
+    x.copy_to_device(zc)
+    limit = zc.pool_limit
+    try:
+        zc.pool_limit = 1536  # the class of 32 x 48 bytes: one block exactly
+        first, second = brighter(x), brighter(x)
+        gone = released()
+        del first
+        assert zc.pool["blocks_held"] == 1 and released() == gone  # at the limit: kept
+        del second
+        assert zc.pool["blocks_held"] == 1 and released() == gone + 1  # beyond it: released
+    finally:
+        zc.pool_limit = limit
 
 
 def test_the_pools_are_released_at_exit():

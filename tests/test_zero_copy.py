@@ -65,6 +65,14 @@ def test_zero_copy_is_chosen_per_device_and_by_the_environment(zc, copying):
         assert out.stdout.strip() == expected, (value, out.stderr)
 
 
+def test_a_device_adopting_a_context_follows_the_environment_unless_told(zc, ctx, queue):
+    # The suite's environment turns zero-copy off for new devices (conftest.py).
+    assert os.environ[ENV] == "0"
+    assert not hb.opencl.device(ctx, queue).zero_copy
+    assert hb.opencl.device(ctx, queue, zero_copy=True).zero_copy
+    assert not hb.opencl.device(ctx, zero_copy=False).zero_copy
+
+
 def test_an_owned_buffer_crosses_by_maps_and_a_kernels_write_is_read_in_place(zc, calls):
     b = hb.Buffer((64, 64), "float32")
     b.numpy(writable=True)[...] = np.arange(4096, dtype=np.float32).reshape(64, 64)

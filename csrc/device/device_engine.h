@@ -199,31 +199,12 @@ struct Engine {
     /// the region's allocation; Backend::transfer_call(plan, direction) names the commands.
     template <class Run>
     static int transfer(const DeviceRegion &region, const HostRegion &host, Direction direction, Run &&run) {
-        if (is_own_mirror(region, host)) return map_region(region, direction);
         int64_t bytes = region_bytes(region.shape, region.itemsize);
         int rc = host_transfer(region, host, direction, [&](const CopyPlan &plan, uint8_t *at) {
             int code = run(plan, at);
             return code == 0 ? 0 : transfer_failed(direction, code, Backend::transfer_call(plan, direction), bytes);
         });
         if (rc == 0 && bytes > 0) record_transfer(Backend::allocation_of(region.root)->transfers, direction, bytes);
-        return rc;
-    }
-
-    /// Whether `host` is the zero-copy memory of `region` itself: the same bytes, nothing to copy.
-    static bool is_own_mirror(const DeviceRegion &region, const HostRegion &host) {
-        const DeviceAllocation *a = Backend::allocation_of(region.root);
-        return a->mirrors && a->mirrors + Backend::offset_of(region.root) == region.root->host &&
-               host.data == region.root->host + region.offset && host.strides == region.strides;
-    }
-
-    /// A map of the bytes `region` spans, counted as one.
-    static int map_region(const DeviceRegion &region, Direction direction) {
-        ByteSpan span = region_span(region.shape, region.strides, region.itemsize);
-        if (span.size() == 0) return 0;
-        DeviceAllocation *a = Backend::allocation_of(region.root);
-        int64_t at = Backend::offset_of(region.root) + region.offset + span.lo;
-        int rc = mapped(*a, at, span.size(), direction);
-        if (rc == 0) record_map(a->transfers, direction);
         return rc;
     }
 
