@@ -175,3 +175,23 @@ def test_a_pooled_output_moves_into_shared_memory_and_its_block_goes_back(zc, br
     assert out.is_shared and not out.has_device_allocation() and zc.pool["blocks_held"] == held + 1
     np.testing.assert_array_equal(np.asarray(out), image + 10)
     assert moved(out.transfers)[:4] == (0, 0, 0, 0)
+
+
+def test_numpy_inputs_and_dask_chunks_move_no_byte_on_the_default_device(brighter):
+    """With the environment's default (zero-copy on PoCL), in a process of its own: a NumPy image
+    through a chain of calls, then hb.dask.map_pipeline over chunks, copy nothing."""
+    code = f"""
+import numpy as np, dask.array as da, halide_buffer as hb
+p = hb.aot.load({brighter.library_path!r}, {brighter.name!r})
+assert hb.opencl.device().zero_copy
+image = np.arange(64 * 96, dtype=np.uint8).reshape(64, 96)
+before = hb.transfers()
+assert (np.asarray(p(p(image))) == image + 20).all()
+(got,) = hb.dask.compute(hb.dask.map_pipeline(p, da.from_array(image, chunks=(32, 48))))
+assert (got == image + 10).all()
+t = hb.transfers() - before
+print(t.to_device_bytes, t.to_host_bytes, t.maps_to_device > 0, t.maps_to_host > 0)
+"""
+    env = {k: v for k, v in os.environ.items() if k != ENV}
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300)
+    assert out.stdout.split() == ["0", "0", "True", "True"], out.stderr
