@@ -27,6 +27,7 @@ def copying():
     if not oi.active():
         pytest.skip(f"the OpenCL interposer is not installed: {oi.reason()}")
     d = hb.opencl.device(zero_copy=False)
+    gc.collect()  # buffers of earlier tests freed now, not into this test's counts
     d.trim()
     yield d
     oi.clear_faults()
@@ -200,18 +201,19 @@ def gpu():
     if not standin.active():
         pytest.skip(standin.why_inactive())
     d = hb.cuda.device()
+    gc.collect()  # buffers of earlier tests freed now, not into this test's counts
     d.trim()
     yield d
     standin.clear_faults()
 
 
 def test_cuda_memory_is_pooled_the_same_way(gpu):
-    allocs, live = standin.calls("cuMemAlloc"), standin.live_allocations()
+    allocs, live, hits = standin.calls("cuMemAlloc"), standin.live_allocations(), gpu.pool["hits"]
     b = on_device(gpu, 3000)
     b.device_free()
     assert gpu.pool["bytes_held"] == 3072 and standin.live_allocations() == live + 1
     c = on_device(gpu, 2900)
-    assert standin.calls("cuMemAlloc") == allocs + 1 and gpu.pool["hits"] == 1
+    assert standin.calls("cuMemAlloc") == allocs + 1 and gpu.pool["hits"] == hits + 1
     del c
     gc.collect()
     assert gpu.trim() == 3072 and standin.live_allocations() == live
@@ -223,8 +225,7 @@ def test_cuda_memory_lent_to_a_consumer_is_not_pooled(gpu):
     b.device_free()
     assert gpu.pool["blocks_held"] == 0
     live = standin.live_allocations()
-    del b
-    gc.collect()
+    del b  # the storage's end frees it (the driver's count drops), rather than pooling it
     assert standin.live_allocations() == live - 1 and gpu.pool["blocks_held"] == 0
 
 

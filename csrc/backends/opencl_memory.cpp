@@ -200,9 +200,7 @@ std::shared_ptr<void> OpenCLDevice::host_block(uint64_t bytes, uint8_t **host) {
             return nullptr;
         }
         ++live_counts().device_allocations;
-        pool_.add_block(block, [](const Device &, void *native) {
-            return int(api().ReleaseMemObject(static_cast<cl_mem>(native)));
-        });
+        pool_.add_block(block, Engine<OpenCLMemory>::release_native);
     }
     *host = block.host;
     auto self = std::static_pointer_cast<OpenCLDevice>(shared_from_this());

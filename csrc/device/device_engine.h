@@ -208,13 +208,6 @@ struct Engine {
         return rc;
     }
 
-    /// A map of `bytes` at `at` of a zero-copy allocation: 0, or its failure recorded.
-    static int mapped(const DeviceAllocation &a, int64_t at, int64_t bytes, Direction direction) {
-        int code = 0;
-        if constexpr (Backend::kZeroCopy) code = Backend::map(device_of(&a), a.native, at, uint64_t(bytes), direction);
-        return code == 0 ? 0 : transfer_failed(direction, code, Backend::kMap, bytes);
-    }
-
     /// What copy_to_host or copy_to_device through `view` moves: the span of the whole storage.
     struct SpanCopy {
         halide_buffer_t *buf;
@@ -233,9 +226,11 @@ struct Engine {
         /// The device memory is this very host memory (zero-copy): a map stands for the copy.
         bool zero_copy() const { return a->mirrors && a->mirrors + at() == host(); }
         int map(Direction direction) const {
-            int rc = mapped(*a, at(), span.size(), direction);
-            if (rc == 0) record_map(a->transfers, direction);
-            return rc;
+            int code = 0;
+            if constexpr (Backend::kZeroCopy) code = Backend::map(device_of(a), a->native, at(), uint64_t(span.size()), direction);
+            if (code != 0) return transfer_failed(direction, code, Backend::kMap, span.size());
+            record_map(a->transfers, direction);
+            return 0;
         }
     };
 
