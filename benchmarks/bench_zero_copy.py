@@ -18,8 +18,8 @@ every copy and allocation went before zero-copy and the pool ("before").
    computes on the default device). Before: the image wrapped and uploaded to the copying device,
    which is what hb.aot did with it before. Targets: 0 bytes copied (hb.transfers() and the
    OpenCL interposer's count of every runtime's reads and writes), time <= 0.7x before.
-3. **Loop**: ``calls`` calls (default 1000) of the first pipeline on a 64x64 input already on the
-   device, its output not given (hb.aot allocates it), the previous output dropped as the next
+3. **Loop**: ``calls`` calls (default 1000) of the first pipeline on a 64x64 input (and on a 512x512
+   one, bench_aot_loops.py's size) already on the device, its output not given (hb.aot allocates it), the previous output dropped as the next
    arrives. Zero-copy with its pool, the copying device with its pool, and before. Targets: no
    ``clCreateBuffer`` after the loop's first two calls (the interposer's count and the pool's
    misses agree), time per call <= 0.8x before.
@@ -48,7 +48,7 @@ from bench_opencl_chain import SHAPE, build_pipelines
 from bench_pipelines import OPENCL_TARGET, BuildError, opencl_prerequisites
 
 TRANSFER_BYTES = 256 * MiB
-LOOP_SHAPE = (64, 64)
+LOOP_SHAPES = [(64, 64), (512, 512)]  # 4 KiB, as small as a call gets; 256 KiB, bench_aot_loops.py's size
 DASK_CHUNKS = (512, 512)
 
 
@@ -153,8 +153,8 @@ def timed_rounds(cases, repeat, number):
 # --- 3. loop ----------------------------------------------------------------------------------------
 
 
-def loop_case(p, device, calls):
-    x = hb.Buffer.from_host(np.random.default_rng(2).integers(0, 256, LOOP_SHAPE, dtype=np.uint8),
+def loop_case(p, device, calls, shape):
+    x = hb.Buffer.from_host(np.random.default_rng(2).integers(0, 256, shape, dtype=np.uint8),
                             external_writes=False)
     x.copy_to_device(device)
 
@@ -168,10 +168,10 @@ def loop_case(p, device, calls):
     return run
 
 
-def loop_allocations(p, device, calls, interposer):
+def loop_allocations(p, device, calls, interposer, shape):
     """clCreateBuffer calls and pool misses during a loop, after its first two calls."""
     device.trim()
-    x = hb.Buffer.from_host(np.zeros(LOOP_SHAPE, np.uint8), external_writes=False)
+    x = hb.Buffer.from_host(np.zeros(shape, np.uint8), external_writes=False)
     x.copy_to_device(device)
     out = p(x)
     out = p(x)
@@ -182,6 +182,26 @@ def loop_allocations(p, device, calls, interposer):
     del out
     created = interposer.counts()["mem_created"] - made if interposer is not None else None
     return created, device.pool["misses"] - misses
+
+
+def measure_loop(p, devices, args, interposer, shape):
+    """Section 3 for one shape: the time per call and the allocations of each device's loop."""
+    loops = {k: loop_case(p, device, args.calls, shape) for k, device in devices.items()}
+    rounds = timed_rounds(loops, args.repeat, 1)
+    allocations = {k: loop_allocations(p, device, args.calls, interposer, shape) for k, device in devices.items()}
+    print(f"3. {args.calls} calls of {p.name} on {shape}, the output not given")
+    loop = {}
+    for k in loops:
+        per_call = rounds[k].best / args.calls
+        created, misses = allocations[k]
+        loop[k] = {"per_call_s": per_call, "clCreateBuffer_after_two_calls": created,
+                   "pool_misses_after_two_calls": misses}
+        print(f"   {k:<10} {fmt_time(per_call):>10} per call; after the first two calls: clCreateBuffer "
+              f"{created}, pool misses {misses}")
+    loop["ratio"] = ratio(loop["zero_copy"]["per_call_s"], loop["before"]["per_call_s"])
+    print(f"   zero-copy / before: {loop['ratio']:.2f}x per call")
+    print()
+    return loop, rounds
 
 
 def main(argv=None):
@@ -247,26 +267,12 @@ def main(argv=None):
         # The copying device with its pool: a device of its own on the context (its own queue),
         # so "before"'s pool stays off.
         pooled = hb.opencl.device(cl.Context.from_int_ptr(zero_copy.context), zero_copy=False)
-        loops = {"zero_copy": loop_case(p, zero_copy, args.calls), "pool": loop_case(p, pooled, args.calls),
-                 "before": loop_case(p, before, args.calls)}
-        loop_s = timed_rounds(loops, args.repeat, 1)
-        allocations = {}
         devices = {"zero_copy": zero_copy, "pool": pooled, "before": before}
-        for k, device in devices.items():
-            allocations[k] = loop_allocations(p, device, args.calls, interposer)
-        print(f"3. {args.calls} calls of {p.name} on {LOOP_SHAPE}, the output not given")
-        loop = {}
-        for k in loops:
-            per_call = loop_s[k].best / args.calls
-            loop[k] = {"per_call_s": per_call}
-            print(f"   {k:<10} {fmt_time(per_call):>10} per call")
-        for k, (created, misses) in allocations.items():
-            loop[k].update({"clCreateBuffer_after_two_calls": created, "pool_misses_after_two_calls": misses})
-            print(f"   {k:<10} after the first two calls: clCreateBuffer {created}, pool misses {misses}")
-        loop["ratio"] = ratio(loop["zero_copy"]["per_call_s"], loop["before"]["per_call_s"])
-        print(f"   zero-copy / before: {loop['ratio']:.2f}x per call")
-        print()
-
+        loop, loop_s = {}, {}
+        for shape in LOOP_SHAPES:
+            tag = "x".join(map(str, shape))
+            loop[tag], rounds = measure_loop(p, devices, args, interposer, shape)
+            loop_s.update({f"{k} {tag}": r for k, r in rounds.items()})
         import dask.array as da
 
         image = da.from_array(src, chunks=DASK_CHUNKS)

@@ -195,3 +195,31 @@ print(t.to_device_bytes, t.to_host_bytes, t.maps_to_device > 0, t.maps_to_host >
     env = {k: v for k, v in os.environ.items() if k != ENV}
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300)
     assert out.stdout.split() == ["0", "0", "True", "True"], out.stderr
+
+
+def test_host_memory_under_queued_kernels_outlives_them(brighter):
+    """Kernels are queued, not waited for: an input array dropped right after the calls (NumPy's
+    large arrays are pages of their own, unmapped when freed) must not be freed while they run on
+    it, nor a pool's block that trim() releases. In a process of its own: the bug this is for
+    crashed it."""
+    code = f"""
+import numpy as np, halide_buffer as hb
+d = hb.opencl.device(zero_copy=True)
+assert d.zero_copy
+p = hb.aot.load({brighter.library_path!r}, {brighter.name!r})
+for i in range(100):
+    x = np.full((1024, 1024), i % 200, np.uint8)   # 1 MiB: pages of its own, unmapped when freed
+    b = hb.Buffer.from_host(x, external_writes=False)
+    b.copy_to_device(d)
+    for _ in range(20):
+        kept = p(b)                                  # a pool's block; the kernels are queued
+    del kept
+    if i % 25 == 24:
+        d.trim()                                     # the blocks' host memory, under the kernels
+    del x, b                                         # the input's, under the kernels
+x = np.full((1024, 1024), 7, np.uint8)
+assert (np.asarray(p(x)) == 17).all()
+print("ok")
+"""
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0 and out.stdout.split() == ["ok"], (out.returncode, out.stderr[-2000:])

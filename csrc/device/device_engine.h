@@ -87,6 +87,10 @@ struct Engine {
     /// driver's code in `rc`, when the driver refused: everything is kept then.
     static bool end(DeviceAllocation *a, int *rc = nullptr) {
         if (a->releases() && !keep_in_pool(*a)) {
+            // Zero-copy memory is host memory its owner may free as soon as this returns: the
+            // commands still queued on it finish first (the driver would only defer its own part).
+            // A pool's host block stays alive in the pool, which waits before it frees one.
+            if (a->mirrors && !a->device->pool().block_memory(a->mirrors, 0)) Backend::sync(device_of(a));
             int code = Backend::release(device_of(a), a->native);
             if (rc) *rc = code;
             if (code != 0) return false;

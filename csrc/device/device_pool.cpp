@@ -5,6 +5,7 @@
 #include <cstdlib>
 
 #include "core/live_counts.h"
+#include "device/device.h"
 
 namespace hb {
 
@@ -72,6 +73,7 @@ void DevicePool::give_block(const Device &device, const HostBlock &block) {
             return;
         }
     }
+    finish_queued(device);
     release_block(device, block);
 }
 
@@ -84,6 +86,15 @@ void *DevicePool::block_memory(const uint8_t *host, uint64_t bytes) const {
 void DevicePool::note_miss() {
     std::lock_guard<std::mutex> lock(mutex_);
     ++stats_.misses;
+}
+
+void DevicePool::finish_queued(const Device &device) {
+    // Commands queued on a block's memory (a kernel writing an output dropped at once) must end
+    // before its host memory is freed. A lost queue has nothing left to run.
+    try {
+        device.synchronize();
+    } catch (const std::exception &) {
+    }
 }
 
 void DevicePool::release_block(const Device &device, const HostBlock &block) {
@@ -105,6 +116,7 @@ uint64_t DevicePool::trim(const Device &device) {
         stats_.blocks_held = 0;
     }
     uint64_t released = 0;
+    if (!blocks.empty()) finish_queued(device);
     for (const auto &[size, natives] : free) {
         for (void *native : natives) {
             // A failure is ignored: the memory is the driver's again or lost with its context.

@@ -63,6 +63,9 @@ public:
     void set_limit(uint64_t bytes);
 
 private:
+    /// Waits for the device's queued commands (before host memory under them is freed).
+    static void finish_queued(const Device &device);
+    /// Releases a block's device memory and frees its host memory (after finish_queued()).
     void release_block(const Device &device, const HostBlock &block);
 
     mutable std::mutex mutex_;
