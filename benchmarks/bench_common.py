@@ -62,6 +62,18 @@ class CopyCase:
         return self.nbytes / self.rounds_s.best / 1e9
 
 
+def upload_again(b):
+    """One upload of a Buffer's whole storage: its host copy marked newer, then copied up."""
+    b.set_host_dirty(True)
+    b.copy_to_device()
+
+
+def download_again(b):
+    """One download of a Buffer's whole storage: its device copy marked newer, then brought home."""
+    b.set_device_dirty(True)
+    b.copy_to_host()
+
+
 def run_copy_cases(cases, repeat):
     """One warm-up round of every CopyCase (not kept), then `repeat` rounds, interleaved."""
     for c in cases:

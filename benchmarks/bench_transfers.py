@@ -39,6 +39,7 @@ import argparse
 import os
 import statistics
 import sys
+from functools import partial
 from pathlib import Path
 
 import numpy as np
@@ -46,7 +47,8 @@ import numpy as np
 os.environ.setdefault("HALIDE_BUFFER_OPENCL_ZERO_COPY", "0")  # before the first device: copies are measured here
 import halide_buffer as hb  # noqa: E402
 
-from bench_common import MiB, CopyCase, environment_line, finish, fmt_bytes, fmt_time, run_copy_cases
+from bench_common import (MiB, CopyCase, download_again, environment_line, finish, fmt_bytes, fmt_time,
+                          run_copy_cases, upload_again)
 
 # (label, bytes, copies per round). The counts keep each round of each case near 15-100 ms:
 # long enough that the PoCL worker threads' wake-ups average out.
@@ -84,14 +86,6 @@ def make_copy_cases(cl, ctx, queue, sizes):
         nd.copy_to_device()
         keep += [b, host, clbuf, nd, nd_host]
 
-        def ours_up(b=b):
-            b.set_host_dirty(True)
-            b.copy_to_device()
-
-        def ours_down(b=b):
-            b.set_device_dirty(True)
-            b.copy_to_host()
-
         def peer_up(host=host, clbuf=clbuf):
             cl.enqueue_copy(queue, clbuf, host)
 
@@ -100,14 +94,14 @@ def make_copy_cases(cl, ctx, queue, sizes):
 
         tag = label.replace(" ", "")
         cases += [
-            CopyCase(f"upload_{tag}_ours", label, nbytes, "upload", "ours", number, ours_up),
+            CopyCase(f"upload_{tag}_ours", label, nbytes, "upload", "ours", number, partial(upload_again, b)),
             CopyCase(f"upload_{tag}_peer", label, nbytes, "upload", "peer", number, peer_up),
             CopyCase(f"upload_{tag}_ndmem", label, nbytes, "upload", "ndmem", number,
-                 lambda nd=nd: ours_up(nd)),
-            CopyCase(f"download_{tag}_ours", label, nbytes, "download", "ours", number, ours_down),
+                 partial(upload_again, nd)),
+            CopyCase(f"download_{tag}_ours", label, nbytes, "download", "ours", number, partial(download_again, b)),
             CopyCase(f"download_{tag}_peer", label, nbytes, "download", "peer", number, peer_down),
             CopyCase(f"download_{tag}_ndmem", label, nbytes, "download", "ndmem", number,
-                 lambda nd=nd: ours_down(nd)),
+                 partial(download_again, nd)),
         ]
     return cases, keep
 
@@ -120,10 +114,8 @@ def check_copies(sizes, keep):
         if data_address(nd.numpy()) != data_address(nd_host):
             problems.append(f"{label}: the NumPy-memory Buffer copied the array: not a borrow")
         before = b.transfers
-        b.set_host_dirty(True)
-        b.copy_to_device()
-        b.set_device_dirty(True)
-        b.copy_to_host()
+        upload_again(b)
+        download_again(b)
         after = b.transfers
         if (after.to_device - before.to_device, after.to_device_bytes - before.to_device_bytes,
                 after.to_host - before.to_host, after.to_host_bytes - before.to_host_bytes) \

@@ -36,14 +36,15 @@ import argparse
 import sys
 import tempfile
 import time
+from functools import partial
 from pathlib import Path
 
 import numpy as np
 
 import halide_buffer as hb
 
-from bench_common import (MiB, CopyCase, Rounds, environment_line, finish, fmt_bytes, fmt_time, ratio,
-                          run_copy_cases)
+from bench_common import (MiB, CopyCase, Rounds, download_again, environment_line, finish, fmt_bytes, fmt_time,
+                          ratio, run_copy_cases, upload_again)
 from bench_opencl_chain import SHAPE, build_pipelines
 from bench_pipelines import OPENCL_TARGET, BuildError, opencl_prerequisites
 
@@ -79,17 +80,9 @@ def transfer_cases(cl, zero_copy, before):
         b.numpy(writable=True)[:] = 1
         b.copy_to_device(device)
         keep.append(b)
-
-        def up(b=b):
-            b.set_host_dirty(True)
-            b.copy_to_device()
-
-        def down(b=b):
-            b.set_device_dirty(True)
-            b.copy_to_host()
-
-        cases += [CopyCase(f"upload_{side}", side, TRANSFER_BYTES, "upload", side, 4, up),
-                  CopyCase(f"download_{side}", side, TRANSFER_BYTES, "download", side, 4, down)]
+        cases += [CopyCase(f"upload_{side}", side, TRANSFER_BYTES, "upload", side, 4, partial(upload_again, b)),
+                  CopyCase(f"download_{side}", side, TRANSFER_BYTES, "download", side, 4,
+                           partial(download_again, b))]
     host = np.ones(TRANSFER_BYTES, np.uint8)
     clbuf = cl.Buffer(ctx, cl.mem_flags.READ_WRITE, TRANSFER_BYTES)
     cl.enqueue_copy(queue, clbuf, host)

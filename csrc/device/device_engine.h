@@ -115,8 +115,8 @@ struct Engine {
     static int obtain(Device &device, const halide_buffer_t *buf, ByteSpan span, DeviceAllocation &a, bool &fresh) {
         if constexpr (Backend::kZeroCopy) {
             const uint8_t *host = buf->host ? buf->host + span.lo : nullptr;
-            uint64_t alignment = device.mirror_alignment((buf->type.bits + 7) / 8);
-            if (host && span.size() > 0 && device.zero_copy() && reinterpret_cast<uintptr_t>(host) % alignment == 0) {
+            if (host && span.size() > 0 && device.zero_copy() &&
+                reinterpret_cast<uintptr_t>(host) % device.mirror_alignment((buf->type.bits + 7) / 8) == 0) {
                 a.mirrors = host;
                 fresh = true;
                 return Backend::allocate_over(device, host, a.size, &a.native);
