@@ -436,6 +436,8 @@ class Residency(RuleBasedStateMachine):
         assert self.b.has_device_allocation() == m.allocated
         assert counts(self.b.transfers) == m.transfers()
         assert (self.b.transfers.maps_to_device, self.b.transfers.maps_to_host) == m.maps()
+        if m.zero_copy and m.device_dirty:
+            self.b.device_sync()  # the host memory is the device's: read it once its kernels finished
         assert_holds(self.host_memory, m.host)
         # Every halide_buffer_t held shows the state. What Halide's runtime wrote into one of
         # them reaches the others with the next operation on the storage: the reads above.
@@ -469,3 +471,22 @@ def test_random_operations_match_the_model(pipelines, device):
 @pytest.mark.parametrize("device", DEVICES)
 def test_random_operations_match_the_model_long(pipelines, device):
     run(device, pipelines, 10000)
+
+
+@pytest.mark.needs_halide
+def test_zero_copy_memory_is_compared_once_the_queued_kernels_finished(pipelines):
+    """A sequence the random machine found: on the zero-copy machine a device pipeline writes a
+    part and returns with its kernel queued; the host memory is the device copy, so the model
+    reads it only after the queue finished (read at once, it held the old value or the new one,
+    depending on the kernel's progress)."""
+    Residency.device_name = "opencl-zero-copy"
+    Residency.pipelines = pipelines
+    state = Residency()
+    state.start(seed=0, dtype="int32", start="owned")
+    assert state.model.zero_copy
+    for step in (state.copy_to_device,
+                 lambda: state.halide_buffer_copy_in(r=[0, 1], to_device=False, value=0),
+                 lambda: state.pipeline_writes_a_part(r=[0, 1], reverse=False, where="opencl")):
+        step()
+        state.state_matches_the_model()
+    state.teardown()
