@@ -177,6 +177,21 @@ def test_a_pooled_output_moves_into_shared_memory_and_its_block_goes_back(zc, br
     assert moved(out.transfers)[:4] == (0, 0, 0, 0)
 
 
+def test_a_lease_given_to_a_call_is_its_owners_again_when_the_call_returns(zc, brighter):
+    """Wrapped memory its owner may write at any time is the device copy the kernels read: a
+    call returns once they finished, so the owner's next write cannot reach the result (it did
+    in most calls when the call returned with its kernel queued)."""
+    for _ in range(10):
+        image = np.full((2048, 2048), 100, np.uint8)
+        x = hb.Buffer.from_host(image)  # a lease, in place (uint8 is aligned for itself)
+        assert x.external_writes
+        x.device_malloc(zc)
+        out = brighter(x)
+        image[...] = 0  # the owner's write, after the call
+        np.testing.assert_array_equal(np.asarray(out), np.full((2048, 2048), 110, np.uint8))
+        assert moved(x.transfers)[:4] == (0, 0, 0, 0)
+
+
 def test_numpy_inputs_and_dask_chunks_move_no_byte_on_the_default_device(brighter):
     """With the environment's default (zero-copy on PoCL), in a process of its own: a NumPy image
     through a chain of calls, then hb.dask.map_pipeline over chunks, copy nothing."""

@@ -368,6 +368,16 @@ bool call_directly(const AotPipeline &p, CallScratch &s) {
     return true;
 }
 
+/// On a device sharing the host's memory, memory its owner may write at any time (a lease) is
+/// the very memory the call's kernels read and write, not a copy taken before they ran: the call
+/// returns once they finished, so that a write its owner makes after the call comes after them.
+void wait_for_owners(const CallScratch &s, const Device *device) {
+    if (!device || !device->zero_copy()) return;
+    for (const Buffer *b : s.buffers) {
+        if (b && b->external_writes()) return device->synchronize();
+    }
+}
+
 }  // namespace
 
 void run_call(const AotPipeline &p, CallScratch &s) {
@@ -387,6 +397,7 @@ void run_call(const AotPipeline &p, CallScratch &s) {
         expect_transfers(p, s);
         p.call(s.argv.data());
         copy_back_staged(p, s);
+        wait_for_owners(s, device.get());
     });
 }
 
