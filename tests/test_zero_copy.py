@@ -192,6 +192,26 @@ def test_a_lease_given_to_a_call_is_its_owners_again_when_the_call_returns(zc, b
         assert moved(x.transfers)[:4] == (0, 0, 0, 0)
 
 
+def test_only_a_call_with_a_lease_waits_for_its_kernels(zc, brighter, calls):
+    """The wait above is the lease's alone (clFinish calls counted): a call on memory nobody else
+    writes returns with its kernels queued; a call on a lease waits once, besides the map that
+    hands the lease's memory to the device (a map waits too)."""
+    image = np.full((64, 64), 1, np.uint8)
+    promised = hb.Buffer.from_host(image.copy(), external_writes=False)
+    lease = hb.Buffer.from_host(image.copy())
+    for x in (promised, lease):
+        x.device_malloc(zc)
+        brighter(x)  # the first call hands the memory over (a map)
+    finishes = calls()["finishes"]
+    out = brighter(promised)
+    assert calls()["finishes"] == finishes
+    maps = lease.transfers.maps_to_device
+    finishes = calls()["finishes"]
+    out = brighter(lease)
+    assert calls()["finishes"] - finishes == lease.transfers.maps_to_device - maps + 1
+    np.testing.assert_array_equal(np.asarray(out), image + 10)
+
+
 def test_numpy_inputs_and_dask_chunks_move_no_byte_on_the_default_device(brighter):
     """With the environment's default (zero-copy on PoCL), in a process of its own: a NumPy image
     through a chain of calls, then hb.dask.map_pipeline over chunks, copy nothing."""
