@@ -368,9 +368,10 @@ bool call_directly(const AotPipeline &p, CallScratch &s) {
     return true;
 }
 
-/// On a device sharing the host's memory, memory its owner may write at any time (a lease) is
-/// the very memory the call's kernels read and write, not a copy taken before they ran: the call
-/// returns once they finished, so that a write its owner makes after the call comes after them.
+/// On a device sharing the host's memory, memory its owner may write at any time (a lease) is,
+/// where aligned for it, the very memory the call's kernels read and write, not a copy taken
+/// before they ran: the call returns once they finished, so that a write its owner makes after
+/// the call comes after them. (A lease that was copied waits too: one rule, asked cheaply.)
 void wait_for_owners(const CallScratch &s, const Device *device) {
     if (!device || !device->zero_copy()) return;
     for (const Buffer *b : s.buffers) {
