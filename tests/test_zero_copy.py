@@ -103,7 +103,10 @@ def test_memory_aligned_for_its_elements_is_used_in_place_and_other_memory_is_co
     u8 = raw[at:at + 1024]  # uint8's widest vector is 16 bytes: in place
     f32 = raw[at:at + 1024].view(np.float32)  # float32's is 64 bytes: copied
     f32_aligned = raw[at + 112:at + 112 + 1024].view(np.float32)
-    for array, in_place in ((u8, True), (f32, False), (f32_aligned, True)):
+    f64 = raw[at + 96:at + 96 + 1024].view(np.float64)  # float64's is 128 bytes: 112 past is copied
+    f64_aligned = raw[at + 112:at + 112 + 1024].view(np.float64)
+    cases = ((u8, True), (f32, False), (f32_aligned, True), (f64, False), (f64_aligned, True))
+    for array, in_place in cases:
         b = hb.Buffer.from_host(array, external_writes=False)
         b.copy_to_device(zc)
         expected = (0, 0, 0, 0, 1, 0) if in_place else (1, 1024, 0, 0, 0, 0)
@@ -235,8 +238,8 @@ print(t.to_device_bytes, t.to_host_bytes, t.maps_to_device > 0, t.maps_to_host >
 def test_host_memory_under_queued_kernels_outlives_them(brighter):
     """Kernels are queued, not waited for: an input array dropped right after the calls (NumPy's
     large arrays are pages of their own, unmapped when freed) must not be freed while they run on
-    it, nor a pool's block that trim() releases. In a process of its own: the bug this is for
-    crashed it."""
+    it, nor a pool's block that trim() releases or that goes back beyond the pool's limit. In a
+    process of its own: the bug this is for crashed it."""
     code = f"""
 import numpy as np, halide_buffer as hb
 d = hb.opencl.device(zero_copy=True)
@@ -252,6 +255,12 @@ for i in range(100):
     if i % 25 == 24:
         d.trim()                                     # the blocks' host memory, under the kernels
     del x, b                                         # the input's, under the kernels
+d.pool_limit = 0                                     # every block going back is released at once
+b = hb.Buffer.from_host(np.full((1024, 1024), 3, np.uint8), external_writes=False)
+b.copy_to_device(d)
+for _ in range(2000):
+    kept = p(b)                                      # the previous output's block, under its kernel
+del kept
 x = np.full((1024, 1024), 7, np.uint8)
 assert (np.asarray(p(x)) == 17).all()
 print("ok")
