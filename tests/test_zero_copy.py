@@ -103,7 +103,10 @@ def test_memory_aligned_for_its_elements_is_used_in_place_and_other_memory_is_co
     u8 = raw[at:at + 1024]  # uint8's widest vector is 16 bytes: in place
     f32 = raw[at:at + 1024].view(np.float32)  # float32's is 64 bytes: copied
     f32_aligned = raw[at + 112:at + 112 + 1024].view(np.float32)
-    f64 = raw[at + 96:at + 96 + 1024].view(np.float64)  # float64's is 128 bytes: 112 past is copied
+    # float64's is 128 bytes: memory at a multiple of 112 bytes (a whole number of doubles) that is
+    # not one of 128 is copied
+    odd = next(o for o in range(0, 1024, 16) if (address(raw) + o) % 112 == 0 and (address(raw) + o) % 128)
+    f64 = raw[odd:odd + 1024].view(np.float64)
     f64_aligned = raw[at + 112:at + 112 + 1024].view(np.float64)
     cases = ((u8, True), (f32, False), (f32_aligned, True), (f64, False), (f64_aligned, True))
     for array, in_place in cases:
