@@ -2,6 +2,7 @@
 // CUDA) derives one class from Device; the rules in residency.cpp call only what is here.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -79,6 +80,21 @@ public:
     /// pool (its start in `*host`; the returned owner gives it back to the pool when dropped).
     /// Null elsewhere, or when the driver has none: the caller allocates host memory itself.
     virtual std::shared_ptr<void> host_block(uint64_t /*bytes*/, uint8_t ** /*host*/) { return nullptr; }
+    /// Work queued on a device that shares the host's memory (zero-copy) reads and writes that
+    /// memory after the call that queued it returned: each such call takes a ticket, which the
+    /// storages it used keep (Storage::queued_work), and a host access that conflicts with it
+    /// waits for it (wait_for()). Tickets grow from 1; 0 is none.
+    uint64_t ticket_queued_work() { return queued_.fetch_add(1, std::memory_order_acq_rel) + 1; }
+    /// Blocks until the work of `ticket` has finished: one synchronize(), unless one since the
+    /// ticket was taken already covered it (then nothing: no driver call).
+    void wait_for(uint64_t ticket) const {
+        if (ticket <= finished_.load(std::memory_order_acquire)) return;
+        uint64_t covered = queued_.load(std::memory_order_acquire);  // queued before the wait begins
+        synchronize();
+        uint64_t done = finished_.load(std::memory_order_relaxed);
+        while (done < covered && !finished_.compare_exchange_weak(done, covered, std::memory_order_acq_rel)) {
+        }
+    }
     /// Freed device memory kept for reuse (device_pool.h).
     DevicePool &pool() const { return pool_; }
     /// Releases what the pool keeps; the bytes released.
@@ -124,6 +140,10 @@ public:
 
 protected:
     mutable DevicePool pool_;  ///< released by each backend's destructor (trim()), while it can
+
+private:
+    std::atomic<uint64_t> queued_{0};            ///< the last ticket taken (ticket_queued_work())
+    mutable std::atomic<uint64_t> finished_{0};  ///< every ticket up to this one has finished
 };
 
 }  // namespace hb

@@ -368,6 +368,18 @@ bool call_directly(const AotPipeline &p, CallScratch &s) {
     return true;
 }
 
+/// On a device sharing the host's memory, a call returns with its kernels queued, and they read
+/// and write the host memory of its buffers itself: each storage keeps the call's ticket, which a
+/// host write waits for (Storage::await_queued_work()), so the write comes after them, as it would
+/// with copies.
+void note_queued_work(const CallScratch &s, Device *device) {
+    if (!device || !device->zero_copy()) return;
+    uint64_t ticket = device->ticket_queued_work();
+    for (const Buffer *b : s.buffers) {
+        if (b) b->note_queued_work(ticket);
+    }
+}
+
 /// On a device sharing the host's memory, memory its owner may write at any time (a lease) is,
 /// where aligned for it, the very memory the call's kernels read and write, not a copy taken
 /// before they ran: the call returns once they finished, so that a write its owner makes after
@@ -397,6 +409,7 @@ void run_call(const AotPipeline &p, CallScratch &s) {
         refuse_empty_without_device(p, s, device);
         expect_transfers(p, s);
         p.call(s.argv.data());
+        note_queued_work(s, device.get());
         copy_back_staged(p, s);
         wait_for_owners(s, device.get());
     });

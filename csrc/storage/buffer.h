@@ -204,6 +204,10 @@ public:
     void device_free();
     /// Blocks until every command queued on the buffer's device has finished.
     void device_sync();
+    /// A pipeline call queued device work under `ticket` (Device::ticket_queued_work()) that may
+    /// read or write this buffer's host memory after it returns (a device sharing the host's
+    /// memory): host writes wait for it (Storage::await_queued_work()). Takes no lock.
+    void note_queued_work(uint64_t ticket) const { storage_->note_queued_work(ticket); }
     /// Adopts `native` (a cl_mem or CUdeviceptr on `on`, the buffer's element `offset` bytes in) as the device copy, which
     /// becomes the current one. `owner` keeps whoever allocated it alive.
     void device_wrap_native(const std::shared_ptr<Device> &on, uint64_t native, uint64_t offset,

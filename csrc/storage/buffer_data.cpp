@@ -66,7 +66,7 @@ void copy_on_host(const Side &dst, const Side &src, const Axes &shape, int64_t i
 /// copy read straight into it (ours), or brought home first (a pipeline runtime's).
 void copy_to_host_side(const char *entry, const Side &dst, const Side &src, const Axes &shape,
                        int64_t item) {
-    dst.storage.download(entry);
+    dst.storage.prepare_host_write(entry);
     bool done = false;
     if (&src.storage != &dst.storage && device_newer(src.storage) && ours(src.storage)) {
         DeviceCall call(entry, src.storage.device().get());
@@ -140,7 +140,7 @@ void Buffer::fill(const char *entry, const uint8_t *pattern) {
             return;
         }
     }
-    s.download(entry);
+    s.prepare_host_write(entry);
     fill_strided(data_, strides_, shape_, pattern, dtype_->itemsize);
     s.root.flags |= kHostDirty;
 }

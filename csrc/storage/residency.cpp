@@ -90,6 +90,26 @@ void Storage::download(const char *entry) {
     check(copy_root_home(), entry, "copying to the host");
 }
 
+void Storage::note_queued_work(uint64_t ticket) {
+    uint64_t kept = queued_work.load(std::memory_order_relaxed);
+    while (kept < ticket && !queued_work.compare_exchange_weak(kept, ticket, std::memory_order_release)) {
+    }
+}
+
+void Storage::await_queued_work() {
+    uint64_t ticket = queued_work.load(std::memory_order_acquire);
+    if (!ticket) return;
+    // Our device memory's device; the ticket is the call's, which placed the storage there. Memory
+    // that left the device since waited as it ended (free_device()).
+    if (const std::shared_ptr<Device> &d = device()) d->wait_for(ticket);
+    queued_work.compare_exchange_strong(ticket, 0, std::memory_order_acq_rel);  // a newer ticket stays
+}
+
+void Storage::prepare_host_write(const char *entry) {
+    download(entry);  // waits for every queued command too, where it maps or copies
+    await_queued_work();
+}
+
 void Storage::allocate_device(const char *entry, const DeviceChoice &on) {
     if (root.device) {
         const std::shared_ptr<Device> &device = this->device();
@@ -135,6 +155,9 @@ std::shared_ptr<void> Storage::free_device(const char *entry) {
     if (!root.device) return nullptr;
     refuse_lent(entry);
     download(entry);  // freeing never loses data: a newer device copy comes home first
+    // Zero-copy memory a pool keeps is not waited for as it goes back, and the host memory stays
+    // the storage's: work still queued on it finishes first.
+    await_queued_work();
     return release_device(entry, DeviceRelease::free);
 }
 
@@ -401,7 +424,7 @@ HostWriteMark Buffer::begin_host_write(const char *entry) {
     if (residency_untouched()) return lease;  // host_dirty since construction: nothing to change
     StorageOp op(*storage_);
     Storage &s = *storage_;
-    s.download(entry);
+    s.prepare_host_write(entry);
     if (!(s.root.flags & kHostDirty)) {
         lease.storage_ = storage_;
         lease.generation_ = s.generation;

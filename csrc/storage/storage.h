@@ -150,6 +150,11 @@ struct Storage {
     /// storage's whole life; null for other storages.
     std::unique_ptr<RawView> bound;
     uint64_t generation = 0;               ///< counts residency operations (see HostWriteMark)
+    /// The ticket of the device work a pipeline call queued on this storage's memory on a device
+    /// sharing the host's memory (Device::ticket_queued_work()), which may still read or write it
+    /// after the call returned; 0: none. Set by the call without the lock (note_queued_work()),
+    /// cleared by the wait (await_queued_work()).
+    std::atomic<uint64_t> queued_work{0};
 
 private:
     std::unique_ptr<DeviceSide> device_side_;
@@ -172,6 +177,15 @@ public:
     bool bring_home(RawView &r);  ///< a pipeline's allocation for part of the storage
     int copy_root_home();        ///< the interface's copy_to_host on the root; Halide's code
     void download(const char *entry);
+    /// A pipeline call queued work on the storage's memory under `ticket`: kept unless a later
+    /// ticket is.
+    void note_queued_work(uint64_t ticket);
+    /// Waits for the device work queued on the storage's memory (queued_work), where it may still
+    /// run: on a device sharing the host's memory, that work reads and writes the host memory itself.
+    void await_queued_work();
+    /// The host copy made ready for a host writer: a newer device copy comes home, and device
+    /// work still reading the memory finishes first (the rule of one memory, docs/devices.md).
+    void prepare_host_write(const char *entry);
     void allocate_device(const char *entry, const DeviceChoice &on);  ///< device memory on `on`, if none yet
     void upload(const char *entry, const DeviceChoice &on);
     /// Frees the device allocation (device_free()): refused while a running pipeline call computes
