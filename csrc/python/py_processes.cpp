@@ -167,8 +167,11 @@ void bind_processes(py::class_<Buffer> &cls, py::module_ &m) {
         .def("__deepcopy__", [](py::handle self, py::handle) { return copy_of_buffer(self); }, py::arg("memo"),
              "An owned host copy keeping shape, memory order and mins.")
         .def("share_memory", [](py::handle self) {
+            Buffer &b = buffer_of(self.ptr());
+            // The device copy goes (its end waits for the device's queue): waited for here, without the GIL.
+            without_gil_if_may_copy(b, [&] { b.device_sync(); });
             // With the GIL held throughout: no Python thread writes the memory while it moves.
-            buffer_of(self.ptr()).share_memory("share_memory");
+            b.share_memory("share_memory");
             return py::reinterpret_borrow<py::object>(self);
         }, "Moves the storage into shared memory (once; returns self) so that multiprocessing sends a "
            "handle, not the data: child processes get views of the same memory.")
