@@ -420,10 +420,10 @@ def test_torch_tensors_come_in_through_torchs_exchange_api():
 
 @pytest.mark.needs_torch
 def test_tensors_torch_itself_refuses_to_export_are_still_refused():
+    # (A lazy conjugate, which torch's __dlpack__ refuses too, is read through a copy of its
+    # values: tests/test_negated_views.py.)
     with pytest.raises(BufferError, match="require gradient"):
         hb.from_dlpack(torch.ones(2, requires_grad=True))
-    with pytest.raises(BufferError, match="conjugate bit"):
-        hb.from_dlpack(torch.ones(2, dtype=torch.complex64).conj())
 
 
 # --- ownership and leaks -----------------------------------------------------------------------

@@ -336,7 +336,7 @@ py::object capsule_from(py::handle obj, int copy, bool &copied) {
 }  // namespace
 
 Buffer buffer_from_dlpack(py::handle obj, int copy, bool for_writing) {
-    if (std::optional<Buffer> fast = exchange_import(obj, copy)) return std::move(*fast);
+    if (std::optional<Buffer> fast = exchange_import(obj, copy, for_writing)) return std::move(*fast);
     bool copied = false;
     py::object capsule = capsule_from(obj, copy, copied);
     // What the producer copied for us is ours alone: no second copy.
@@ -381,7 +381,9 @@ void bind_dlpack(py::class_<Buffer> &cls, py::module_ &m) {
     m.def("from_dlpack", &from_dlpack, py::arg("obj"), py::kw_only(), py::arg("device") = py::none(),
           py::arg("copy") = py::none(),
           "A Buffer over any DLPack producer's tensor (copy=None/False: without copying), or over a "
-          "raw capsule; copy=True copies (and unpacks packed sub-byte values).");
+          "raw capsule; copy=True copies (and unpacks packed sub-byte values). A PyTorch tensor whose "
+          "memory does not hold its values (a lazy negation or conjugate: is_neg(), is_conj()) is read "
+          "through one copy of its values with copy=None or True, and refused with copy=False.");
 }
 
 }  // namespace hb

@@ -15,10 +15,12 @@ constexpr const char *kAttribute = "__dlpack_c_exchange_api__";
 
 /// Takes ownership of a producer's versioned tensor: a buffer over it, or the tensor deleted
 /// and the reason raised.
-Buffer adopt_owned(const char *entry, DLManagedTensorVersioned *m, py::object producer, int copy) {
+Buffer adopt_owned(const char *entry, DLManagedTensorVersioned *m, py::object producer, int copy,
+                   bool producer_copied) {
     if (m->version.major != kDLPackMajor) refuse_major(entry, m);
     std::shared_ptr<void> owner = import_owner(m, nullptr, std::move(producer));  // deletes it, however this ends
-    return adopt_import(check_import(entry, m->dl_tensor, m->flags, m->version), std::move(owner), copy, false);
+    return adopt_import(check_import(entry, m->dl_tensor, m->flags, m->version), std::move(owner), copy,
+                        producer_copied);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -74,7 +76,7 @@ int from_py_object(void *py_object, DLManagedTensorVersioned **out) {
 
 int to_py_object(DLManagedTensorVersioned *tensor, void **out) {
     return c_call([&] {
-        Buffer b = adopt_owned("DLPackManagedTensorToPyObjectNoSync", tensor, py::none(), -1);
+        Buffer b = adopt_owned("DLPackManagedTensorToPyObjectNoSync", tensor, py::none(), -1, false);
         *out = py::cast(std::move(b)).release().ptr();
         return 0;
     });
@@ -127,11 +129,31 @@ const DLPackExchangeAPI *table_of(PyTypeObject *type) {
     return api;
 }
 
-/// Objects a producer's __dlpack__ refuses but its exchange API exports as they are: PyTorch
-/// tensors that require grad, or whose memory does not hold their values (a lazy conjugate or
-/// negation). They take the __dlpack__ path, and get the producer's own error. `complex`: the
-/// elements may be complex (only those have a lazy conjugate; false skips asking).
-bool needs_producer_checks(py::handle obj, bool complex = true) {
+/// What a producer's exchange API would hand over of a PyTorch tensor as it is, wrongly.
+enum class Export : uint8_t {
+    as_is,       ///< its memory holds its values
+    refused,     ///< requires grad: its __dlpack__ refuses, with the producer's own error
+    negated,     ///< is_neg(): a lazy negation, whose memory holds the values negated
+    conjugated,  ///< is_conj(): a lazy conjugate, whose memory holds the values' conjugates
+};
+
+/// How a lazy view is named, and resolved, in messages and calls (one row per lazy Export).
+struct LazyView {
+    const char *what;     ///< "a lazily negated view (is_neg())"
+    const char *holds;    ///< what its memory holds instead of its values
+    const char *done;     ///< what the view does to what is written there, as seen through it
+    const char *resolve;  ///< the tensor's method giving a tensor of its values (one copy)
+};
+constexpr LazyView kNegated{"a lazily negated view (is_neg())", "its values negated", "negated", "resolve_neg"};
+constexpr LazyView kConjugated{"a lazily conjugated view (is_conj())", "its values' conjugates", "conjugated",
+                               "resolve_conj"};
+
+/// What `obj` is for an export through the exchange API, which PyTorch's table gives of every
+/// strided tensor as it is: a tensor that requires grad (its __dlpack__ refuses it), and one
+/// whose memory does not hold its values (its __dlpack__ exports a lazy negation as it is, and
+/// refuses a lazy conjugate). `complex`: the elements may be complex (only those have a lazy
+/// conjugate; false skips asking).
+Export export_of(py::handle obj, bool complex = true) {
     // Names interned once: this runs on every tensor a pipeline call is given.
     static PyObject *const grad = PyUnicode_InternFromString("requires_grad");
     static PyObject *const is_neg = PyUnicode_InternFromString("is_neg");
@@ -145,16 +167,35 @@ bool needs_producer_checks(py::handle obj, bool complex = true) {
         Py_DECREF(value);
         return is;
     };
-    if (truth(PyObject_GetAttr(obj.ptr(), grad))) return true;
-    if (truth(PyObject_CallMethodNoArgs(obj.ptr(), is_neg))) return true;
-    return complex && truth(PyObject_CallMethodNoArgs(obj.ptr(), is_conj));
+    if (truth(PyObject_GetAttr(obj.ptr(), grad))) return Export::refused;
+    if (truth(PyObject_CallMethodNoArgs(obj.ptr(), is_neg))) return Export::negated;
+    if (complex && truth(PyObject_CallMethodNoArgs(obj.ptr(), is_conj))) return Export::conjugated;
+    return Export::as_is;
 }
 
-}  // namespace
+/// A tensor of the values of `obj`, a lazy view: its own memory, made by the producer's one copy
+/// (either of PyTorch's resolve methods resolves both lazy bits). Refused where a copy is not
+/// wanted: memory a pipeline writes (its results would read transformed: BufferError, which a
+/// call names with the argument), and copy=False.
+py::object values_of(py::handle obj, const LazyView &lazy, int copy, bool for_writing) {
+    std::string head = std::string("from_dlpack(): the ") + type_name(obj) + " is " + lazy.what +
+                       ", whose memory holds " + lazy.holds;
+    if (for_writing)
+        throw BufferError(head + ", so the pipeline's results would read " + lazy.done + " through it; pass a "
+                          "tensor that is no such view (torch.empty_like(t)), or leave the output out to have one "
+                          "allocated");
+    if (copy == 0)
+        throw BufferError(head + ", so they can be read only through a copy; pass copy=None or copy=True (one "
+                          "copy, as x." + lazy.resolve + "() makes)");
+    py::object values = py::reinterpret_steal<py::object>(
+        PyObject_CallMethodNoArgs(obj.ptr(), py::str(lazy.resolve).ptr()));
+    if (!values) throw py::error_already_set();
+    return values;
+}
 
-std::optional<Buffer> exchange_import(py::handle obj, int copy) {
-    const DLPackExchangeAPI *api = table_of(Py_TYPE(obj.ptr()));
-    if (!api || needs_producer_checks(obj)) return std::nullopt;
+/// The tensor of `obj` through the producer's table `api`; nothing when the table refuses it.
+/// `copied`: `obj` is a copy made for this import (ours alone: copy=True makes no second one).
+std::optional<Buffer> table_import(const DLPackExchangeAPI *api, py::handle obj, int copy, bool copied) {
     DLManagedTensorVersioned *m = nullptr;
     if (api->managed_tensor_from_py_object_no_sync(obj.ptr(), &m) != 0) {
         // What the table refuses (PyTorch: sparse and other non-strided layouts, quantized
@@ -180,7 +221,20 @@ std::optional<Buffer> exchange_import(py::handle obj, int copy) {
             throw;
         }
     }
-    return adopt_owned("from_dlpack", m, py::reinterpret_borrow<py::object>(obj), copy);
+    return adopt_owned("from_dlpack", m, py::reinterpret_borrow<py::object>(obj), copy, copied);
+}
+
+}  // namespace
+
+std::optional<Buffer> exchange_import(py::handle obj, int copy, bool for_writing) {
+    const DLPackExchangeAPI *api = table_of(Py_TYPE(obj.ptr()));
+    if (!api) return std::nullopt;
+    Export what = export_of(obj);
+    if (what == Export::as_is) return table_import(api, obj, copy, false);
+    if (what == Export::refused) return std::nullopt;
+    py::object values = values_of(obj, what == Export::negated ? kNegated : kConjugated, copy, for_writing);
+    if (std::optional<Buffer> b = table_import(api, values, copy, true)) return b;
+    return buffer_from_dlpack(values, copy, false);  // what the table refuses: the producer's __dlpack__ answers
 }
 
 std::optional<Buffer> exchange_borrow(py::handle obj, const char *entry) {
@@ -192,7 +246,8 @@ std::optional<Buffer> exchange_borrow(py::handle obj, const char *entry) {
         return std::nullopt;
     }
     if (t.device.device_type != kDLCPU) return std::nullopt;  // a device tensor: ordered on streams
-    if (needs_producer_checks(obj, t.dtype.code == kDLComplex)) return std::nullopt;
+    // A lazy view or a tensor that requires grad: the owning way (exchange_import()) decides.
+    if (export_of(obj, t.dtype.code == kDLComplex) != Export::as_is) return std::nullopt;
     // No flags come with a borrowed description: it is taken as writable, as every tensor of the
     // producers offering it is (PyTorch has no read-only tensors).
     DLImport in = check_import(entry, t, 0, DLPackVersion{kDLPackMajor, kDLPackMinor});

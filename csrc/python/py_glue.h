@@ -191,14 +191,18 @@ std::shared_ptr<void> import_owner(DLManagedTensorVersioned *versioned, DLManage
 /// A Buffer over a DLPack producer's tensor (not a Buffer, not a raw capsule): its C exchange
 /// API where its type has one, else __dlpack__; `copy` as tri_state() gives it. `for_writing`:
 /// memory a pipeline will write, refused when the producer cannot say it is writable (a legacy
-/// capsule carries no read-only flag).
+/// capsule carries no read-only flag) or when it does not hold the tensor's values (a lazy view,
+/// see exchange_import()).
 Buffer buffer_from_dlpack(py::handle obj, int copy, bool for_writing);
 
 // py_dlpack_exchange.cpp
 /// DLPack 1.3's C exchange API: our table on the Buffer type.
 void bind_dlpack_exchange(py::class_<Buffer> &cls);
-/// A producer's exchange API, when its type has one: the fast import; nothing when it has none.
-std::optional<Buffer> exchange_import(py::handle obj, int copy);
+/// A producer's exchange API, when its type has one: the fast import; nothing when it has none
+/// or when the producer's __dlpack__ must answer (a tensor that requires grad). A PyTorch tensor
+/// whose memory does not hold its values (a lazy negation or conjugate) is imported as a tensor of
+/// its values, one copy; with copy=False, or `for_writing`, it raises BufferError instead.
+std::optional<Buffer> exchange_import(py::handle obj, int copy, bool for_writing);
 /// A CPU tensor of a producer whose exchange API describes its objects without handing over
 /// ownership (dltensor_from_py_object_no_sync), wrapped while `obj` is held: a pipeline call's
 /// argument, for that call alone. Nothing when the API or the tensor cannot.
@@ -228,7 +232,9 @@ struct Argument {
     Home home;
 };
 /// Any object a user brings as a buffer argument (not a Buffer: the caller takes those as they
-/// are), wrapped without a copy; TypeError naming the argument for an object no attempt takes.
+/// are), wrapped without a copy (but a PyTorch tensor whose memory does not hold its values, a
+/// lazy negation or conjugate: an input is read through one copy of its values, an output is
+/// refused); TypeError naming the argument for an object no attempt takes.
 /// `input`: the pipeline reads it (else writes it: read-only memory is refused). `borrow`: the
 /// Buffer lives no longer than the caller holds `obj` (a call's argument): a CPU tensor is then
 /// described by its producer's exchange API without a managed tensor (exchange_borrow()).
