@@ -56,7 +56,8 @@ def _declare(lib: ctypes.CDLL) -> ctypes.CDLL:
             ("hb_interposer_live_mem_objects", ctypes.c_longlong, []),
             ("hb_interposer_fail", ctypes.c_int,
              [ctypes.c_char_p, ctypes.c_int, ctypes.c_longlong, ctypes.c_int]),
-            ("hb_interposer_clear_faults", None, [])):
+            ("hb_interposer_clear_faults", None, []),
+            ("hb_interposer_complete_event_after", ctypes.c_int, [ctypes.c_void_p, ctypes.c_long])):
         fn = getattr(lib, name)
         fn.restype, fn.argtypes = res, args
     names = tuple(lib.hb_interposer_count_name(i).decode() for i in range(lib.hb_interposer_count_fields()))
@@ -208,6 +209,12 @@ def fail(entry: str, code: int, nth: int = 1, repeat: bool = False) -> None:
 def clear_faults() -> None:
     """Removes every fault rule."""
     _library("clear_faults").hb_interposer_clear_faults()
+
+
+def complete_event_after(event: int, seconds: float) -> bool:
+    """Completes the OpenCL user event at address `event` `seconds` from now, on a native thread
+    of the interposer's (no Python runs there, so no GIL is needed); False when it cannot."""
+    return _library("complete_event_after").hb_interposer_complete_event_after(event, int(seconds * 1000)) == 0
 
 
 @contextlib.contextmanager

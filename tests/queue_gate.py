@@ -1,9 +1,11 @@
 """A gate on an OpenCL device's queue, for tests that must see what happens while a kernel is
 still queued: every command queued after the gate closes waits behind a barrier on an OpenCL user
-event, which a timer thread completes `delay` seconds after the gate closed. Whatever waits for
-that work (clFinish, a blocking map) returns only after the gate opened; whatever does not,
-returns while it is still closed. Deterministic either way: nothing depends on how fast a kernel
-runs. Plain code, nothing of pytest's.
+event, completed `delay` seconds after the gate closed. Whatever waits for that work (clFinish, a
+blocking map) returns only after the gate opened; whatever does not, returns while it is still
+closed. Deterministic either way: nothing depends on how fast a kernel runs. The event is
+completed by a native thread of the OpenCL interposer where it is installed (no GIL needed: the
+gate opens even while the waiting thread holds the GIL, as a deallocator does), else by a Python
+timer thread. Plain code, nothing of pytest's.
 
     with QueueGate(device, delay=0.3) as gate:
         out = pipeline(b, out)        # its kernel waits behind the gate
@@ -14,7 +16,8 @@ runs. Plain code, nothing of pytest's.
 
 import gc
 import threading
-import time
+
+import opencl_interposer
 
 
 class QueueGate:
@@ -22,33 +25,31 @@ class QueueGate:
         import pyopencl as cl
 
         self._cl = cl
+        self._delay = delay
         self._queue = cl.CommandQueue.from_int_ptr(device.queue)
         self._event = cl.UserEvent(cl.Context.from_int_ptr(device.context))
-        self._lock = threading.Lock()
-        self._opened_at = None
-        self._timer = threading.Timer(delay, self.open)
+        self._timer = None
 
     def __enter__(self):
         # Garbage holding zero-copy memory dies first: the end of such an allocation waits for the
-        # queue (with the GIL held, in a deallocator), which would wait for the gate forever.
+        # queue, which would hold the gate's test up for the whole delay.
         gc.collect()
         self._cl.enqueue_barrier(self._queue, wait_for=[self._event])
-        self._timer.start()
+        if not (opencl_interposer.active() and
+                opencl_interposer.complete_event_after(self._event.int_ptr, self._delay)):
+            self._timer = threading.Timer(self._delay, self._open)
+            self._timer.start()
         return self
 
     def __exit__(self, *exc):
-        self._timer.cancel()
-        self.open()  # never leave the queue blocked, whatever the test did
+        if self._timer is not None:
+            self._timer.join()
+        self._event.wait()  # opened by now, or soon: the queue is never left blocked
         self._queue.finish()
 
-    def open(self):
-        """Lets the queued commands run (the timer's job; idempotent)."""
-        with self._lock:
-            if self._opened_at is None:
-                self._opened_at = time.monotonic()
-                self._event.set_status(self._cl.command_execution_status.COMPLETE)
+    def _open(self):
+        self._event.set_status(self._cl.command_execution_status.COMPLETE)
 
     def closed(self):
         """Whether the commands queued behind the gate are still held back."""
-        with self._lock:
-            return self._opened_at is None
+        return self._event.command_execution_status != self._cl.command_execution_status.COMPLETE

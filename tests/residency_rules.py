@@ -129,8 +129,10 @@ class Model:
         t = b.transfers
         self.up, self.up_bytes, self.down, self.down_bytes = t.to_device, t.to_device_bytes, t.to_host, t.to_host_bytes
         self.maps_up, self.maps_down = t.maps_to_device, t.maps_to_host
-        if self.zero_copy and b.has_device_allocation():
+        if self.zero_copy and self.device_dirty:
             b.device_sync()  # one memory, which the step's queued kernels may still be writing
+        # Kernels that only read it may still run: nothing waits for them here, so a later host
+        # write must (Residency.check_held_result()).
         if not self.device_dirty or self.zero_copy:
             assert_holds(host_memory, values)
             self.host = values.copy()

@@ -106,10 +106,11 @@ class Residency(RuleBasedStateMachine):
         # The host memory itself, read after every step without a lease (no copy, no flag).
         self.host_memory = self.b.numpy()
         self.structs = []  # (view, its halide_buffer_t) handed out and held
+        self.held_result = None  # [a pipeline's output, the values it must hold, steps since]
         self.rng = np.random.default_rng(seed)
 
     def teardown(self):
-        for name in ("b", "a", "host_memory", "structs"):
+        for name in ("b", "a", "host_memory", "structs", "held_result"):
             self.__dict__.pop(name, None)
         gc.collect()
 
@@ -383,13 +384,17 @@ class Residency(RuleBasedStateMachine):
     @precondition(lambda self: self.copies_agree())
     @rule(r=ranges, reverse=st.booleans(), where=st.sampled_from(["host", "opencl"]))
     def pipeline_reads_a_part(self, r, reverse, where):
+        """The output is an owned buffer (no lease: the call returns with its kernels queued) and
+        is read after the next step: on the zero-copy machine the kernel reads the buffer's host
+        memory itself, which a host write in that step must not reach (check_held_result())."""
         v = self.view(*r, reverse=reverse)
-        out = at_mins_of(v.bits(), np.zeros(v.shape, self.bits))
+        out = hb.Buffer(v.shape, self.bits)
+        out.set_min(*v.mins)
         self.pipeline(where)(v.bits(), out)
         expected = self.model.current()[r[0]:r[1]]
         if not self.computed_on_device(where):
             self.model.host_current()
-        assert_holds(out.numpy().view(self.dtype), expected[::-1] if reverse else expected)
+        self.held_result = [out, expected[::-1] if reverse else expected.copy(), 0]
         if self.computed_on_device(where):
             self.model.observe(self.b, self.model.current().copy(), self.host_memory)
 
@@ -427,6 +432,18 @@ class Residency(RuleBasedStateMachine):
             got[...] = self.value(value)
 
     # --- after every step -----------------------------------------------------------------
+
+    @invariant()
+    def check_held_result(self):
+        """A pipeline's output holds what its input held at the call, read one step later."""
+        if self.held_result is None:
+            return
+        out, expected, steps = self.held_result
+        if steps == 0:  # the invariants right after the call itself
+            self.held_result[2] = 1
+            return
+        self.held_result = None
+        assert_holds(out.numpy().view(self.dtype), expected)
 
     @invariant()
     def state_matches_the_model(self):

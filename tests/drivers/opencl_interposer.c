@@ -31,6 +31,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 typedef int32_t cl_int;
 typedef uint32_t cl_uint;
@@ -263,6 +264,53 @@ void hb_interposer_clear_faults(void) {
     memset(faults, 0, sizeof faults);
     atomic_store(&armed, 0);
     pthread_mutex_unlock(&fault_lock);
+}
+
+/* Completes the OpenCL user event `event` `ms` milliseconds from now, on a thread of its own that
+ * runs no Python: a gate on a queue (tests/queue_gate.py) then opens even while the thread that
+ * waits for it holds the GIL. 0, or -1 when no thread or no clSetUserEventStatus. */
+typedef cl_int (*SetUserEventStatus)(Event, cl_int);
+typedef cl_int (*EventReference)(Event);
+struct opening {
+    SetUserEventStatus set_status;
+    EventReference release;
+    Event event;
+    long ms;
+};
+
+static void *open_later(void *p) {
+    struct opening *o = p;
+    struct timespec wait = {o->ms / 1000, (o->ms % 1000) * 1000000L};
+    while (nanosleep(&wait, &wait) != 0) {
+    }
+    o->set_status(o->event, CL_SUCCESS); /* CL_COMPLETE is 0, as CL_SUCCESS */
+    o->release(o->event);                 /* the reference taken for this thread */
+    free(o);
+    return NULL;
+}
+
+int hb_interposer_complete_event_after(void *event, long ms) {
+    void *handle = atomic_load(&loader);
+    struct opening *o = malloc(sizeof *o);
+    if (!handle || !o) {
+        free(o);
+        return -1;
+    }
+    EventReference retain = (EventReference)dlsym(handle, "clRetainEvent");
+    *o = (struct opening){(SetUserEventStatus)dlsym(handle, "clSetUserEventStatus"),
+                          (EventReference)dlsym(handle, "clReleaseEvent"), event, ms};
+    pthread_t thread;
+    if (!o->set_status || !o->release || !retain || retain(event) != CL_SUCCESS) {
+        free(o);
+        return -1;
+    }
+    if (pthread_create(&thread, NULL, open_later, o) != 0) {
+        o->release(event);
+        free(o);
+        return -1;
+    }
+    pthread_detach(thread);
+    return 0;
 }
 
 __attribute__((constructor)) static void from_environment(void) {
