@@ -144,13 +144,6 @@ Overlap exact_internal(const Axis *axes, size_t k, int64_t itemsize, int64_t wor
     return undecided ? Overlap::maybe : Overlap::none;
 }
 
-bool is_empty(const ByteView &v) {
-    for (size_t i = 0; i < v.ndim; ++i) {
-        if (v.shape[i] == 0) return true;
-    }
-    return false;
-}
-
 /// The very same elements: one first element, itemsize and shape, and the strides of every axis
 /// that steps.
 bool same_view(const ByteView &a, const ByteView &b) {
@@ -194,18 +187,13 @@ Overlap internal_overlap(const ByteView &v, int64_t work) {
 }
 
 Overlap views_overlap(const ByteView &a, const ByteView &b, int64_t work) {
-    if (is_empty(a) || is_empty(b)) return Overlap::none;
     if (a.ndim > size_t(kMaxDims) || b.ndim > size_t(kMaxDims)) return Overlap::maybe;  // no view has so many axes
-    int64_t alo, ahi, blo, bhi;
-    if (!byte_reach(a.shape, a.strides, a.ndim, a.itemsize, alo, ahi) ||
-        !byte_reach(b.shape, b.strides, b.ndim, b.itemsize, blo, bhi))
-        return Overlap::maybe;  // no memory is laid out so: nothing to decide by
-    // Both spans relative to b's first element: apart, they share nothing.
-    Wide offset = Wide(reinterpret_cast<intptr_t>(a.data)) - Wide(reinterpret_cast<intptr_t>(b.data));
-    if (offset + ahi <= blo || offset + alo >= bhi) return Overlap::none;
+    bool nested;
+    if (spans_apart(address_span(a, nested), address_span(b, nested))) return Overlap::none;
     if (same_view(a, b)) return Overlap::same;
-    // An element of a at offset + sum k_i * s_i and one of b at sum l_j * t_j share a byte when
-    // their starts differ by less than the itemsize of the one in front.
+    // An element of a at offset + sum k_i * s_i and one of b at sum l_j * t_j (from b's first
+    // element) share a byte when their starts differ by less than the itemsize of the one in front.
+    Wide offset = Wide(reinterpret_cast<intptr_t>(a.data)) - Wide(reinterpret_cast<intptr_t>(b.data));
     Term terms[kMaxTerms];
     size_t n = 0;
     for (size_t i = 0; i < a.ndim; ++i) terms[n++] = Term{a.strides[i], 0, a.shape[i] - 1};

@@ -11,6 +11,8 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "core/layout.h"
+
 namespace hb {
 
 /// A strided view of memory as the overlap tests read it.
@@ -30,6 +32,33 @@ enum class Overlap : uint8_t {
     some,   ///< some byte in common, proven
     maybe,  ///< undecided within the work limit: treat it as `some`
 };
+
+/// The bytes a view's elements occupy, from the lowest address to one past the highest; lo == hi
+/// for a view of no element.
+struct AddressSpan {
+    uintptr_t lo = 0, hi = 0;
+};
+/// The span of a view, and whether its axes nest in C order (`nested`): walking them from the
+/// last (innermost) out, each axis that steps has a |stride| past all the axes inside it reach,
+/// so its elements are distinct (contiguous, cropped, stepped and reversed views are). One pass,
+/// inline: a pipeline call asks it of every buffer. The view lies in the address space (its
+/// reach computed without overflow: check_memory()), as every Buffer's does.
+inline AddressSpan address_span(const ByteView &v, bool &nested) {
+    uintptr_t lo = reinterpret_cast<uintptr_t>(v.data), hi = lo + uintptr_t(v.itemsize);
+    nested = true;
+    for (size_t i = v.ndim; i-- > 0;) {
+        int64_t n = v.shape[i], s = v.strides[i];
+        if (n == 0) return AddressSpan{};
+        if (n > 1 && uintptr_t(s < 0 ? -s : s) < hi - lo) nested = false;
+        if (s < 0) lo += uintptr_t((n - 1) * s);
+        else hi += uintptr_t((n - 1) * s);
+    }
+    return AddressSpan{lo, hi};
+}
+/// Whether two views share no byte by their spans alone: one is empty, or they lie apart.
+inline bool spans_apart(const AddressSpan &a, const AddressSpan &b) {
+    return a.lo == a.hi || b.lo == b.hi || a.hi <= b.lo || b.hi <= a.lo;
+}
 
 /// Nodes the exact search may visit per test before it answers `maybe`: a few milliseconds at
 /// most, for geometry no ordinary view has.
