@@ -7,7 +7,6 @@
 #include <utility>
 
 #include "core/constants.h"
-#include "core/layout.h"
 
 namespace hb {
 namespace {

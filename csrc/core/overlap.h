@@ -11,8 +11,6 @@
 #include <cstddef>
 #include <cstdint>
 
-#include "core/layout.h"
-
 namespace hb {
 
 /// A strided view of memory as the overlap tests read it.
