@@ -214,6 +214,10 @@ TEST_CASE(overlap_past_the_work_limit_is_maybe) {
     // Twenty: past the default limit (in about a millisecond), answered as undecided.
     CHECK_EQ(internal(knots(0, 20)), Overlap::maybe);
     CHECK_EQ(between(knots(0, 20), knots(5, 20)), Overlap::maybe);
+    // One term left (both views' strides alike, merged) is decided without a node: the search
+    // closes the gap with its last term at once.
+    CHECK_EQ(between(View{0, {10}, {4}, 4}, View{8, {10}, {4}, 4}, 0), Overlap::some);
+    CHECK_EQ(between(View{0, {10}, {8}, 4}, View{4, {10}, {8}, 4}, 0), Overlap::none);
     // The cheap answers need no search: spans apart, the very same view.
     CHECK_EQ(between(knots(0, 20), knots(1 << 26, 20), 0), Overlap::none);
     CHECK_EQ(between(knots(0, 20), knots(0, 20), 0), Overlap::same);
