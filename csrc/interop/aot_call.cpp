@@ -396,6 +396,7 @@ void wait_for_owners(const CallScratch &s, const Device *device) {
 void run_call(const AotPipeline &p, CallScratch &s) {
     build_argv(p, s.argv, s.scalars, s.scalar_given,
                [&](size_t i, const halide_filter_argument_t &a) { call_buffer(s, p, i, a); });
+    refuse_overlapping_outputs(p, s);
     if (call_directly(p, s)) return;
     // The rest is one step that may copy, wait on a device or compute: other threads go on.
     embedder().run_unlocked([&] {

@@ -135,6 +135,13 @@ struct ScratchUse {
 /// elements, for the same reason).
 constexpr int64_t kDirectCallBytes = 64 * 1024;
 
+/// ValueError naming the pipeline and the arguments unless every output given (in s.buffers)
+/// has memory of its own: its elements distinct (not an expanded or overlapping view), sharing no
+/// byte with another output, nor with an input unless it is the very same view (a call in place).
+/// Whatever Halide's schedule, the results would otherwise overwrite each other, or the pipeline
+/// read what it has overwritten already (aot_overlap.cpp).
+void refuse_overlapping_outputs(const AotPipeline &p, const CallScratch &s);
+
 /// One call of `p` with the arguments in `s` (started, then filled in): builds the argument
 /// vector (TypeError for a missing input). A host pipeline on small untouched buffers is then
 /// called directly (kDirectCallBytes); otherwise the rest runs as one step through the

@@ -1,0 +1,75 @@
+// aot_overlap.cpp: the outputs a call refuses for the memory they share (aot_call.h's
+// refuse_overlapping_outputs()): an output whose elements share memory, an output partly over
+// an input, two outputs over each other. Halide writes each element of an output once, in its
+// schedule's order (in parallel too), and reads its inputs where it pleases: over shared memory
+// the last write wins, or a read finds a value already overwritten, without a word. PyTorch
+// refuses the same outputs for its in-place and out= operations. The geometry is core/overlap's.
+#include "core/errors.h"
+#include "core/overlap.h"
+#include "interop/aot_call.h"
+
+namespace hb {
+namespace {
+
+ByteView byte_view(const Buffer &b) {
+    return ByteView{b.data(), b.shape().data(), b.strides().data(), b.shape().size(), b.dtype().itemsize};
+}
+
+/// " may" where the check could not tell (Overlap::maybe), for a message: "<they> may share".
+const char *may(Overlap o) { return o == Overlap::maybe ? " may" : ""; }
+/// Why they may, where the check could not tell, for a message.
+const char *undecided(Overlap o) {
+    return o == Overlap::maybe ? " (the strides are too intricate to tell within the check's limit)" : "";
+}
+
+/// Output i's elements sharing memory (its axes do not nest in C order: decided exactly).
+void refuse_shared_elements(const AotPipeline &p, const CallScratch &s, size_t i) {
+    Overlap self = internal_overlap(byte_view(*s.buffers[i]));
+    if (self != Overlap::none)
+        throw ValueError(where_of(p, p.metadata().arguments[i]) + ": elements of the output" + may(self) +
+                         " share memory (an expanded or overlapping view)" + undecided(self) +
+                         ", so their results would overwrite each other; pass an output whose elements are "
+                         "distinct (x.contiguous(), numpy.empty_like(x)), or leave the output out to have one "
+                         "allocated");
+}
+
+/// Output i and buffer argument j sharing memory (their spans meet: decided exactly). The very
+/// same view as an input is a call in place, allowed; two outputs are checked once, from the first.
+void refuse_sharing(const AotPipeline &p, const CallScratch &s, size_t i, size_t j) {
+    const halide_filter_metadata_t &m = p.metadata();
+    bool output = m.arguments[j].kind == halide_argument_kind_output_buffer;
+    if (output && j < i) return;
+    Overlap both = views_overlap(byte_view(*s.buffers[i]), byte_view(*s.buffers[j]));
+    if (both == Overlap::none || (both == Overlap::same && !output)) return;
+    if (output)
+        throw ValueError(p.name() + "(): outputs '" + m.arguments[i].name + "' and '" + m.arguments[j].name + "'" +
+                         may(both) + " share memory" + undecided(both) +
+                         ", so the results of one would overwrite the other's; pass outputs that share no memory "
+                         "(numpy.empty_like(x)), or leave them out to have them allocated");
+    throw ValueError(where_of(p, m.arguments[i]) + ": the output" + (may(both)[0] ? " may share" : " shares") +
+                     " memory with input '" + m.arguments[j].name + "'" + undecided(both) +
+                     " without being the very same view, so the pipeline could read elements it has already "
+                     "overwritten; pass an output that shares no memory with the inputs (numpy.empty_like(x), "
+                     "x.clone()), or the input itself to compute in place");
+}
+
+}  // namespace
+
+void refuse_overlapping_outputs(const AotPipeline &p, const CallScratch &s) {
+    for (size_t i : s.outputs) {
+        const Buffer *out = s.buffers[i];
+        if (!out) continue;  // allocated by the call: its own memory
+        bool nested;
+        AddressSpan span = address_span(byte_view(*out), nested);
+        // Axes nested in C order (most outputs' are) have distinct elements: no search to make.
+        if (!nested) refuse_shared_elements(p, s, i);
+        for (size_t j = 0; j < s.buffers.size(); ++j) {
+            const Buffer *other = s.buffers[j];
+            // Most calls end here: each buffer in memory of its own.
+            if (other && j != i && !spans_apart(span, address_span(byte_view(*other), nested)))
+                refuse_sharing(p, s, i, j);
+        }
+    }
+}
+
+}  // namespace hb
