@@ -4,6 +4,8 @@
 // schedule's order (in parallel too), and reads its inputs where it pleases: over shared memory
 // the last write wins, or a read finds a value already overwritten, without a word. PyTorch
 // refuses the same outputs for its in-place and out= operations. The geometry is core/overlap's.
+#include <optional>
+
 #include "core/errors.h"
 #include "core/overlap.h"
 #include "interop/aot_call.h"
@@ -59,15 +61,22 @@ void refuse_overlapping_outputs(const AotPipeline &p, const CallScratch &s) {
     for (size_t i : s.outputs) {
         const Buffer *out = s.buffers[i];
         if (!out) continue;  // allocated by the call: its own memory
-        bool nested;
-        AddressSpan span = address_span(byte_view(*out), nested);
-        // Axes nested in C order (most outputs' are) have distinct elements: no search to make.
-        if (!nested) refuse_shared_elements(p, s, i);
+        // Memory allocated for a storage is no other storage's, and its views never show one
+        // element twice: only the same storage, or borrowed memory, can meet (no geometry asked).
+        bool own = out->memory_of_its_own();
+        bool nested = true;
+        std::optional<AddressSpan> span;
+        if (!own) {
+            span = address_span(byte_view(*out), nested);
+            // Axes nested in C order (most outputs' are) have distinct elements: no search to make.
+            if (!nested) refuse_shared_elements(p, s, i);
+        }
         for (size_t j = 0; j < s.buffers.size(); ++j) {
             const Buffer *other = s.buffers[j];
+            if (!other || j == i || (own && other->memory_of_its_own() && !out->shares_storage_with(*other))) continue;
+            if (!span) span = address_span(byte_view(*out), nested);
             // Most calls end here: each buffer in memory of its own.
-            if (other && j != i && !spans_apart(span, address_span(byte_view(*other), nested)))
-                refuse_sharing(p, s, i, j);
+            if (!spans_apart(*span, address_span(byte_view(*other), nested))) refuse_sharing(p, s, i, j);
         }
     }
 }

@@ -106,6 +106,12 @@ public:
     void set_min(const Axes &mins);
     bool readonly() const { return storage_->readonly; }
     bool external_writes() const { return storage_->external_writes; }
+    /// The host memory was allocated for this storage (by us, or a device's pool): no other
+    /// storage's memory, and no view of it shows an element twice. Borrowed and shared memory is not.
+    bool memory_of_its_own() const {
+        return std::holds_alternative<host_memory::Owned>(storage_->host_memory) ||
+               std::holds_alternative<host_memory::Pooled>(storage_->host_memory);
+    }
     /// True when both are views of the same storage (and so share residency).
     bool shares_storage_with(const Buffer &other) const { return storage_ == other.storage_; }
     /// Keeps the memory (and whoever owns it) alive for a holder that needs no view of it.
