@@ -30,13 +30,19 @@ class QueueGate:
         self._event = cl.UserEvent(cl.Context.from_int_ptr(device.context))
         self._timer = None
 
+    @staticmethod
+    def native():
+        """Whether the gate opens from a native thread (the OpenCL interposer is installed)."""
+        return opencl_interposer.active()
+
     def __enter__(self):
-        # Garbage holding zero-copy memory dies first: the end of such an allocation waits for the
-        # queue, which would hold the gate's test up for the whole delay.
-        gc.collect()
+        native = self.native()
+        if not native:
+            # Garbage holding zero-copy memory dies first: the end of such an allocation waits for
+            # the queue holding the GIL, and the timer thread needs the GIL to open the gate.
+            gc.collect()
         self._cl.enqueue_barrier(self._queue, wait_for=[self._event])
-        if not (opencl_interposer.active() and
-                opencl_interposer.complete_event_after(self._event.int_ptr, self._delay)):
+        if not (native and opencl_interposer.complete_event_after(self._event.int_ptr, self._delay)):
             self._timer = threading.Timer(self._delay, self._open)
             self._timer.start()
         return self

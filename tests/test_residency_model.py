@@ -38,6 +38,7 @@ import halide_buffer as hb
 import cuda_standin
 from common import DEVICE_DIRTY, HOST_DIRTY, HalideBufferT, at_mins_of, counts, raw_buffer
 from pipelines import OPENCL_TARGET, TARGET, build, c_compiler, compile_and_load
+from queue_gate import QueueGate
 from residency_rules import (DTYPES, N, STARTS, assert_holds, consumer_read, consumer_write, mirrors_host, ranges,
                              start_buffer, values)
 
@@ -110,6 +111,9 @@ class Residency(RuleBasedStateMachine):
         self.rng = np.random.default_rng(seed)
 
     def teardown(self):
+        if getattr(self, "held_result", None) and self.held_result[3] is not None:
+            self.held_result[3].__exit__(None, None, None)  # the queue is never left gated
+            self.held_result = None
         for name in ("b", "a", "host_memory", "structs", "held_result"):
             self.__dict__.pop(name, None)
         gc.collect()
@@ -387,16 +391,28 @@ class Residency(RuleBasedStateMachine):
         """The output is an owned buffer (no lease: the call returns with its kernels queued) and
         is read after the next step: on the zero-copy machine the kernel reads the buffer's host
         memory itself, which a host write in that step must not reach (check_held_result())."""
+        self.settle_held_result()  # one call held at a time
         v = self.view(*r, reverse=reverse)
         out = hb.Buffer(v.shape, self.bits)
         out.set_min(*v.mins)
+        gate = None
+        if self.model.zero_copy and self.computed_on_device(where) and QueueGate.native():
+            # The kernel held back until well after the next step began, whatever its speed.
+            gate = QueueGate(self.device, delay=0.01).__enter__()
         self.pipeline(where)(v.bits(), out)
         expected = self.model.current()[r[0]:r[1]]
         if not self.computed_on_device(where):
             self.model.host_current()
-        self.held_result = [out, expected[::-1] if reverse else expected.copy(), 0]
+        self.held_result = [out, (expected[::-1] if reverse else expected).copy(), 0, gate]
         if self.computed_on_device(where):
             self.model.observe(self.b, self.model.current().copy(), self.host_memory)
+
+    @precondition(lambda self: self.copies_agree())
+    @rule(where=st.sampled_from(["host", "opencl"]))
+    def pipeline_reads_the_whole(self, where):
+        """The common call: the whole buffer in, which a device computes on in place (a part is
+        in place only where the device can start a sub-buffer: rarely drawn above)."""
+        self.pipeline_reads_a_part(r=[0, N], reverse=False, where=where)
 
     @precondition(lambda self: self.copies_agree())
     @rule(r=ranges, reverse=st.booleans(), where=st.sampled_from(["host", "opencl"]))
@@ -438,11 +454,19 @@ class Residency(RuleBasedStateMachine):
         """A pipeline's output holds what its input held at the call, read one step later."""
         if self.held_result is None:
             return
-        out, expected, steps = self.held_result
-        if steps == 0:  # the invariants right after the call itself
+        if self.held_result[2] == 0:  # the invariants right after the call itself
             self.held_result[2] = 1
             return
+        self.settle_held_result()
+
+    def settle_held_result(self):
+        """Opens the held call's gate (if any) and checks its output."""
+        if self.held_result is None:
+            return
+        out, expected, _, gate = self.held_result
         self.held_result = None
+        if gate is not None:
+            gate.__exit__(None, None, None)
         assert_holds(out.numpy().view(self.dtype), expected)
 
     @invariant()
@@ -506,4 +530,27 @@ def test_zero_copy_memory_is_compared_once_the_queued_kernels_finished(pipelines
                  lambda: state.pipeline_writes_a_part(r=[0, 1], reverse=False, where="opencl")):
         step()
         state.state_matches_the_model()
+    state.teardown()
+
+
+@pytest.mark.needs_halide
+def test_a_host_write_after_a_device_call_is_compared_with_the_calls_result(pipelines):
+    """The sequence of the frame loop, on the zero-copy machine: a device pipeline reads the whole
+    buffer (its kernel held back behind a gate), a host write follows, and the call's output, read
+    after that step, must hold the values at the call. Before host writes waited for the kernels
+    still reading their memory, the output held the written values."""
+    Residency.device_name = "opencl-zero-copy"
+    Residency.pipelines = pipelines
+    state = Residency()
+    state.start(seed=0, dtype="int32", start="owned")
+    assert state.model.zero_copy
+    steps = [state.copy_to_device,
+             lambda: state.pipeline_reads_the_whole(where="opencl"),  # the first call: its kernels built
+             lambda: state.pipeline_reads_the_whole(where="opencl"),
+             lambda: state.host_write(r=[0, N], value=5)]
+    for step in steps:
+        step()
+        state.check_held_result()
+        state.state_matches_the_model()
+    state.check_held_result()
     state.teardown()
