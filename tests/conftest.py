@@ -54,6 +54,15 @@ def queue(dev):
     return cl.CommandQueue.from_int_ptr(dev.queue)
 
 
+@pytest.fixture(scope="session")
+def zc():
+    """The default OpenCL device with zero-copy on: its memory is the host's (PoCL's CPU device)."""
+    d = hb.opencl.device(zero_copy=True)
+    if not d.zero_copy:
+        pytest.skip(f"{d!r} does not report host-unified memory: no zero-copy to test")
+    return d
+
+
 @pytest.fixture(autouse=True)
 def empty_device_pools():
     """Each test starts with nothing kept in the devices' pools, so what it allocates is asked of

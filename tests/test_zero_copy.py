@@ -20,14 +20,6 @@ ENV = "HALIDE_BUFFER_OPENCL_ZERO_COPY"
 
 
 @pytest.fixture(scope="module")
-def zc():
-    d = hb.opencl.device(zero_copy=True)
-    if not d.zero_copy:
-        pytest.skip(f"{d!r} does not report host-unified memory: no zero-copy to test")
-    return d
-
-
-@pytest.fixture(scope="module")
 def copying():
     return hb.opencl.device(zero_copy=False)
 

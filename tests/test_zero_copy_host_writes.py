@@ -27,14 +27,6 @@ SHAPE = (256, 256)
 
 
 @pytest.fixture(scope="module")
-def zc():
-    d = hb.opencl.device(zero_copy=True)
-    if not d.zero_copy:
-        pytest.skip(f"{d!r} does not report host-unified memory: no zero-copy to test")
-    return d
-
-
-@pytest.fixture(scope="module")
 def brighter(tmp_path_factory):
     """out = in + 10 (uint8) on the OpenCL device, in 8x8 tiles."""
     hb.opencl.device()  # opens the OpenCL loader process-wide, where a pipeline's runtime looks
