@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "core/constants.h"
 #include "core/overlap.h"
 #include "harness.h"
 
@@ -218,9 +219,25 @@ TEST_CASE(overlap_past_the_work_limit_is_maybe) {
     // closes the gap with its last term at once.
     CHECK_EQ(between(View{0, {10}, {4}, 4}, View{8, {10}, {4}, 4}, 0), Overlap::some);
     CHECK_EQ(between(View{0, {10}, {8}, 4}, View{4, {10}, {8}, 4}, 0), Overlap::none);
+    // The limit counts nodes: a question the first node decides needs exactly one (two crops of
+    // one 4x4 image five bytes apart: two terms, the first one's first value closes the gap).
+    View image{0, {4, 4}, {4, 1}, 1}, moved{5, {4, 4}, {4, 1}, 1};
+    CHECK_EQ(between(image, moved, 1), Overlap::some);
+    CHECK_EQ(between(image, moved, 0), Overlap::maybe);
     // The cheap answers need no search: spans apart, the very same view.
     CHECK_EQ(between(knots(0, 20), knots(1 << 26, 20), 0), Overlap::none);
     CHECK_EQ(between(knots(0, 20), knots(0, 20), 0), Overlap::same);
+}
+
+TEST_CASE(overlap_views_of_the_most_axes_a_buffer_has_are_decided) {
+    // hb::kMaxDims axes of extent 1 (the most a buffer has): decided, not refused as too many.
+    View a{0, Shape(size_t(hb::kMaxDims), 1), Shape(size_t(hb::kMaxDims), 1), 4};
+    View b{64, Shape(size_t(hb::kMaxDims), 1), Shape(size_t(hb::kMaxDims), 1), 4};
+    View c{2, Shape(size_t(hb::kMaxDims), 1), Shape(size_t(hb::kMaxDims), 1), 4};
+    CHECK_EQ(between(a, b), Overlap::none);
+    CHECK_EQ(between(b, a), Overlap::none);
+    CHECK_EQ(between(a, c), Overlap::some);
+    CHECK_EQ(internal(a), Overlap::none);
 }
 
 // ---------------------------------------------------------------------------------------------
