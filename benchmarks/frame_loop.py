@@ -12,7 +12,6 @@ is the only right answer.
 import argparse
 import io
 import pickle
-import sys
 import tempfile
 from pathlib import Path
 
@@ -20,8 +19,9 @@ import numpy as np
 
 import halide_buffer as hb
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
-from pipelines import OPENCL_TARGET, brighter_opencl_func, c_compiler, compile_and_load  # noqa: E402
+from bench_common import test_support
+
+pipelines = test_support("pipelines")
 
 
 def writers():
@@ -65,8 +65,8 @@ def main():
     args = parser.parse_args()
     device = hb.opencl.device()
     with tempfile.TemporaryDirectory() as folder:
-        p = compile_and_load(Path(folder), c_compiler(), *brighter_opencl_func(), "frame_loop_brighter",
-                             target=OPENCL_TARGET)
+        p = pipelines.compile_and_load(Path(folder), pipelines.c_compiler(), *pipelines.brighter_opencl_func(),
+                                       "frame_loop_brighter", target=pipelines.OPENCL_TARGET)
         shape = (args.size, args.size)
         print(f"device: {device!r}, zero_copy={device.zero_copy}; {args.frames} frames of {shape} uint8 each")
         print(f"{'host write path':32} {'result kept':>12} {'result dropped':>15}")
