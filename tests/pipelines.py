@@ -34,6 +34,13 @@ What it offers:
   stencil), `brighter_func()` (in + 10 in 8x8 GPU tiles), `brighter_opencl_func()` (the same,
   sized like its input); and `output_bounds_follow(func, inp)`, which fixes an output's bounds to
   its input's.
+- Generators as written, their outputs' bounds unset: `unsized_add_func(name, kind)` (inp + k),
+  `unsized_blur_func(name, boundary, kind)` (a 3 x 3 box blur, boundary-free or over repeated
+  edges), `upsample2_func(name)`, `gather_func(name)` (a lookup table no output region fits in
+  when it is smaller than 256); and pairs of a forward and its gradient pipeline (HelloPyTorch's
+  convention, from Halide's propagate_adjoints; compile them in fresh processes, since a
+  gradient's output names must be exactly d_<input>): `product_func(gradient)`,
+  `valid_blur_func(gradient)`.
 - The pipelines of Halide's own ``halide.runtime`` tests (python_bindings/halide-runtime/test),
   with their argument names: `runtimeadd_func()` (1-D uint8 ``input`` + int32 ``offset``),
   `gpuadd_func(gpu)` (the same in 2-D, in 8x8 GPU tiles when `gpu`), `callconv_pipeline(combine)`
@@ -325,6 +332,108 @@ def gpuadd_func(gpu=True):
     if gpu:
         out.gpu_tile(x, y, xo, yo, xi, yi, 8, 8)
     return out, [inp, offset]
+
+
+# ---------------------------------------------------------------------------------------------
+# Generators as written: outputs whose bounds nobody set (sized by aot_sizes.h's rule)
+# ---------------------------------------------------------------------------------------------
+
+
+def unsized_add_func(name="add_k", kind="float32"):
+    """out(x, y) = inp(x, y) + k, inp and out in `kind` ("float32", "float64", "bfloat16"), k a
+    float32 Param cast to it, vectorized with a guarded tail: an elementwise output of the input's
+    region."""
+    x, y = hl.Var("x"), hl.Var("y")
+    t = {"float32": hl.Float(32), "float64": hl.Float(64), "bfloat16": hl.BFloat(16)}[kind]
+    inp = hl.ImageParam(t, 2, "inp")
+    k = hl.Param(hl.Float(32), "k")
+    out = hl.Func(name)
+    out[x, y] = inp[x, y] + hl.cast(t, k)
+    out.vectorize(x, 8, hl.TailStrategy.GuardWithIf)
+    return out, [inp, k]
+
+
+def unsized_blur_func(name="blur3", boundary=False, kind="float32"):
+    """A 3 x 3 box blur, out(x, y) = the mean of inp over x - 1..x + 1, y - 1..y + 1: boundary-free
+    (its largest output lies 1 inside the input on every side), or over the input's edges
+    repeated (`boundary`: the input's region)."""
+    x, y = hl.Var("x"), hl.Var("y")
+    t = {"float32": hl.Float(32), "float64": hl.Float(64)}[kind]
+    inp = hl.ImageParam(t, 2, "inp")
+    src = hl.BoundaryConditions.repeat_edge(inp) if boundary else inp
+    out = hl.Func(name)
+    out[x, y] = sum(src[x + dx, y + dy] for dy in (-1, 0, 1) for dx in (-1, 0, 1)) / 9
+    return out, [inp]
+
+
+def upsample2_func(name="upsample2"):
+    """out(x, y) = inp(x / 2, y / 2) (float32, nearest neighbour): twice the input's size."""
+    x, y = hl.Var("x"), hl.Var("y")
+    inp = hl.ImageParam(hl.Float(32), 2, "inp")
+    out = hl.Func(name)
+    out[x, y] = inp[x // 2, y // 2]
+    return out, [inp]
+
+
+def gather_func(name="gather"):
+    """out(x) = lut(idx(x)), idx uint8, lut float32: every output element may read any of lut's
+    256 entries, so a smaller lut holds no output region."""
+    x = hl.Var("x")
+    idx = hl.ImageParam(hl.UInt(8), 1, "idx")
+    lut = hl.ImageParam(hl.Float(32), 1, "lut")
+    out = hl.Func(name)
+    out[x] = lut[hl.i32(idx[x])]
+    return out, [idx, lut]
+
+
+def _with_boundary(params):
+    """Each input read through its edges repeated: a gradient pipeline reads the inputs around
+    every element of its gradients, beyond the input where the adjoint is 0 anyway."""
+    return [hl.BoundaryConditions.repeat_edge(p) for p in params]
+
+
+def _gradients(func, params, d_out, wrt):
+    """The gradient Funcs d_<p> of `func` for the params in `wrt` (Halide's propagate_adjoints),
+    d_out the output's adjoint, 0 outside its own region."""
+    bounds = [hl.Range(d_out.dim(i).min(), d_out.dim(i).extent()) for i in range(d_out.dimensions())]
+    d = hl.propagate_adjoints(func, hl.BoundaryConditions.constant_exterior(d_out, 0), bounds)
+    grads = []
+    for p in wrt:
+        g = hl.Func("d_" + p.name())
+        g[hl._] = d[hl.Func(p)][hl._]
+        grads.append(g)
+    return grads
+
+
+def product_func(gradient=False):
+    """out(x, y) = a(x, y) * b(x, y) + c(x, y) * k (float64), outputs unsized; its `gradient`
+    pipeline (HelloPyTorch's convention: a, b, c, k and d_out in; d_a and d_b out, c gets none)."""
+    x, y = hl.Var("x"), hl.Var("y")
+    a, b, c = (hl.ImageParam(hl.Float(64), 2, n) for n in ("a", "b", "c"))
+    k = hl.Param(hl.Float(64), "k")
+    sa, sb, sc = _with_boundary([a, b, c]) if gradient else (a, b, c)
+    out = hl.Func("out")
+    out[x, y] = sa[x, y] * sb[x, y] + sc[x, y] * k
+    if not gradient:
+        return out, [a, b, c, k]
+    d_out = hl.ImageParam(hl.Float(64), 2, "d_out")
+    return hl.Pipeline(_gradients(out, [a, b, c], d_out, [a, b])), [a, b, c, k, d_out]
+
+
+def valid_blur_func(gradient=False):
+    """out(x, y) = (img(x - 1, y) + 2 img(x, y) + img(x + 1, y) * img(x, y + 1)) / 4 (float64),
+    boundary-free: the output lies inside the input (at mins (0, 1) in NumPy order, one column
+    less on each side, one row less at the bottom); its `gradient` pipeline (img and d_blur in,
+    d_img out), which reads d_blur at those mins."""
+    x, y = hl.Var("x"), hl.Var("y")
+    img = hl.ImageParam(hl.Float(64), 2, "img")
+    (src,) = _with_boundary([img]) if gradient else (img,)
+    out = hl.Func("blur")
+    out[x, y] = (src[x - 1, y] + 2 * src[x, y] + src[x + 1, y] * src[x, y + 1]) / 4
+    if not gradient:
+        return out, [img]
+    d_out = hl.ImageParam(hl.Float(64), 2, "d_blur")
+    return _gradients(out, [img], d_out, [img])[0], [img, d_out]
 
 
 # Halide's ``callconv`` Params, in its order: every scalar type a pipeline can take.

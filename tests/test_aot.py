@@ -409,17 +409,25 @@ def test_allocated_output_takes_the_inputs_coordinates(host):
     np.testing.assert_array_equal(np.asarray(twice), expected_scaled(first, 2, mins=(2, 8)))
 
 
-def test_an_output_the_pipeline_does_not_size_must_be_given(host):
+def test_an_output_the_pipeline_does_not_size_gets_the_largest_region_within_its_input(host):
+    """Vectorized by 16, shifting its last vector inwards: any region at least 16 wide reads only
+    itself. The call gives it the input's region (aot_sizes.h); an input narrower than one vector
+    holds no region, and the call asks for the output."""
     p = host["unfixed"]
     a = random_u8(np.random.default_rng(7), (6, 32))
     inp = hb.Buffer.from_host(a)
+    got = p(inp)
+    assert (got.shape, got.mins) == ((6, 32), (0, 0))
+    np.testing.assert_array_equal(np.asarray(got), expected_affine_u8(a))
     out_name = re.escape(host["unfixed_out"])  # "affine_u8$1" once another test made an affine_u8
-    # Asked for an empty region at two mins, it answers at each (an empty answer is no refusal by
-    # itself: an empty input fixes an empty output).
-    with pytest.raises(ValueError, match=rf"hb_aot_unfixed\(\): output '{out_name}': the pipeline "
-                                         r"does not fix this output's size \(its bounds queries answer with the "
-                                         r"region asked for, .* for another\); pass an output buffer"):
-        p(inp)
+    narrow = hb.Buffer.from_host(a[:, :10])
+    with pytest.raises(ValueError, match=rf"^hb_aot_unfixed\(\): output '{out_name}': no region of it lies within "
+                                         r"the inputs .* needs input 'inp' over shape \(1, 16\) .*; pass an output "
+                                         r"buffer$"):
+        p(narrow)
+    out = hb.Buffer((6, 10), "uint8")
+    with pytest.raises(hb.PipelineError):  # given, Halide's own check: one vector reads 16 columns
+        p(narrow, out)
     out = hb.Buffer((6, 32), "uint8")
     assert p(inp, out) is out  # given, it runs
     np.testing.assert_array_equal(np.asarray(out), expected_affine_u8(a))

@@ -1,5 +1,5 @@
 // live_counts.h: counters of live objects, so tests can prove every one is released exactly once,
-// and of the calls that took the direct path.
+// of the calls that took the direct path, and of bounds queries.
 #pragma once
 
 #include <atomic>
@@ -16,6 +16,9 @@ struct LiveCounts {
     /// which way a call went: a plain read and write, not a locked add, on the call's hot path
     /// (a count two threads race on may lose one; the tests count on one thread).
     std::atomic<int64_t> direct_calls{0};
+    /// Bounds queries run (interop/aot_call.h's required_regions(), which aot_sizes.h sizes
+    /// outputs with), so tests can tell an answer kept from one asked again.
+    std::atomic<int64_t> bounds_queries{0};
 };
 LiveCounts &live_counts();
 

@@ -16,6 +16,7 @@
 #include "core/live_counts.h"
 #include "core/text.h"
 #include "device/embedder.h"
+#include "interop/aot_sizes.h"
 #include "interop/cuda_interop.h"
 
 namespace hb {
@@ -143,50 +144,6 @@ void run_query(const AotPipeline &p, std::vector<void *> &argv, const char *what
     }
 }
 
-/// Where every bounds query starts from: each dimension of an output not given asked for
-/// empty, at one min, then at another. A pipeline that fixes the output's region (from its
-/// inputs or constants) answers both alike; one that does not answers with a region grown from
-/// the request (a vector or a tile of its schedule around it), which differs.
-constexpr int32_t kRequestMins[] = {0, 1021};
-
-/// The output region the two bounds queries found, when the pipeline fixes it: both answers the
-/// same (else ValueError naming `where`). An extent of 0 or less is empty, whatever its value
-/// (over an empty input, a guarded GPU tiling answers -8 to one request and -24 to the other):
-/// an output fixed as empty, for which the call computes nothing.
-Region fixed_region(const std::string &where, Region r, Region again) {
-    for (Region *answer : {&r, &again}) {
-        for (int64_t &n : answer->shape) n = std::max<int64_t>(n, 0);
-    }
-    if (r.shape != again.shape || r.mins != again.mins)
-        throw ValueError(where + ": the pipeline does not fix this output's size (its bounds queries answer "
-                         "with the region asked for, grown to its schedule's vectors or tiles: shape " +
-                         tuple_text(r.shape) + " at mins " + tuple_text(r.mins) + " for one request, " +
-                         tuple_text(again.shape) + " at mins " + tuple_text(again.mins) + " for another); "
-                         "pass an output buffer");
-    return r;
-}
-
-/// The output the bounds queries found (fixed_region()), allocated with its coordinates, on
-/// `device` when the call has one (a zero-copy device's pool: Buffer::allocate_on()).
-Buffer allocate_queried(const std::string &where, const Query &first, const Query &second, Device *device) {
-    Region r = fixed_region(where, region_of(first), region_of(second));
-    return Buffer::allocate_on("aot", device, r.shape, *dtype_by_halide(first.buf.type)).with_mins(r.mins);
-}
-
-/// Halide's bounds query (host == NULL: the pipeline fills in the region it needs) for each
-/// output not given, every dimension asked for empty at `min`; the answers land in `queries`.
-void ask_bounds(const AotPipeline &p, CallScratch &s, std::vector<Query> &queries, int32_t min) {
-    const halide_filter_metadata_t &m = p.metadata();
-    queries.resize(size_t(m.num_arguments));
-    for (size_t i : s.missing) {
-        Query &q = queries[i];
-        q.dims.assign(size_t(m.arguments[i].dimensions), halide_dimension_t{min, 0, 0, 0});
-        point_query(q, m.arguments[i]);
-        s.argv[i] = &q.buf;
-    }
-    run_query(p, s.argv, "the outputs not given: pass output buffers");
-}
-
 // ---------------------------------------------------------------------------------------------
 // The device of a call
 // ---------------------------------------------------------------------------------------------
@@ -296,21 +253,34 @@ void enter_buffer(const AotPipeline &p, CallScratch &s, size_t i, const std::sha
     s.argv[i] = &s.lent[i]->buf;
 }
 
-/// Enters every buffer given, then allocates the outputs not given (bounds queries) and
-/// enters them.
-void enter_buffers(const AotPipeline &p, CallScratch &s, const std::shared_ptr<Device> &gpu) {
+/// The outputs not given, sized by sized_outputs() (aot_sizes.h) for the inputs given (the
+/// regions they cover) and the scalars, allocated into s.allocated with their coordinates, on
+/// `device` when the call has one (a zero-copy device's pool: Buffer::allocate_on()).
+void allocate_missing(const AotPipeline &p, CallScratch &s, Device *device) {
     const halide_filter_metadata_t &m = p.metadata();
+    QueryRequest asked(s.buffers.size());
+    for (size_t i = 0; i < s.buffers.size(); ++i) {
+        asked.scalars[i] = s.scalars[i];  // build_argv() put the defaults of those not given in
+        asked.scalar_given[i] = !is_buffer(m.arguments[i]) && !is_user_context(m.arguments[i]);
+        if (s.buffers[i]) asked.regions[i] = Region{s.buffers[i]->shape(), s.buffers[i]->mins()};
+    }
+    std::vector<std::optional<Region>> sized = sized_outputs(p, asked);
+    s.allocated.resize(s.buffers.size());
+    for (size_t i : s.missing) {
+        const Region &r = *sized[i];
+        s.buffers[i] = &s.allocated[i].emplace(
+            Buffer::allocate_on("aot", device, r.shape, *dtype_by_halide(m.arguments[i].type)).with_mins(r.mins));
+    }
+}
+
+/// Enters every buffer given, then allocates the outputs not given and enters them.
+void enter_buffers(const AotPipeline &p, CallScratch &s, const std::shared_ptr<Device> &gpu) {
     for (size_t i = 0; i < s.buffers.size(); ++i) {
         if (s.buffers[i]) enter_buffer(p, s, i, gpu);
     }
     if (s.missing.empty()) return;
-    for (int r = 0; r < 2; ++r) ask_bounds(p, s, s.queries[r], kRequestMins[r]);
-    s.allocated.resize(s.buffers.size());
-    for (size_t i : s.missing) {
-        s.buffers[i] = &s.allocated[i].emplace(allocate_queried(
-            p.name() + "(): output '" + m.arguments[i].name + "'", s.queries[0][i], s.queries[1][i], gpu.get()));
-        enter_buffer(p, s, i, gpu);
-    }
+    allocate_missing(p, s, gpu.get());
+    for (size_t i : s.missing) enter_buffer(p, s, i, gpu);
 }
 
 /// A device pipeline overwrites its outputs whole: their old host contents need not go up.
@@ -442,37 +412,11 @@ std::vector<std::pair<const char *, Region>> required_regions(const AotPipeline 
         point_query(q, a);
         argv[i] = &q.buf;
     });
+    live_counts().bounds_queries.fetch_add(1, std::memory_order_relaxed);
     run_query(p, argv, "the output regions asked for");
     std::vector<std::pair<const char *, Region>> out;
     for (size_t i = 0; i < n; ++i) {
         if (is_buffer(m.arguments[i])) out.emplace_back(m.arguments[i].name, region_of(queries[i]));
-    }
-    return out;
-}
-
-std::vector<std::pair<const char *, Region>> output_regions(const AotPipeline &p, const QueryRequest &args) {
-    const halide_filter_metadata_t &m = p.metadata();
-    size_t n = size_t(m.num_arguments);
-    std::vector<std::pair<const char *, Region>> answers[2];
-    for (int r = 0; r < 2; ++r) {
-        // Every output asked for empty at kRequestMins[r] in each dimension, the rest as given.
-        QueryRequest asked = args;
-        for (size_t i = 0; i < n; ++i) {
-            const halide_filter_argument_t &a = m.arguments[i];
-            if (a.kind != halide_argument_kind_output_buffer) continue;
-            asked.regions[i] = Region{std::vector<int64_t>(size_t(a.dimensions), 0),
-                                      std::vector<int64_t>(size_t(a.dimensions), kRequestMins[r])};
-        }
-        answers[r] = required_regions(p, asked);
-    }
-    std::vector<std::pair<const char *, Region>> out;
-    for (size_t j = 0, i = 0; i < size_t(m.num_arguments); ++i) {
-        const halide_filter_argument_t &a = m.arguments[i];
-        if (!is_buffer(a)) continue;
-        if (a.kind == halide_argument_kind_output_buffer)
-            out.emplace_back(a.name, fixed_region(p.name() + "(): output '" + a.name + "'", answers[0][j].second,
-                                                  answers[1][j].second));
-        ++j;
     }
     return out;
 }

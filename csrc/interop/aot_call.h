@@ -1,7 +1,7 @@
 // aot_call.h: the plan of one call of a Halide AOT pipeline, without Python: the argument
-// vector (one builder for calls and bounds queries), the bounds queries that size the outputs
-// not given, the device a call computes on, the placement of every buffer argument on it, and
-// the call. Whoever passes the arguments (the binding, py_aot.cpp) converts every one of them
+// vector (one builder for calls and bounds queries), the outputs not given allocated as
+// aot_sizes.h sizes them, the device a call computes on, the placement of every buffer argument
+// on it, and the call. Whoever passes the arguments (the binding, py_aot.cpp) converts every one of them
 // into the call's scratch before the plan runs, and takes the outputs the plan allocated when
 // it returns; the plan asks the rest (a long step run letting other threads go on, the default
 // CUDA device) of the embedder (device/embedder.h).
@@ -86,7 +86,6 @@ struct CallScratch {
     };
     /// Per argument, for a call that stages one; empty for most calls.
     std::vector<Staged> staged;
-    std::vector<Query> queries[2];  // one per request (see aot_call.cpp)
     std::vector<size_t> outputs, missing;
 
     /// Ready for a pipeline of `n` arguments.
@@ -160,12 +159,5 @@ void run_call(const AotPipeline &p, CallScratch &s);
 /// the answer is then clipped to it). Returns each buffer argument's name and region, in the
 /// pipeline's order. No memory is touched: every buffer is a query.
 std::vector<std::pair<const char *, Region>> required_regions(const AotPipeline &p, const QueryRequest &args);
-
-/// The region of each output as a call sizes an output it is not given (the bounds queries asked
-/// twice, about different empty regions: ValueError naming the output when the answers differ,
-/// for a pipeline that does not fix it), for inputs covering the regions `args` gives (outputs'
-/// regions are not asked for) and its scalars. What a caller allocating outputs itself
-/// (hb.torch's op, its fake kernel) sizes them by.
-std::vector<std::pair<const char *, Region>> output_regions(const AotPipeline &p, const QueryRequest &args);
 
 }  // namespace hb

@@ -10,6 +10,7 @@
 #include "core/errors.h"
 #include "interop/aot.h"
 #include "interop/aot_call.h"
+#include "interop/aot_sizes.h"
 #include "python/py_glue.h"
 
 namespace hb {
@@ -373,7 +374,7 @@ py::dict required_regions_of(const AotPipeline &p, py::dict scalars, py::dict ou
     return out;
 }
 
-/// Pipeline.output_regions(): output_regions() (interop/aot_call.h) for inputs covering `inputs`
+/// Pipeline.output_regions(): output_regions() (interop/aot_sizes.h) for inputs covering `inputs`
 /// ({name: (mins, shape)}) and scalars by name. Returns {output name: (mins, shape)}.
 py::dict output_regions_of(const AotPipeline &p, py::dict scalars, py::dict inputs) {
     py::dict out;
@@ -445,8 +446,8 @@ void bind_aot(py::module_ &m) {
             PyObject *result = PyVectorcall_Call(self.ptr(), args.ptr(), kwargs.ptr());
             if (!result) throw py::error_already_set();
             return py::reinterpret_steal<py::object>(result);
-        }, "Runs the pipeline; returns its output buffer(s), allocated when not given (when the pipeline "
-           "fixes their size).")
+        }, "Runs the pipeline; returns its output buffer(s), allocated when not given (sized as "
+           "output_regions() says).")
         .def("required_regions", &required_regions_of, py::arg("scalars"), py::arg("outputs"),
              py::arg("inputs") = py::dict(),
              "Halide's bounds query: {buffer name: (mins, shape)}, the region of each input buffer the "
@@ -457,8 +458,9 @@ void bind_aot(py::module_ &m) {
         .def("output_regions", &output_regions_of, py::arg("scalars"), py::arg("inputs"),
              "The region each output gets when a call allocates it ({output name: (mins, shape)}), for inputs "
              "covering the regions in `inputs` ({name: (mins, shape)}) and scalars by name (defaults where "
-             "absent): Halide's bounds query asked twice, about two different empty regions; ValueError for an "
-             "output the pipeline does not fix (the answers differ).")
+             "absent): the region the pipeline fixes (its bounds queries about two different empty regions "
+             "answer alike), else the largest region whose required input regions lie within the inputs; "
+             "ValueError naming the output where no element of it does.")
         .def("__repr__", [](const AotPipeline &p) {
             return "Pipeline(" + p.name() + ", target=" + p.metadata().target + ")";
         })

@@ -168,4 +168,6 @@ PYBIND11_MODULE(_core, m) {
         return d;
     }, "Live storages, unreleased buffer-protocol exports and device allocations (for leak tests), and "
        "the pipeline calls made directly so far.");
+    m.def("_bounds_queries", [] { return hb::live_counts().bounds_queries.load(); },
+          "The bounds queries pipelines ran so far (sizing outputs, required_regions()).");
 }

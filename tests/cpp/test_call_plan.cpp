@@ -23,6 +23,7 @@
 #include "harness.h"
 #include "interop/aot.h"
 #include "interop/aot_call.h"
+#include "interop/aot_sizes.h"
 
 namespace {
 
@@ -143,9 +144,9 @@ std::string output_of(const AotPipeline &p) {
     hb_test::fail(__FILE__, __LINE__, p.name() + " has no output");
 }
 
-/// The refusal of an output region the pipeline does not fix, as the plan words it.
-std::string not_fixed(const AotPipeline &p) {
-    return p.name() + "(): output '" + output_of(p) + "': the pipeline does not fix this output's size";
+/// The refusal of an output no region of which lies within the inputs, as the plan words it.
+std::string not_within(const AotPipeline &p) {
+    return p.name() + "(): output '" + output_of(p) + "': no region of it lies within the inputs";
 }
 
 const hb::DType &u8() { return *hb::dtype_by_name("uint8"); }
@@ -282,12 +283,29 @@ TEST_CASE(call_plan_runs_no_pipeline_for_empty_outputs) {
     CHECK_EQ(given.unlocked_steps, 1);  // the bounds queries alone, in the plan's one step
 }
 
-TEST_CASE(call_plan_refuses_to_allocate_an_output_the_pipeline_does_not_fix) {
+TEST_CASE(call_plan_allocates_an_output_the_pipeline_does_not_fix_within_its_input) {
+    // The stencil reads x from 1 before to 2 after and y to 1 after: over a 6 x 6 input, the
+    // largest output region inside it is x in [1, 4), y in [0, 5) (aot_sizes.h).
     const AotPipeline &p = stencil();
     Buffer in = input({6, 6});
     Given given;
     given.buffers = {{"inp", &in}};
-    CHECK_THROWS(hb::ValueError, call(p, given), not_fixed(p));
+    call(p, given);
+    CHECK_EQ(given.allocated.size(), size_t(1));
+    const Buffer &out = *given.allocated[0];
+    CHECK_EQ(axes(out.shape()), (Shape{5, 3}));
+    CHECK_EQ(axes(out.mins()), (Shape{0, 1}));
+    check_values(out, in, [](const Buffer &b, int64_t y, int64_t x) {
+        return uint8_t(at(b, y, x - 1) + at(b, y, x + 2) + at(b, y + 1, x));
+    });
+}
+
+TEST_CASE(call_plan_refuses_an_output_no_region_of_which_lies_within_its_input) {
+    const AotPipeline &p = stencil();
+    Buffer in = input({1, 6});  // one row: y + 1 is never inside
+    Given given;
+    given.buffers = {{"inp", &in}};
+    CHECK_THROWS(hb::ValueError, call(p, given), not_within(p));
     CHECK(given.allocated.empty());
 }
 
@@ -365,12 +383,12 @@ TEST_CASE(required_regions_refuse_a_region_they_cannot_ask_for) {
     CHECK_THROWS(hb::TypeError, required_regions(p, none), where + ": no region asked for");
 }
 
-TEST_CASE(output_regions_follow_a_pipeline_that_fixes_them_and_refuse_one_that_does_not) {
+TEST_CASE(output_regions_follow_a_pipeline_that_fixes_them_and_lie_within_the_inputs_otherwise) {
     const AotPipeline &a = affine();
     Given given;
     given.regions = {{"inp", {{-4, 100}, {3, 32}}}};
     given.scalars = {{"offset", scalar_i16(0)}};
     CHECK(output_regions(a, given) == (Regions{{output_of(a), {{-4, 100}, {3, 32}}}}));
     const AotPipeline &s = stencil();
-    CHECK_THROWS(hb::ValueError, output_regions(s, given), not_fixed(s));
+    CHECK(output_regions(s, given) == (Regions{{output_of(s), {{-4, 101}, {2, 29}}}}));
 }
