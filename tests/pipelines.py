@@ -40,7 +40,7 @@ What it offers:
   when it is smaller than 256); and pairs of a forward and its gradient pipeline (HelloPyTorch's
   convention, from Halide's propagate_adjoints; compile them in fresh processes, since a
   gradient's output names must be exactly d_<input>): `product_func(gradient)`,
-  `valid_blur_func(gradient)`.
+  `valid_blur_func(gradient)`; `bad_gradient_func(kind)`, backwards breaking the convention.
 - The pipelines of Halide's own ``halide.runtime`` tests (python_bindings/halide-runtime/test),
   with their argument names: `runtimeadd_func()` (1-D uint8 ``input`` + int32 ``offset``),
   `gpuadd_func(gpu)` (the same in 2-D, in 8x8 GPU tiles when `gpu`), `callconv_pipeline(combine)`
@@ -434,6 +434,25 @@ def valid_blur_func(gradient=False):
         return out, [img]
     d_out = hl.ImageParam(hl.Float(64), 2, "d_blur")
     return _gradients(out, [img], d_out, [img])[0], [img, d_out]
+
+
+def bad_gradient_func(kind):
+    """A backward for product_func breaking HelloPyTorch's convention, as `kind` says:
+    "no_d_out" (takes a and b, no d_out), "float32" (d_a of float32 where a is float64),
+    "stranger" (takes z, which product_func does not)."""
+    x, y = hl.Var("x"), hl.Var("y")
+    a, b = hl.ImageParam(hl.Float(64), 2, "a"), hl.ImageParam(hl.Float(64), 2, "b")
+    d_out = hl.ImageParam(hl.Float(64), 2, "d_out")
+    d_a = hl.Func("d_a")
+    if kind == "no_d_out":
+        d_a[x, y] = a[x, y] * b[x, y]
+        return d_a, [a, b]
+    if kind == "float32":
+        d_a[x, y] = hl.f32(d_out[x, y] * b[x, y])
+        return d_a, [b, d_out]
+    z = hl.ImageParam(hl.Float(64), 2, "z")
+    d_a[x, y] = d_out[x, y] * z[x, y]
+    return d_a, [z, d_out]
 
 
 # Halide's ``callconv`` Params, in its order: every scalar type a pipeline can take.
