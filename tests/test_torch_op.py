@@ -307,11 +307,14 @@ def test_an_opencl_pipeline_takes_cpu_tensors(ops):
     same_bits(ops["brighter_opencl"](t), t + 10)
 
 
-def test_a_pipeline_that_does_not_fix_its_output_size_is_refused(ops):
-    with pytest.raises(ValueError, match=r"^halide_buffer::hb_torch_tiled\(\): output 'tiled[^']*': the pipeline does "
-                                         r"not fix this output's size .*; an op allocates its outputs, so the "
-                                         r"pipeline must fix their bounds"):
-        ops["tiled"](u8((8, 32), 9))
+def test_a_pipeline_that_does_not_fix_its_output_size_gets_the_largest_region_within_its_input(ops):
+    """tiled (vectorized by 16, no bounds set): any region at least 16 wide reads only itself."""
+    t = u8((8, 32), 9)
+    same_bits(ops["tiled"](t), t + 1)
+    with pytest.raises(ValueError, match=r"^halide_buffer::hb_torch_tiled\(\): output 'tiled[^']*': no region of it "
+                                         r"lies within the inputs .*; size the outputs yourself: hb\.torch\.op\("
+                                         r"pipeline, output_shapes=\.\.\.\)"):
+        ops["tiled"](u8((8, 10), 9))  # narrower than one vector
 
 
 def test_a_pipeline_error_keeps_its_type_through_the_dispatcher(ops):
@@ -354,9 +357,9 @@ def test_an_input_whose_last_axis_is_dense_goes_as_it_is(ops, view, monkeypatch)
 def test_an_input_that_requires_grad_is_refused_naming_it(ops):
     x = torch.ones((4, 8), dtype=torch.float32, requires_grad=True)
     with pytest.raises(RuntimeError, match=re.escape(
-            "halide_buffer::hb_torch_affine_f32(): argument 'inp' requires grad; halide_buffer ops have no backward "
-            "yet; pass inp.detach() (or give the op one: torch.library.register_autograd("
-            "\"halide_buffer::hb_torch_affine_f32\", ...))")):
+            "halide_buffer::hb_torch_affine_f32(): argument 'inp' requires grad, and the op has no backward; pass "
+            "inp.detach(), or make the op with its gradients' pipeline: hb.torch.op(pipeline, "
+            "backward=gradient_pipeline)")):
         ops["affine_f32"](x)
     same_bits(ops["affine_f32"](x.detach()), torch.full((4, 8), 4.0))
     with torch.no_grad():  # no graph is recorded: nothing to refuse
@@ -501,7 +504,7 @@ def test_torch_compile_with_two_outputs_and_another_size(ops):
 def test_compiling_with_an_input_that_requires_grad_is_refused(ops):
     x = torch.ones((4, 8), requires_grad=True)
     # Dynamo reports the fake kernel's error inside its own (quotes escaped).
-    with pytest.raises(Exception, match="hb_torch_affine_f32.*requires grad; halide_buffer ops have no backward"):
+    with pytest.raises(Exception, match="hb_torch_affine_f32.*requires grad, and the op has no backward"):
         torch.compile(lambda t: ops["affine_f32"](t) + 1, fullgraph=True, backend="aot_eager")(x)
 
 
