@@ -17,8 +17,10 @@ import pytest
 
 import halide_buffer as hb
 
-from pipelines import (OPENCL_TARGET, affine_offset_func, brighter_opencl_func, build, c_compiler, expected_affine,
-                       random_u8)
+import halide as hl
+
+from pipelines import (OPENCL_TARGET, TARGET, affine_offset_func, brighter_opencl_func, build, c_compiler,
+                       expected_affine, link, random_u8)
 
 pytestmark = pytest.mark.needs_halide
 
@@ -68,6 +70,30 @@ def test_relative_and_absolute_paths_load_as_str_or_pathlike(built, monkeypatch)
     monkeypatch.chdir(built)
     runs(hb.aot.load(pathlib.Path("libhb_aot_where.so"), "hb_aot_where"))
     runs(hb.aot.load(Place("libhb_aot_where.so"), "hb_aot_where"))
+
+
+# A library's C code calling a pipeline of another library: it imports that pipeline's names.
+_CALLS_INNER = """
+int hb_ld_inner_argv(void **args);
+const void *hb_ld_inner_metadata(void);
+int call_inner(void **args) { return hb_ld_inner_argv(args); }
+const void *inner_metadata(void) { return hb_ld_inner_metadata(); }
+"""
+
+
+def test_without_a_name_a_library_calling_another_librarys_pipeline_loads_its_own(tmp_path):
+    """libwrapped.so holds the pipeline hb_ld_outer and code calling hb_ld_inner of libhb_ld_inner.so,
+    whose <name>_argv and <name>_metadata it imports: its only pipeline is hb_ld_outer."""
+    cc = c_compiler()
+    build(tmp_path, cc, *affine_offset_func(), "hb_ld_inner")
+    func, args = affine_offset_func()
+    func.compile_to_object(str(tmp_path / "outer.o"), args, "hb_ld_outer", hl.Target(TARGET))
+    (tmp_path / "calls_inner.c").write_text(_CALLS_INNER)
+    lib = link(tmp_path, cc, [tmp_path / "outer.o", tmp_path / "calls_inner.c"], "libwrapped.so",
+               extra=["-fPIC", f"-L{tmp_path}", "-l:libhb_ld_inner.so", f"-Wl,-rpath,{tmp_path}"])
+    p = hb.aot.load(lib)
+    assert p.name == "hb_ld_outer"
+    runs(p)
 
 
 def test_a_bare_name_that_is_no_file_goes_to_the_system_search(tmp_path, monkeypatch):
