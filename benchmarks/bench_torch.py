@@ -17,6 +17,15 @@ round giving the per-call cost. Two comparisons, each measured side by side in t
     ``torch.library.custom_op`` around ``out = torch.empty_like(t); p(t, offset, out)``, with a
     ``register_fake`` of ``torch.empty_like``. The target: ``hb.torch.op`` <= 1.30x the hand-written op.
 
+(c) The same two with a gradient: ``f = hb.torch.op(q, backward=dq)`` on a float32 (16, 16)
+    tensor that requires grad, ``q`` = in * 2 + k and ``dq`` its gradient pipeline (d_inp = d_out
+    * 2), against a hand-written ``custom_op`` + ``register_fake`` + ``register_autograd`` calling
+    the same two pipelines: the forward alone (autograd records the graph), and forward plus
+    ``backward()``. The target: <= 1.30x each.
+(d) ``hb.torch.op`` of the pipeline without its output's bounds set (sized by the rule of
+    docs/aot.md "Outputs not given", kept per shape) against the one that sets them: the sizing
+    costs nothing once the shape was seen (informational, about 1.00x).
+
 Informational rows: the raw call on Buffers, the op through ``torch.ops`` (the packet, as a
 model's code calls it), ``torch.empty_like`` and ``t * 2 + 3`` in torch itself (the cost of an
 allocation and of a native op on such a tensor), and ``id(t)``, the floor of the timing loop.
@@ -52,22 +61,77 @@ OFFSET = 3
 OP_TARGET = 1.30               # hb.torch.op / the hand-written custom op, per call
 
 
-def build(hl, workdir: Path):
-    """The pipeline, built and loaded with hb.aot: out = in * 2 + offset, sized like its input."""
-    cc = c_compiler()
-    if not cc:
-        raise BuildError("no C compiler (gcc, cc, clang or $CC) to link the pipeline")
+def build(hl, workdir: Path, sized=True, name=NAME):
+    """The pipeline, built and loaded with hb.aot: out = in * 2 + offset, sized like its input
+    (`sized`), or its output's bounds unset."""
     x, y = hl.Var("x"), hl.Var("y")
     inp = hl.ImageParam(hl.UInt(8), 2, "inp")
     offset = hl.Param(hl.UInt(8), "offset")
-    out = hl.Func(NAME)
+    out = hl.Func(name)
     out[x, y] = inp[x, y] * hl.u8(2) + offset
     out.vectorize(x, 16, hl.TailStrategy.GuardWithIf)
-    pipelines.output_bounds_follow(out, inp)
+    if sized:
+        pipelines.output_bounds_follow(out, inp)
+    return _compiled(workdir, out, [inp, offset], name)
+
+
+def _compiled(workdir: Path, func, args, name):
+    cc = c_compiler()
+    if not cc:
+        raise BuildError("no C compiler (gcc, cc, clang or $CC) to link the pipeline")
     try:
-        return pipelines.compile_and_load(workdir, cc[0], out, [inp, offset], NAME, target=TARGET)
+        return pipelines.compile_and_load(workdir, cc[0], func, args, name, target=TARGET)
     except Exception as e:  # noqa: BLE001 - Halide's and the linker's failures alike
-        raise BuildError(f"building {NAME} failed: {type(e).__name__}: {e}") from e
+        raise BuildError(f"building {name} failed: {type(e).__name__}: {e}") from e
+
+
+def build_with_gradient(hl, workdir: Path):
+    """q: out = in * 2 + k (float32, bounds unset) and dq, its gradient pipeline (inp, d_<out> in,
+    d_inp = d_out * 2 out), in HelloPyTorch's convention."""
+    x, y = hl.Var("x"), hl.Var("y")
+    inp = hl.ImageParam(hl.Float(32), 2, "inp")
+    k = hl.Param(hl.Float(32), "k")
+    out = hl.Func(NAME + "_scale")
+    out[x, y] = inp[x, y] * 2 + k
+    d_out = hl.ImageParam(hl.Float(32), 2, "d_" + NAME + "_scale")
+    d_inp = hl.Func("d_inp")
+    d_inp[x, y] = d_out[x, y] * 2
+    return (_compiled(workdir, out, [inp, k], NAME + "_scale"),
+            _compiled(workdir, d_inp, [inp, d_out], NAME + "_scale_grad"))
+
+
+def by_hand_with_gradient(q, dq):
+    """The differentiable custom op a user writes around hb.aot and the same two pipelines."""
+
+    @torch.library.custom_op("hb_bench::scale_by_hand", mutates_args=())
+    def scale_by_hand(inp: torch.Tensor, k: float) -> torch.Tensor:
+        out = torch.empty_like(inp)
+        q(inp.detach(), k, out)  # hb.aot refuses a tensor that requires grad
+        return out
+
+    @scale_by_hand.register_fake
+    def _(inp, k):
+        return torch.empty_like(inp)
+
+    @torch.library.custom_op("hb_bench::scale_by_hand_grad", mutates_args=())
+    def scale_grad(inp: torch.Tensor, d_out: torch.Tensor) -> torch.Tensor:
+        d_inp = torch.empty_like(inp)
+        dq(inp.detach(), d_out.detach(), d_inp)
+        return d_inp
+
+    @scale_grad.register_fake
+    def _(inp, d_out):
+        return torch.empty_like(inp)
+
+    def setup_context(ctx, inputs, output):
+        ctx.save_for_backward(inputs[0])
+
+    def backward(ctx, grad):
+        (inp,) = ctx.saved_tensors
+        return scale_grad(inp, grad.contiguous()), None
+
+    scale_by_hand.register_autograd(backward, setup_context=setup_context)
+    return scale_by_hand
 
 
 def by_hand(p):
@@ -107,9 +171,25 @@ def sanity_checks(p, op, hand, src):
     return problems
 
 
-def make_cases(p, op, hand, src):
+def gradient_checks(op, hand):
+    """Both differentiable ops compute in * 2 + k and the gradient 2."""
+    problems = []
+    for what, f in (("hb.torch.op with backward", op), ("the hand-written differentiable op", hand)):
+        t = torch.rand(SMALL).requires_grad_()
+        y = f(t, 0.5)
+        y.backward(torch.ones(SMALL))
+        if not torch.equal(y.detach(), t.detach() * 2 + 0.5) or not torch.equal(t.grad, torch.full(SMALL, 2.0)):
+            problems.append(f"{what} did not compute in * 2 + k and its gradient 2")
+    return problems
+
+
+def make_cases(p, op, hand, src, unsized, grads):
     def env(**kw):
         return kw
+
+    g_op, g_hand = grads
+    tg = torch.rand(SMALL).requires_grad_()
+    ones = torch.ones(SMALL)
 
     t, t_out = torch.from_numpy(src.copy()), torch.zeros(SMALL, dtype=torch.uint8)
     b_in, b_out = hb.Buffer.from_host(src, copy=True), hb.Buffer(SMALL, "uint8")
@@ -120,6 +200,16 @@ def make_cases(p, op, hand, src):
              env(p=p, i=src.copy(), o=np.zeros(SMALL, np.uint8)), "reference"),
         Case("op", "hb.torch.op: f(t, 3)", "f(t, 3)", env(f=op, t=t), "ours", ref="by_hand"),
         Case("by_hand", "custom_op by hand: g(t, 3)  [peer]", "g(t, 3)", env(g=hand, t=t), "peer"),
+        Case("op_grad", "hb.torch.op(q, backward=dq): f(t, 0.5), t requiring grad", "f(t, 0.5)",
+             env(f=g_op, t=tg), "ours", ref="by_hand_grad"),
+        Case("by_hand_grad", "custom_op + register_autograd by hand: g(t, 0.5)  [peer]", "g(t, 0.5)",
+             env(g=g_hand, t=tg), "peer"),
+        Case("op_train", "hb.torch.op(q, backward=dq): f(t, 0.5).backward(ones)", "f(t, 0.5).backward(g)",
+             env(f=g_op, t=tg, g=ones), "ours", ref="by_hand_train"),
+        Case("by_hand_train", "custom_op by hand: g(t, 0.5).backward(ones)  [peer]", "f(t, 0.5).backward(g)",
+             env(f=g_hand, t=tg, g=ones), "peer"),
+        Case("op_unsized", "hb.torch.op of the pipeline without bounds: f(t, 3)", "f(t, 3)", env(f=unsized, t=t),
+             "info", ref="op"),
         Case("op_packet", "torch.ops.halide_buffer.<name>(t, 3)", "f(t, 3)", env(f=packet, t=t), "info",
              ref="by_hand"),
         Case("call_buffers", "p(Buffer, 3, Buffer)", "p(i, 3, o)", env(p=p, i=b_in, o=b_out), "info",
@@ -154,13 +244,19 @@ def report(cases, args):
         "op_vs_by_hand_paired_median": paired(by_key, "op", "by_hand"),
         "op_vs_call_tensors": best["op"] / best["call_tensors"],
         "op_vs_torch_native": best["op"] / best["torch_native"],
+        "op_grad_vs_by_hand": best["op_grad"] / best["by_hand_grad"],
+        "op_train_vs_by_hand": best["op_train"] / best["by_hand_train"],
+        "op_unsized_vs_op": best["op_unsized"] / best["op"],
     }
-    met = ratios["op_vs_by_hand"] <= OP_TARGET
+    met = all(ratios[k] <= OP_TARGET for k in ("op_vs_by_hand", "op_grad_vs_by_hand", "op_train_vs_by_hand"))
     print(f"(a) p(tensor, 3, tensor) / p(ndarray, 3, ndarray): {ratios['call_tensors_vs_ndarrays']:.2f}x "
           f"(median of per-round ratios {ratios['call_tensors_vs_ndarrays_paired_median']:.2f}x)")
     print(f"(b) hb.torch.op f(t, 3) / custom_op by hand: {ratios['op_vs_by_hand']:.2f}x "
           f"(target <= {OP_TARGET:.2f}x: {'met' if met else 'NOT met'}; {ratios['op_vs_by_hand_net_of_floor']:.2f}x "
           f"net of the loop floor; median of per-round ratios {ratios['op_vs_by_hand_paired_median']:.2f}x)")
+    print(f"(c) with a backward: forward {ratios['op_grad_vs_by_hand']:.2f}x, forward + backward "
+          f"{ratios['op_train_vs_by_hand']:.2f}x the hand-written differentiable custom_op (target <= {OP_TARGET:.2f}x)")
+    print(f"(d) an op of the pipeline without its bounds set / with them: {ratios['op_unsized_vs_op']:.2f}x")
     print(f"    hb.torch.op / the bare call p(tensor, 3, tensor): {ratios['op_vs_call_tensors']:.2f}x "
           f"(what the op adds: {best['op'] - best['call_tensors']:.0f} ns); / t * 2 + 3 in torch: "
           f"{ratios['op_vs_torch_native']:.2f}x")
@@ -187,13 +283,17 @@ def main(argv=None):
     with tempfile.TemporaryDirectory(prefix="hb_bench_torch_", ignore_cleanup_errors=True) as tmp:
         try:
             p = build(hl, Path(tmp))
+            unsized = hbt.op(build(hl, Path(tmp), sized=False, name=NAME + "_unsized"))
+            q, dq = build_with_gradient(hl, Path(tmp))
         except BuildError as e:
             print(f"cannot build the pipeline: {e}", file=sys.stderr)
             return 2
         op, hand = hbt.op(p), by_hand(p)
+        grads = (hbt.op(q, backward=dq), by_hand_with_gradient(q, dq))
         src = np.arange(SMALL[0] * SMALL[1], dtype=np.uint8).reshape(SMALL)
         problems = sanity_checks(p, op, hand, src)
-        cases = make_cases(p, op, hand, src)
+        problems += gradient_checks(*grads)
+        cases = make_cases(p, op, hand, src, unsized, grads)
         run_cases(cases, args.number, args.repeat)
         ratios, target, noisy = report(cases, args)
 

@@ -374,6 +374,8 @@ class _Gradient:
             raise ValueError(f"{where} gives no gradient (an output d_<input> for an input of "
                              f"{forward.pipeline.name}); pass the pipeline of the gradients")
         self.overload: torch._ops.OpOverload | None = None
+        self.forward_tensors = [i for i, _, _, _ in forward.buffers]
+        self.forward_scalars = [i for i, _ in forward.scalars]
 
     def _check_gives(self, where: str, a: dict[str, Any], inputs: dict[str, dict[str, Any]],
                      positions: dict[str, int]) -> None:
@@ -404,23 +406,22 @@ class _Gradient:
     # -- autograd -------------------------------------------------------------------------------
 
     def _setup_context(self, ctx: Any, inputs: tuple[Any, ...], output: Any) -> None:
-        """What the backward needs: the forward's inputs, the outputs' shapes (for a gradient
-        autograd leaves out)."""
-        forward = self.forward
-        ctx.save_for_backward(*(inputs[i] for i, _, _, _ in forward.buffers))
-        ctx.scalars = [inputs[i] for i, _ in forward.scalars]
-        outs = output if isinstance(output, tuple) else (output,)
-        ctx.outputs = [(t.shape, t.dtype, t.device) for t in outs]
+        """What the backward needs: the forward's inputs (tensors saved, scalars kept)."""
+        ctx.save_for_backward(*(inputs[i] for i in self.forward_tensors))
+        ctx.scalars = [inputs[i] for i in self.forward_scalars] if self.forward_scalars else ()
 
     def _backward(self, ctx: Any, *grads: Any) -> tuple[Any, ...]:
         forward = self.forward
         args: list[Any] = [None] * len(forward.inputs)
-        for (i, _, _, _), t in zip(forward.buffers, ctx.saved_tensors):
+        for i, t in zip(self.forward_tensors, ctx.saved_tensors):
             args[i] = t
-        for (i, _), v in zip(forward.scalars, ctx.scalars):
+        for i, v in zip(self.forward_scalars, ctx.scalars):
             args[i] = v
-        grads = tuple(g if g is not None else torch.zeros(shape, dtype=dtype, device=device)
-                      for g, (shape, dtype, device) in zip(grads, ctx.outputs))
+        if any(g is None for g in grads):  # an output autograd leaves out: a gradient of zeros
+            shapes, _ = forward.sizes(args, fake=False)
+            device = args[forward.buffers[0][0]].device if forward.buffers else forward._default_device()
+            grads = tuple(g if g is not None else torch.zeros(shape, dtype=dtype, device=device)
+                          for g, shape, (_, dtype, _) in zip(grads, shapes, forward.outputs))
         got = self.overload(*args, *grads)
         got = got if isinstance(got, tuple) else (got,)
         out: list[Any] = [None] * len(forward.inputs)
