@@ -24,12 +24,33 @@ cuda_standin.install()
 # variable runs the whole suite either way.
 os.environ.setdefault("HALIDE_BUFFER_OPENCL_ZERO_COPY", "0")
 
-# Property tests draw the same examples on every run ("reproducible"), so the suite's outcome does
-# not depend on the day; HYPOTHESIS_PROFILE=explore draws new ones and remembers failures (in
-# .hypothesis/), for hunting bugs rather than gating a change.
-settings.register_profile("reproducible", derandomize=True, database=None)
+# Property tests draw the same examples on every run, so the suite's outcome does not depend on the
+# day. Two such profiles differ only in how many examples the tests marked `examples` draw:
+# "quick", the default (the README's command, the mutation tool), and "ci", the counts CI runs in a
+# step of its own (HYPOTHESIS_PROFILE=ci python -m pytest -m examples). HYPOTHESIS_PROFILE=explore
+# draws new examples, CI's counts of them, and remembers failures (in .hypothesis/), for hunting
+# bugs rather than gating a change.
+PROFILES = ("quick", "ci", "explore")
+settings.register_profile("quick", derandomize=True, database=None)
+settings.register_profile("ci", derandomize=True, database=None)
 settings.register_profile("explore")
-settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "reproducible"))
+settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "quick"))
+
+
+def pytest_report_header(config):
+    return f"hypothesis profile: {settings.get_current_profile_name()} (HYPOTHESIS_PROFILE: {', '.join(PROFILES)})"
+
+
+@pytest.fixture
+def examples(request):
+    """How many examples this property test draws under the loaded profile: its marker's `quick`
+    count under "quick", its `ci` count under "ci" and "explore"."""
+    marker = request.node.get_closest_marker("examples")
+    if marker is None or set(marker.kwargs) != {"quick", "ci"}:
+        pytest.fail("the examples fixture needs @pytest.mark.examples(quick=N, ci=M) on its test", pytrace=False)
+    if not 0 < marker.kwargs["quick"] <= marker.kwargs["ci"]:
+        pytest.fail(f"@pytest.mark.examples{marker.kwargs}: want 0 < quick <= ci", pytrace=False)
+    return marker.kwargs["quick" if settings.get_current_profile_name() == "quick" else "ci"]
 
 
 @pytest.fixture(scope="session")

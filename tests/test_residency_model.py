@@ -502,9 +502,10 @@ def run(device, pipelines, examples):
 
 
 @pytest.mark.needs_halide
+@pytest.mark.examples(quick=60, ci=600)
 @pytest.mark.parametrize("device", DEVICES)
-def test_random_operations_match_the_model(pipelines, device):
-    run(device, pipelines, 600)
+def test_random_operations_match_the_model(pipelines, device, examples):
+    run(device, pipelines, examples)
 
 
 @pytest.mark.long

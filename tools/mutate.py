@@ -12,7 +12,9 @@ that matters) and names the test files that should catch it. For each selected m
 2. applies the mutant there and rebuilds in place (`setup.py build_ext --inplace`, incremental:
    only the units the edit touched compile again),
 3. runs `python -m pytest -x -q -p no:cacheprovider <tests>` against the scratch tree, with a
-   JUnit XML report that tells a failed test from an error at the setup of one,
+   JUnit XML report that tells a failed test from an error at the setup of one, under the suite's
+   quick hypothesis profile (the property tests' `quick` counts, as the README's command runs
+   them) unless --profile ci asks for CI's counts,
 4. restores the source and goes on with the next mutant.
 
 Outcomes: KILLED (a test failed, or pytest stopped otherwise: a collection error, a crash),
@@ -231,9 +233,15 @@ def make_scratch(root: Path) -> Path:
     return scratch
 
 
-def environment(scratch: Path, jobs: int) -> dict[str, str]:
+# The hypothesis profiles of tests/conftest.py a mutant may be judged with: "quick" (the default,
+# as the README's command runs the suite) and "ci" (the property tests at CI's counts).
+PROFILES = ("quick", "ci")
+
+
+def environment(scratch: Path, jobs: int, profile: str = "quick") -> dict[str, str]:
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join([str(scratch), *filter(None, [env.get("PYTHONPATH")])])
+    env["HYPOTHESIS_PROFILE"] = profile  # the tool's choice, whatever the shell had set
     if jobs > 1:  # the jobs share the cores: one compile each unless told otherwise
         env.setdefault("HALIDE_BUFFER_BUILD_JOBS", "1")
     return env
@@ -342,10 +350,10 @@ def tests_outcome(rc: int | None, report: Path) -> str:
 class Worker:
     """One scratch tree, used for one mutant after another."""
 
-    def __init__(self, root: Path, jobs: int, build_timeout: float):
+    def __init__(self, root: Path, jobs: int, build_timeout: float, profile: str = "quick"):
         self.scratch = make_scratch(root)
         try:
-            self.env = environment(self.scratch, jobs)
+            self.env = environment(self.scratch, jobs, profile)
             self.build_timeout = build_timeout
             rc, out, secs = build(self.scratch, self.env, build_timeout)
             if rc != 0:
@@ -513,6 +521,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                    help="seconds a mutant's tests may run before it counts as TIMEOUT (default 600; a "
                         "mutant's own `timeout` wins)")
     p.add_argument("--build-timeout", type=float, default=900, help="seconds a build may take (default 900)")
+    p.add_argument("--profile", choices=PROFILES, default="quick",
+                   help="the hypothesis profile of tests/conftest.py the tests run with: quick (default: the "
+                        "property tests' quick counts, as the README's command) or ci (CI's counts, slower)")
     p.add_argument("--mutants", type=Path, default=DEFAULT_MUTANTS,
                    help="the mutant list (default tools/mutants.toml)")
     g = p.add_argument_group("generated mutants (instead of the list)")
@@ -557,6 +568,9 @@ def main(argv: list[str] | None = None) -> int:
     if args.list:
         return list_mutants(ROOT, mutants)
 
+    print(f"hypothesis profile: {args.profile}"
+          + (" (the property tests' quick counts; --profile ci for CI's)" if args.profile == "quick" else
+             " (the property tests at CI's counts)"), flush=True)
     results: dict[str, Result] = {}
     runnable = []
     for m in mutants:  # stale ones are known before any copying: reported at once, loudly
@@ -588,7 +602,7 @@ def main(argv: list[str] | None = None) -> int:
 
     def judge_all() -> None:
         try:
-            worker = Worker(ROOT, args.jobs, args.build_timeout)
+            worker = Worker(ROOT, args.jobs, args.build_timeout, args.profile)
         except (RuntimeError, OSError, subprocess.SubprocessError) as e:
             with lock:
                 failures.append(str(e))
@@ -671,6 +685,7 @@ def main(argv: list[str] | None = None) -> int:
             "detail": r.detail} for r in ordered], indent=1) + "\n")
     if args.generate:
         print(f"seed {args.seed}, sample {args.sample if args.sample is not None else 'all'}")
+    print(f"hypothesis profile: {args.profile}")
     if count["STALE"]:
         print(f"WARNING: {count['STALE']} stale mutant(s): their snippets no longer match the sources; "
               f"update them in {args.mutants.name}", file=sys.stderr)
