@@ -107,31 +107,13 @@ def cuda_standin_strict():
 
 def pytest_sessionfinish(session, exitstatus):
     """The stand-in's strict mode at the end: once every test's objects are gone, no allocation
-    is alive that halide_buffer does not hold (a test's buffer kept by a module is still held).
-    Under pytest-xdist each worker checks its own process and hands a finding to the controller
-    (pytest_testnodedown), whose exit status is the run's."""
-    found = getattr(session.config, "_cuda_standin_orphans", [])
-    if cuda_standin.loaded():
-        gc.collect()
-        alive, held = cuda_standin.live_allocations(), hb._core._live_counts()["device_allocations"]
-        if alive > held:
-            found.append(f"CUDA driver stand-in: {alive - held} of its {alive} allocations alive at the end of the "
-                         f"session, owned by nothing (halide_buffer holds {held} device allocations)")
-    if not found:
+    is alive that halide_buffer does not hold (a test's buffer kept by a module is still held)."""
+    if not cuda_standin.loaded():
         return
-    if hasattr(session.config, "workeroutput"):
-        session.config.workeroutput["cuda_standin_orphans"] = found
-    sys.stderr.write("".join(f"\n{line}\n" for line in found))
-    session.exitstatus = pytest.ExitCode.TESTS_FAILED
-
-
-@pytest.hookimpl(optionalhook=True)
-def pytest_testnodedown(node, error):
-    """pytest-xdist's controller: a worker's finding at its session's end fails the run."""
-    found = getattr(node, "workeroutput", {}).get("cuda_standin_orphans")
-    if found:
-        worker = getattr(getattr(node, "gateway", None), "id", "a worker")
-        node.config._cuda_standin_orphans = [*getattr(node.config, "_cuda_standin_orphans", []),
-                                             *(f"{worker}: {line}" for line in found)]
-
+    gc.collect()
+    alive, held = cuda_standin.live_allocations(), hb._core._live_counts()["device_allocations"]
+    if alive > held:
+        sys.stderr.write(f"\nCUDA driver stand-in: {alive - held} of its {alive} allocations alive at the end "
+                         f"of the session, owned by nothing (halide_buffer holds {held} device allocations)\n")
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
 
