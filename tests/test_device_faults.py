@@ -254,9 +254,10 @@ def run(backend, examples):
     Faulty.TestCase("runTest").runTest()
 
 
+@pytest.mark.examples(quick=30, ci=200)
 @pytest.mark.parametrize("backend", BACKENDS)
-def test_random_failures_never_lose_data(backend):
-    run(backend, 200)
+def test_random_failures_never_lose_data(backend, examples):
+    run(backend, examples)
 
 
 @pytest.mark.long

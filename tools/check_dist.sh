@@ -50,7 +50,8 @@ SUBSET=(tests/test_cli.py tests/test_stubs.py tests/test_exports.py tests/test_e
 # And under the Pythons with PyTorch and JAX: DLPack both ways, every dtype, and the long tests
 # of code that is the same C++ under every Python: the AOT tests that build many pipelines (every
 # argument kind, tensors among them; Halide's own runtime's scenarios) and
-# the residency model's random operations (a minute or more each).
+# the residency model's random operations (the quick hypothesis profile's counts: CI runs CI's
+# counts once, on the development build).
 WITH_TORCH=(tests/test_dlpack.py tests/test_aot.py tests/test_aot_outputs.py
     tests/test_aot_arguments.py tests/test_aot_upstream.py tests/test_residency_model.py)
 # The Pythons whose environment is not pinned: many of constraints.txt's releases need 3.11 or
