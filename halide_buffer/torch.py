@@ -411,17 +411,14 @@ class _Gradient:
         ctx.scalars = [inputs[i] for i in self.forward_scalars] if self.forward_scalars else ()
 
     def _backward(self, ctx: Any, *grads: Any) -> tuple[Any, ...]:
+        """The gradients of the forward's inputs (None for those the backward gives none). Every
+        output's gradient is a tensor: autograd materializes an unused output's as zeros."""
         forward = self.forward
         args: list[Any] = [None] * len(forward.inputs)
         for i, t in zip(self.forward_tensors, ctx.saved_tensors):
             args[i] = t
         for i, v in zip(self.forward_scalars, ctx.scalars):
             args[i] = v
-        if any(g is None for g in grads):  # an output autograd leaves out: a gradient of zeros
-            shapes, _ = forward.sizes(args, fake=False)
-            device = args[forward.buffers[0][0]].device if forward.buffers else forward._default_device()
-            grads = tuple(g if g is not None else torch.zeros(shape, dtype=dtype, device=device)
-                          for g, shape, (_, dtype, _) in zip(grads, shapes, forward.outputs))
         got = self.overload(*args, *grads)
         got = got if isinstance(got, tuple) else (got,)
         out: list[Any] = [None] * len(forward.inputs)

@@ -163,3 +163,21 @@ def test_an_op_of_the_same_name_from_another_library_is_not_the_first_librarys(t
     assert second is not first
     torch.testing.assert_close(second(t, 2.0), t + 2, rtol=0, atol=0)
     torch.testing.assert_close(first(t, 1.0), t + 1, rtol=0, atol=0)
+
+
+def test_a_cuda_call_goes_on_a_device_of_torchs_current_stream_unless_it_is_the_default(monkeypatch):
+    """Which halide_buffer CUDA device a call's tensors are wrapped on (no GPU here: torch's current
+    stream and hb.cuda.device are stood in for; tests/gpu/run_checks.sh computes on real streams)."""
+    class Stream:
+        def __init__(self, handle):
+            self.cuda_stream = handle
+
+    made = []
+    monkeypatch.setattr(hbt._cuda, "device", lambda index, stream: made.append((index, stream)) or ("device", index))
+    default = Stream(0)
+    monkeypatch.setattr(torch.cuda, "current_stream", lambda device: default)
+    assert hbt._current_stream_device(torch.device("cuda", 1)) is None and made == []
+    other = Stream(0x5000)
+    monkeypatch.setattr(torch.cuda, "current_stream", lambda device: other)
+    assert hbt._current_stream_device(torch.device("cuda", 1)) == ("device", 1)
+    assert made == [(1, other)]
