@@ -175,3 +175,32 @@ def test_registering_again_with_another_backward_is_refused(pipes, product):
         hbt.op(pipes["hb_tg_product"])
     with pytest.raises(TypeError, match=r"backward must be a halide_buffer\.aot\.Pipeline"):
         hbt.op(pipes["hb_tg_product"], name="hb_tg_other", backward="hb_tg_product_grad")
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(),
+                    reason="needs a CUDA GPU (not available here); tests/gpu/run_checks.sh runs it on one")
+@pytest.mark.filterwarnings(INDUCTOR_IMPORT)
+def test_gradients_on_cuda_tensors(tmp_path):
+    """The forward and its gradient pipeline built for CUDA: the op, its backward and a compiled
+    training step on CUDA tensors, on torch's current stream."""
+    objects = compile_in_fresh_processes(tmp_path, [
+        [("product_func", [False], "hb_tg_product_gpu", STRICT + "-cuda")],
+        [("product_func", [True], "hb_tg_product_gpu_grad", STRICT + "-cuda")],
+    ])
+    cc = c_compiler()
+    loaded = {stem: hb.aot.load(link(tmp_path, cc, [path], f"lib{stem}.so"), stem) for stem, path in objects.items()}
+    f = hbt.op(loaded["hb_tg_product_gpu"], backward=loaded["hb_tg_product_gpu_grad"])
+    a, b, c = (doubles((5, 7), 60 + i).detach().cuda().requires_grad_() for i in range(3))
+    weight = doubles((5, 7), 63, grad=False).cuda()
+
+    def loss(a, b, c):
+        return (f(a, b, c, 0.5) * weight).sum()
+
+    loss(a, b, c).backward()
+    torch.testing.assert_close(a.grad, weight * b.detach(), rtol=0, atol=0)
+    torch.testing.assert_close(b.grad, weight * a.detach(), rtol=0, atol=0)
+    assert a.grad.device == a.device and c.grad is None
+    again = [t.detach().clone().requires_grad_() for t in (a, b)]
+    torch.compile(loss, fullgraph=True, backend="aot_eager")(*again, c.detach()).backward()
+    torch.testing.assert_close(again[0].grad, a.grad)
+    torch.testing.assert_close(again[1].grad, b.grad)

@@ -205,10 +205,11 @@ else
     echo "tests/test_cuda_glue.py: not run (it builds its pipeline with the halide wheel, missing here;"
     echo "the prebuilt *_glue libraries of test_cuda.py run the same glue)"
 fi
-# hb.torch.op on CUDA tensors, on torch's current stream (it builds its pipelines with the halide
+# hb.torch.op on CUDA tensors, on torch's current stream, and an op with its gradient pipeline (they build their pipelines with the halide
 # wheel; skips without a CUDA build of torch).
 if importable halide && importable torch; then
     GPU_TESTS+=("tests/test_torch_op.py::test_a_cuda_pipeline_on_cuda_tensors")
+    GPU_TESTS+=("tests/test_torch_gradients.py::test_gradients_on_cuda_tensors")
 fi
 rm -f "$RESULTS/gpu_tests.xml"
 # At the limit pytest is interrupted (SIGINT), so that it still writes the XML of what ran.
