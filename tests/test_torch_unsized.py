@@ -105,6 +105,9 @@ def test_a_lookup_table_too_small_for_its_indices_says_how_to_size_the_output(op
     assert "; size the outputs yourself: hb.torch.op(pipeline, output_shapes=...)" in str(e.value)
     lut = floats((256,), 7)
     torch.testing.assert_close(ops["gather"](idx + 3, lut), lut[3].expand(40), rtol=0, atol=0)
+    # A 1-D step slice (last-axis stride 2) is made dense first, as a 2-D one is.
+    spread = torch.arange(80, dtype=torch.uint8)
+    torch.testing.assert_close(ops["gather"](spread[::2], lut), lut[spread[::2].long()], rtol=0, atol=0)
 
 
 @pytest.mark.filterwarnings(INDUCTOR_IMPORT)
