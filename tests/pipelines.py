@@ -20,7 +20,8 @@ What it offers:
   ``lib<name>.so`` and returns a ctypes `Pipeline` (``int name(halide_buffer_t *in,
   halide_buffer_t *out)``: `.call(inp, out)` gives (return code, Halide's messages), `.run`
   asserts success, `.lib` is the library); `compile_and_load(...)` does the same and returns
-  ``hb.aot.load``'s pipeline.
+  ``hb.aot.load``'s pipeline; `compile_and_load_each(directory, made, prefix, target)` loads a
+  dict of them.
 - Pipelines whose names must be exactly the ones written (Halide makes a Func name unique in a
   process: a second Func "output" is "output$1"): `compile_in_fresh_processes(directory,
   processes)` compiles jobs, functions of this module making (func, arguments), to objects in
@@ -161,6 +162,14 @@ def compile_and_load(directory, compiler, func, args, name, target=TARGET):
     """Builds `func` (a Func or an hl.Pipeline) into lib<name>.so and loads it with hb.aot."""
     build(directory, compiler, func, args, name, target=target)
     return hb.aot.load(directory / f"lib{name}.so", name)
+
+
+def compile_and_load_each(directory, made, prefix, target=TARGET):
+    """compile_and_load() for each (func, args) in the dict `made`, as pipelines named
+    <prefix><key>; returns {key: pipeline}."""
+    cc = c_compiler()
+    return {key: compile_and_load(directory, cc, func, args, f"{prefix}{key}", target=target)
+            for key, (func, args) in made.items()}
 
 
 # What a fresh process runs: make each pipeline with a function of this module (once per maker

@@ -17,8 +17,8 @@ import pytest
 
 import halide_buffer as hb
 
-from pipelines import (TARGET, c_compiler, compile_and_load, gather_func, random_bf16, unsized_add_func,
-                       unsized_blur_func, upsample2_func)
+from pipelines import (TARGET, compile_and_load_each, gather_func, random_bf16, unsized_add_func, unsized_blur_func,
+                       upsample2_func)
 
 pytestmark = pytest.mark.needs_halide
 
@@ -26,7 +26,6 @@ pytestmark = pytest.mark.needs_halide
 @pytest.fixture(scope="module")
 def pipes(tmp_path_factory):
     directory = tmp_path_factory.mktemp("aot_sizes")
-    cc = c_compiler()
     made = {
         "add": unsized_add_func("sz_add"),
         "add_bf16": unsized_add_func("sz_add_bf16", "bfloat16"),
@@ -35,8 +34,7 @@ def pipes(tmp_path_factory):
         "upsample": upsample2_func("sz_upsample"),
         "gather": gather_func("sz_gather"),
     }
-    return {key: compile_and_load(directory, cc, func, args, f"hb_sz_{key}", target=TARGET + "-strict_float")
-            for key, (func, args) in made.items()}
+    return compile_and_load_each(directory, made, "hb_sz_", target=TARGET + "-strict_float")
 
 
 def floats(shape, seed):

@@ -16,8 +16,8 @@ import torch
 import halide_buffer as hb
 import halide_buffer.torch as hbt
 
-from pipelines import (TARGET, c_compiler, compile_and_load, gather_func, random_bf16, unsized_add_func,
-                       unsized_blur_func, upsample2_func)
+from pipelines import (TARGET, c_compiler, compile_and_load, compile_and_load_each, gather_func, random_bf16,
+                       unsized_add_func, unsized_blur_func, upsample2_func)
 
 pytestmark = [pytest.mark.needs_torch, pytest.mark.needs_halide]
 
@@ -28,7 +28,6 @@ INDUCTOR_IMPORT = "ignore:`torch.jit.script_method` is deprecated:DeprecationWar
 @pytest.fixture(scope="module")
 def pipes(tmp_path_factory):
     directory = tmp_path_factory.mktemp("torch_unsized")
-    cc = c_compiler()
     made = {
         "add": unsized_add_func("tu_add"),
         "add_bf16": unsized_add_func("tu_add_bf16", "bfloat16"),
@@ -36,8 +35,7 @@ def pipes(tmp_path_factory):
         "upsample": upsample2_func("tu_upsample"),
         "gather": gather_func("tu_gather"),
     }
-    return {key: compile_and_load(directory, cc, func, args, f"hb_tu_{key}", target=STRICT)
-            for key, (func, args) in made.items()}
+    return compile_and_load_each(directory, made, "hb_tu_", target=STRICT)
 
 
 @pytest.fixture(scope="module")
