@@ -29,11 +29,15 @@ os.environ.setdefault("HALIDE_BUFFER_OPENCL_ZERO_COPY", "0")
 # "quick", the default (the README's command, the mutation tool), and "ci", the counts CI runs in a
 # step of its own (HYPOTHESIS_PROFILE=ci python -m pytest -m examples). HYPOTHESIS_PROFILE=explore
 # draws new examples, CI's counts of them, and remembers failures (in .hypothesis/), for hunting
-# bugs rather than gating a change.
+# bugs rather than gating a change. Each derives from Hypothesis's own defaults, not from the profile
+# loaded when this file runs: Hypothesis loads its own "ci" profile (derandomized) wherever a CI
+# environment variable is set, and a profile registered without a parent inherits the loaded one.
+# None has a deadline: speed is measured in benchmarks/, never asserted by a test on a loaded machine.
 PROFILES = ("quick", "ci", "explore")
-settings.register_profile("quick", derandomize=True, database=None)
-settings.register_profile("ci", derandomize=True, database=None)
-settings.register_profile("explore")
+_DEFAULTS = settings(settings.get_profile("default"), deadline=None)
+settings.register_profile("quick", _DEFAULTS, derandomize=True, database=None)
+settings.register_profile("ci", _DEFAULTS, derandomize=True, database=None)
+settings.register_profile("explore", _DEFAULTS)
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "quick"))
 
 

@@ -4,6 +4,7 @@ of its own for the counts the quick run leaves out, and tools/mutate.py (quick u
 
 import os
 import re
+import subprocess
 import sys
 from pathlib import Path
 
@@ -30,6 +31,24 @@ def test_the_default_profile_is_quick_and_reproducible():
         profile = settings.get_profile(name)
         assert profile.derandomize and profile.database is None, name
     assert not settings.get_profile("explore").derandomize
+
+
+def test_the_profiles_do_not_depend_on_a_ci_environment():
+    """Hypothesis loads a derandomized profile of its own wherever CI is set; the suite's profiles
+    are the same there and here."""
+    probe = ("import sys; sys.path.insert(0, 'tests'); import conftest; from hypothesis import settings; "
+             "print([(n, settings.get_profile(n).derandomize, settings.get_profile(n).deadline) "
+             "for n in conftest.PROFILES])")
+    answers = []
+    for ci in ("", "true"):
+        env = {k: v for k, v in os.environ.items() if k not in ("CI", "HYPOTHESIS_PROFILE")}
+        if ci:
+            env["CI"] = ci
+        done = subprocess.run([sys.executable, "-c", probe], cwd=ROOT, env=env, capture_output=True, text=True)
+        assert done.returncode == 0, done.stderr
+        answers.append(done.stdout)
+    assert answers[0] == answers[1]
+    assert "timedelta" not in answers[0], "a profile has a deadline: " + answers[0]
 
 
 @pytest.mark.examples(quick=3, ci=7)
