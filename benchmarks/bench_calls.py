@@ -9,7 +9,8 @@ Run:  python benchmarks/bench_calls.py [--number N] [--repeat R] [--json PATH]
 Every row is one call of ours beside the same thing done by a peer, both measured in the same
 run; its figure is ours / peer, and its goal the largest ratio the project aims for. ``a`` and
 ``o`` are float32 (4, 4) ndarrays, ``b`` a ``Buffer((4, 4), "float32")``, ``h`` a
-``halide.Buffer(a)``, ``n`` a nanobind ndarray (float32 (4, 4)):
+``halide.Buffer(a)``, ``n`` a nanobind ndarray (float32 (4, 4)), ``t`` and ``to`` float32 (4, 4)
+CPU torch tensors:
 
 * ``p(a, 3, o)`` through ``hb.aot`` against ``f(a, 3, o)``, Halide's generated Python extension,
   for the host pipeline ``out(x, y) = in(x, y) + k`` (an int32 scalar ``k``), on the same
@@ -23,18 +24,24 @@ run; its figure is ours / peer, and its goal the largest ratio the project aims 
 * ``p(bi, 3, bo)`` through ``hb.aot`` on Buffers against the FASTCALL limit of the same call
   (``bench_aot_calls.py``'s ``peer_fastcall_aot.cpp``: one ``METH_FASTCALL`` function over the
   pipeline's entry point with the two ``halide_buffer_t`` addresses taken once): goal <= 2.0.
+* ``p(t, to)`` through ``hb.aot`` on torch tensors, and ``p(a, ao)`` on ndarrays, against
+  ``f(t, to)`` and ``f(a, ao)``, Apache TVM FFI's ``add_one`` (``bench_tvm_ffi.py``'s peer,
+  ``peer_tvm_ffi_add.cpp``) on the same kind of arguments, for the host pipeline ``out(x, y) =
+  in(x, y) + 1`` on float32 (no scalar): goal <= 1.0 each.
 * Informational: ``id(b)``, the floor of the loop.
 
 The pipeline and the extension are built when the script runs, by ``bench_pipelines.py`` (its
 ``add_k_func`` on float32), the FASTCALL limit by ``bench_aot_calls.py``; the nanobind peer is
-``bench_dlpack.py``'s. A row whose peer cannot be built (no ``halide`` wheel, no compiler, no
-nanobind) is reported skipped, with the reason; the rest still runs.
+``bench_dlpack.py``'s; the ``+ 1`` pipeline and the TVM FFI peer are ``bench_tvm_ffi.py``'s. A row
+whose peer cannot be built (no ``halide`` wheel, no compiler, no nanobind, no PyTorch, no TVM FFI)
+is reported skipped, with the reason; the rest still runs.
 
 Wall time (the default): every call is timed with ``timeit`` as ``repeat`` rounds of ``number``
 calls, the rounds of all cases interleaved, the best round giving the per-call cost.
 
 Instructions (``--instructions``): the instructions a call executes, counted by valgrind's
-callgrind in one child Python (``PYTHONHASHSEED=0``) that counts nothing at start. A small C
+callgrind in a child Python (``PYTHONHASHSEED=0``) that counts nothing at start; the TVM FFI rows
+in a second one (importing tvm_ffi imports PyTorch, which moves other rows' counts). A small C
 library of callgrind's client requests, compiled when the script runs and loaded with ctypes,
 brackets each loop: every case is warmed up, then run as a loop of N1 calls and one of N2 calls,
 each counted on its own; the per-call figure is (I(N2) - I(N1)) / (N2 - N1), so what a loop
@@ -118,6 +125,9 @@ ROWS = [
         "asarray_halide", 1.5),
     Row("asarray", "np.asarray(b) / np.asarray(n), nanobind", "asarray_buffer", "asarray_nanobind", 1.0),
     Row("aot_limit", "p(bi, 3, bo): hb.aot on Buffers / FASTCALL limit", "aot_buffers", "fastcall_limit", 2.0),
+    Row("tvm_ffi_tensors", "p(t, to): hb.aot on torch tensors / TVM FFI", "aot_tensors", "tvm_ffi_tensors", 1.0),
+    Row("tvm_ffi_ndarrays", "p(a, ao): hb.aot on ndarrays / TVM FFI", "aot_ndarrays_add_one", "tvm_ffi_ndarrays",
+        1.0),
 ]
 
 
@@ -150,9 +160,24 @@ def build_pipeline(hl, workdir):
 
 def build_all(workdir):
     """Everything the rows need that is built at run time, as paths a child process can load
-    (see load_all()): {"halide": bool, "library", "extension", "nanobind": path or None,
-    "reasons": {what: why it is missing}}."""
-    spec = {"halide": False, "library": None, "extension": None, "limit": None, "nanobind": None, "reasons": {}}
+    (see load_all()): {"halide", "torch": bool, "library", "extension", "limit", "add_one",
+    "tvm_ffi", "nanobind": path or None, "reasons": {what: why it is missing}}."""
+    spec = {"halide": False, "torch": False, "library": None, "extension": None, "limit": None, "add_one": None,
+            "tvm_ffi": None, "nanobind": None, "reasons": {}}
+    from bench_pipelines import BuildError
+    from bench_tvm_ffi import build_add_one, build_tvm_peer
+
+    try:
+        import torch  # noqa: F401
+    except ImportError as e:
+        spec["reasons"]["torch"] = f"PyTorch is not installed (pip install torch): {e}"
+    else:
+        spec["torch"] = True
+    peer, why = build_tvm_peer(workdir)
+    if peer is None:
+        spec["reasons"]["tvm_ffi"] = why
+    else:
+        spec["tvm_ffi"] = str(peer)
     try:
         import halide as hl
     except ImportError as e:
@@ -169,8 +194,12 @@ def build_all(workdir):
             spec["reasons"]["limit"] = why
         else:
             spec["limit"] = module.__file__
-    # bench_dlpack.py's nanobind ndarray. Importing bench_dlpack imports PyTorch, which no row
-    # needs: only this process does, never the counting child.
+        try:
+            spec["add_one"] = str(build_add_one(hl, workdir))
+        except BuildError as e:
+            spec["reasons"]["add_one"] = str(e)
+    # bench_dlpack.py's nanobind ndarray. Importing bench_dlpack imports PyTorch, as the TVM FFI
+    # rows do (in the counting child too).
     from bench_dlpack import build_peer
 
     module, why = build_peer(workdir)
@@ -185,7 +214,7 @@ def build_all(workdir):
 class Loaded:
     """What load_all() made of a spec: the modules and objects the cases call."""
 
-    hl = p = f = nb = limit = fn = None
+    hl = p = f = nb = limit = fn = p1 = tvm = torch = None
 
 
 def import_from(path, name):
@@ -210,6 +239,18 @@ def load_all(spec):
         got.f = getattr(import_from(Path(spec["extension"]), PIPELINE), PIPELINE)
     if spec["nanobind"]:
         got.nb = import_from(Path(spec["nanobind"]), "peer_nanobind_ndarray")
+    if spec["add_one"]:
+        from bench_tvm_ffi import ADD_ONE
+
+        got.p1 = hb.aot.load(spec["add_one"], ADD_ONE)
+    if spec["tvm_ffi"]:
+        from bench_tvm_ffi import load_tvm_peer
+
+        got.tvm = load_tvm_peer(spec["tvm_ffi"])
+    if spec["torch"]:
+        import torch
+
+        got.torch = torch
     return got
 
 
@@ -251,6 +292,20 @@ def make_cases(got):
     if got.f is not None:
         cases.append(Case("extension_ndarrays", "f(a, 3, o), generated extension", "f(a, k, o)",
                           {"f": got.f, "a": a, "k": K, "o": o.copy()}, "peer"))
+    if got.p1 is not None and got.torch is not None:
+        t, to = got.torch.from_numpy(a.copy()), got.torch.zeros(SMALL)
+        cases.append(Case("aot_tensors", "p(t, to), hb.aot on torch tensors", "p(t, o)",
+                          {"p": got.p1, "t": t, "o": to}, "ours"))
+    if got.tvm is not None and got.torch is not None:
+        t, to = got.torch.from_numpy(a.copy()), got.torch.zeros(SMALL)
+        cases.append(Case("tvm_ffi_tensors", "f(t, to), TVM FFI on torch tensors", "f(t, o)",
+                          {"f": got.tvm, "t": t, "o": to}, "peer"))
+    if got.p1 is not None:
+        cases.append(Case("aot_ndarrays_add_one", "p(a, ao), hb.aot on ndarrays", "p(a, o)",
+                          {"p": got.p1, "a": a.copy(), "o": o.copy()}, "ours"))
+    if got.tvm is not None:
+        cases.append(Case("tvm_ffi_ndarrays", "f(a, ao), TVM FFI on ndarrays", "f(a, o)",
+                          {"f": got.tvm, "a": a.copy(), "o": o.copy()}, "peer"))
     cases += [
         Case("buffer_new", 'Buffer((4, 4), "float32")', "B(s, d)", {"B": hb.Buffer, "s": SMALL, "d": "float32"},
              "ours"),
@@ -300,6 +355,21 @@ def sanity_checks(got):
         bi, bo = hb.Buffer.from_host(a.copy()), hb.Buffer(SMALL, "float32")
         if bound_limit(got, bi, bo)(bi, K, bo) is not bo or not np.array_equal(np.asarray(bo), a + K):
             problems.append("the FASTCALL limit c(bi, 3, bo) did not write a + 3 into bo")
+    if got.torch is not None:
+        for what, call in (("hb.aot p(t, to)", got.p1), ("TVM FFI f(t, to)", got.tvm)):
+            if call is None:
+                continue
+            t, to = got.torch.from_numpy(a.copy()), got.torch.zeros(SMALL)
+            call(t, to)
+            if not np.array_equal(to.numpy(), a + 1):
+                problems.append(f"{what} on torch tensors did not write t + 1 into to")
+    for what, call in (("hb.aot p(a, ao)", got.p1), ("TVM FFI f(a, ao)", got.tvm)):
+        if call is None:
+            continue
+        ao = np.zeros(SMALL, np.float32)
+        call(a, ao)
+        if not np.array_equal(ao, a + 1):
+            problems.append(f"{what} on ndarrays did not write a + 1 into ao")
     if np.asarray(b[1:3]).shape != (2, 4):
         problems.append(f"b[1:3] has shape {np.asarray(b[1:3]).shape}, not (2, 4)")
     if np.asarray(hb.Buffer.from_host(a)).__array_interface__["data"][0] != a.__array_interface__["data"][0]:
@@ -327,6 +397,10 @@ NEEDS = {
     "asarray_nanobind": ("nanobind",),
     "aot_buffers": ("halide", "pipeline"),
     "fastcall_limit": ("halide", "pipeline", "limit"),
+    "aot_tensors": ("torch", "halide", "add_one"),
+    "tvm_ffi_tensors": ("torch", "tvm_ffi"),
+    "aot_ndarrays_add_one": ("halide", "add_one"),
+    "tvm_ffi_ndarrays": ("tvm_ffi",),
 }
 
 
@@ -443,7 +517,7 @@ def count_child(spec_path):
         print("the counting child must run under valgrind", file=sys.stderr)
         return 2
     got = load_all(spec)
-    cases = make_cases(got)
+    cases = [c for c in make_cases(got) if (c.key in TVM_FFI_CASES) == (spec["group"] == "tvm_ffi")]
     warm, n1, n2 = spec["calls"]
     # Instrumenting from here on only: the imports above ran at valgrind's uninstrumented speed.
     marks.marks_start_instrumentation()
@@ -459,7 +533,25 @@ def count_child(spec_path):
     return 0
 
 
-PATHS = ("library", "extension", "nanobind", "marks")  # the files of a spec, all in the working folder
+# The cases counted in a child of their own: importing tvm_ffi imports PyTorch (wherever it is
+# installed), and a process with PyTorch loaded counts other calls differently (np.zeros 7% more),
+# so the other rows keep a child without it. Each child: (group, spec, callgrind's output, its
+# log, the list of cases it counted), the first one's names as they were before it had a second.
+TVM_FFI_CASES = ("aot_tensors", "tvm_ffi_tensors", "aot_ndarrays_add_one", "tvm_ffi_ndarrays")
+CHILDREN = (("other", "spec.json", "callgrind.out", "valgrind.log", "done.json"),
+            ("tvm_ffi", "spec_tvm_ffi.json", "callgrind_tvm_ffi.out", "valgrind_tvm_ffi.log", "done_tvm_ffi.json"))
+
+
+def group_spec(spec, group):
+    """The spec a child of `group` loads: only what its cases need (no PyTorch, no TVM FFI in the
+    other child; no halide wheel, extension, limit or nanobind in the TVM FFI child)."""
+    if group == "tvm_ffi":
+        return dict(spec, halide=False, library=None, extension=None, limit=None, nanobind=None)
+    return dict(spec, torch=False, add_one=None, tvm_ffi=None)
+
+
+# The files of a spec, all in the working folder.
+PATHS = ("library", "extension", "add_one", "tvm_ffi", "nanobind", "marks")
 REQUEST = "desc: Trigger: Client Request: "  # a dump's header line: what CALLGRIND_DUMP_STATS_AT was given
 
 
@@ -496,32 +588,36 @@ def child_environment(argv):
 
 
 def count_instructions(spec, workdir, calls):
-    """Runs the child under callgrind; returns ({case key: instructions per call}, seconds)."""
+    """Runs each child (CHILDREN) under callgrind; returns ({case key: instructions per call},
+    {group: seconds}). The TVM FFI child runs only where one of its cases can."""
     # The child runs in `workdir` and sees every file by a relative name: a path with the
     # temporary folder's random name in it moved some counts by up to 2% from run to run.
     spec = {k: (f"./{Path(v).relative_to(workdir)}" if k in PATHS and v else v) for k, v in spec.items()}
-    spec.update(calls=list(calls), done="done.json")
-    (workdir / "spec.json").write_text(json.dumps(spec))
-    prefix = workdir / "callgrind.out"
-    child = [sys.executable, str(Path(__file__).resolve()), "--count-child", "spec.json"]
-    cmd = ["valgrind", "--tool=callgrind", "--instr-atstart=no", "--collect-atstart=no", "--cache-sim=no",
-           "--branch-sim=no", "--callgrind-out-file=callgrind.out", "--log-file=valgrind.log", *child]
-    env = child_environment(child)
-    t0 = time.perf_counter()
-    proc = subprocess.run(cmd, env=env, cwd=workdir, capture_output=True, text=True, timeout=1800)
-    seconds = time.perf_counter() - t0
-    if proc.returncode != 0 or not (workdir / "done.json").is_file():
-        log = (workdir / "valgrind.log").read_text() if (workdir / "valgrind.log").is_file() else ""
-        tail = (proc.stderr.strip() + "\n" + log.strip()).strip().splitlines()[-15:]
-        raise RuntimeError(f"the counting child failed (exit {proc.returncode}):\n  " + "\n  ".join(tail))
-    keys = json.loads((workdir / "done.json").read_text())
-    counts = read_dumps(prefix)
-    _, n1, n2 = calls
-    per_call = {}
-    for k in keys:
-        if (k, n1) not in counts or (k, n2) not in counts:
-            raise RuntimeError(f"callgrind wrote no counts for {k}")
-        per_call[k] = (counts[(k, n2)] - counts[(k, n1)]) / (n2 - n1)
+    per_call, seconds = {}, {}
+    for group, spec_name, out_name, log_name, done_name in CHILDREN:
+        if group == "tvm_ffi" and not (spec["add_one"] or spec["tvm_ffi"]):
+            continue
+        child_spec = dict(group_spec(spec, group), calls=list(calls), done=done_name, group=group)
+        (workdir / spec_name).write_text(json.dumps(child_spec))
+        child = [sys.executable, str(Path(__file__).resolve()), "--count-child", spec_name]
+        cmd = ["valgrind", "--tool=callgrind", "--instr-atstart=no", "--collect-atstart=no", "--cache-sim=no",
+               "--branch-sim=no", f"--callgrind-out-file={out_name}", f"--log-file={log_name}", *child]
+        env = child_environment(child)
+        t0 = time.perf_counter()
+        proc = subprocess.run(cmd, env=env, cwd=workdir, capture_output=True, text=True, timeout=1800)
+        seconds[group] = time.perf_counter() - t0
+        if proc.returncode != 0 or not (workdir / done_name).is_file():
+            log = (workdir / log_name).read_text() if (workdir / log_name).is_file() else ""
+            tail = (proc.stderr.strip() + "\n" + log.strip()).strip().splitlines()[-15:]
+            raise RuntimeError(f"the counting child ({group}) failed (exit {proc.returncode}):\n  "
+                               + "\n  ".join(tail))
+        keys = json.loads((workdir / done_name).read_text())
+        counts = read_dumps(workdir / out_name)
+        _, n1, n2 = calls
+        for k in keys:
+            if (k, n1) not in counts or (k, n2) not in counts:
+                raise RuntimeError(f"callgrind wrote no counts for {k}")
+            per_call[k] = (counts[(k, n2)] - counts[(k, n1)]) / (n2 - n1)
     return per_call, seconds
 
 
@@ -572,6 +668,13 @@ def figures_environment(spec):
     except Exception:  # noqa: BLE001 - no halide: no version to record
         e["halide"] = None
     e["nanobind"] = spec.get("nanobind_version")
+    for key, dist in (("torch", "torch"), ("tvm_ffi", "apache-tvm-ffi")):
+        try:
+            from importlib.metadata import version
+
+            e[key] = version(dist)
+        except Exception:  # noqa: BLE001 - not installed: no version to record
+            e[key] = None
     e["valgrind"] = valgrind_version()
     e["implementation"] = platform.python_implementation()
     return e
@@ -628,7 +731,8 @@ def run_instructions(args, spec, workdir):
         print(line)
     print(f"{'id(b), the loop floor':<{w}}  {per_call['call_floor']:9.0f}")
     print()
-    print(f"counted in {seconds:.0f} s under callgrind")
+    print(f"counted in {sum(seconds.values()):.0f} s under callgrind ("
+          + ", ".join(f"{v:.0f} s the {k} child" for k, v in seconds.items()) + ")")
 
     status = 1 if problems else 0
     if committed is not None:
@@ -639,7 +743,8 @@ def run_instructions(args, spec, workdir):
               f"(a ratio may grow by {TOLERANCE:.0%})")
         env_then = committed.get("environment", {})
         env_now = figures_environment(spec)
-        moved = [f"{k} {env_then.get(k)} -> {env_now.get(k)}" for k in ("python", "numpy", "halide", "nanobind")
+        moved = [f"{k} {env_then.get(k)} -> {env_now.get(k)}"
+                 for k in ("python", "numpy", "halide", "nanobind", "torch", "tvm_ffi")
                  if env_then.get(k) != env_now.get(k)]
         if moved:
             print(f"note: the figures were committed with other versions ({', '.join(moved)})")

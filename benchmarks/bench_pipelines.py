@@ -1,7 +1,8 @@
-"""The AOT benchmarks' pipelines: ``out(x, y) = in(x, y) + 1`` on uint8 and ``out(x, y) = in(x, y)
-+ k`` with an int32 scalar ``k``, built for ``hb.aot.load`` and as the Python extension Halide
-generates for them (the peer), plus the compiler helpers that build them and other extension
-modules (also used by ``bench_dask.py``), on top of the tests' ``tests/pipelines.py``.
+"""The AOT benchmarks' pipelines: ``out(x, y) = in(x, y) + 1`` (uint8 by default, float32 for
+``bench_tvm_ffi.py``) and ``out(x, y) = in(x, y) + k`` with an int32 scalar ``k``, built for
+``hb.aot.load`` and as the Python extension Halide generates for them (the peer), plus the compiler
+helpers that build them and other extension modules (also used by ``bench_dask.py`` and
+``bench_tvm_ffi.py``), on top of the tests' ``tests/pipelines.py``.
 
 Every pipeline is compiled with ``Func.compile_to`` for the explicit target ``TARGET`` (Halide
 21 mis-detects AVX-512 on some CPUs, so the host target is never used), into an object and
@@ -82,12 +83,14 @@ def in_gpu_tiles(hl, out, gpu):
     return out
 
 
-def add_one_func(hl, name, gpu):
-    """out(x, y) = in(x, y) + 1 on uint8 (wrapping); in 8x8 GPU tiles when `gpu`."""
+def add_one_func(hl, name, gpu, element=None):
+    """out(x, y) = in(x, y) + 1 (the entry point ``name(in, out)``) on `element` (an hl.Type;
+    uint8, wrapping, by default); in 8x8 GPU tiles when `gpu`."""
+    element = element or hl.UInt(8)
     x, y = hl.Var("x"), hl.Var("y")
-    inp = hl.ImageParam(hl.UInt(8), 2, "inp")
+    inp = hl.ImageParam(element, 2, "inp")
     out = hl.Func(name)
-    out[x, y] = inp[x, y] + hl.u8(1)
+    out[x, y] = inp[x, y] + hl.cast(element, 1)
     return in_gpu_tiles(hl, out, gpu), [inp]
 
 
@@ -151,9 +154,10 @@ def build_extension(hl, workdir, name, obj, src):
     return build_module(hl, workdir, name, [src, obj], f"compiling the generated extension {src.name}")
 
 
-def build_module(hl, workdir, name, inputs, what):
+def build_module(hl, workdir, name, inputs, what, flags=()):
     """Compiles and links C++ sources and objects `inputs` against Python's and Halide's headers
-    into the extension module `name` in `workdir`, and imports it. BuildError says why not."""
+    into the extension module `name` in `workdir`, and imports it; `flags` go to the compiler
+    too (a ``-D`` that picks a variant). BuildError says why not."""
     cxx = cxx_compiler()
     if not cxx:
         raise BuildError(f"no C++ compiler (g++, c++, clang++ or $CXX): {what}")
@@ -163,7 +167,7 @@ def build_module(hl, workdir, name, inputs, what):
     py_include = sysconfig.get_paths()["include"]
     target = workdir / (name + (sysconfig.get_config_var("EXT_SUFFIX") or ".so"))
     # -O3 -DNDEBUG: the optimisation level setuptools gives the halide_buffer extension.
-    run_tool([*cxx, "-O3", "-DNDEBUG", "-std=c++17", "-shared", "-fPIC", f"-I{py_include}",
+    run_tool([*cxx, "-O3", "-DNDEBUG", "-std=c++17", "-shared", "-fPIC", *flags, f"-I{py_include}",
               f"-I{halide_include}", *map(str, inputs), "-o", str(target),
               "-lpthread", "-ldl", "-lm"],
              what)

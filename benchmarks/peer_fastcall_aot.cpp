@@ -7,7 +7,9 @@
 // that the buffers are the ones it was bound to (a call on others would silently compute on the
 // bound ones), reads the scalar with a range check, calls the pipeline and turns a failure into
 // an exception. It releases the GIL around the pipeline, as hb.aot and Halide's generated
-// extension do (another thread may run Python while a pipeline computes).
+// extension do (another thread may run Python while a pipeline computes); compiled with
+// -DKEEP_GIL it keeps it (bench_tvm_ffi.py measures both: the limit keeps the GIL, and
+// releasing it is part of what a real binding pays).
 //
 //   bind(fn_address, b_in, in_address, b_out, out_address)
 //   call(b_in, k, b_out) -> b_out
@@ -71,9 +73,13 @@ PyObject *call(PyObject *, PyObject *const *args, Py_ssize_t nargs) {
         return nullptr;
     }
     int rc;
+#ifdef KEEP_GIL
+    rc = bound.fn(bound.in_raw, static_cast<int32_t>(k), bound.out_raw);
+#else
     Py_BEGIN_ALLOW_THREADS
     rc = bound.fn(bound.in_raw, static_cast<int32_t>(k), bound.out_raw);
     Py_END_ALLOW_THREADS
+#endif
     if (rc != 0) {
         PyErr_Format(PyExc_RuntimeError, "call(): the pipeline returned %d", rc);
         return nullptr;
