@@ -2,12 +2,17 @@
 
 Small buffers that nothing has touched (never on a device, no ``halide_buffer_t`` handed out,
 64 KiB at most in all) are passed to the pipeline directly, on ``halide_buffer_t``s made for the
-call; every other call lends each buffer's own ``halide_buffer_t`` and takes it back. Each case
+call; every other call lends each buffer's own ``halide_buffer_t`` and takes it back. A NumPy
+array or a CPU tensor is borrowed for a host pipeline's call (described for it alone, no Buffer):
+the direct way, at any size. Each case
 below runs three ways — ``direct`` (fresh buffers), ``lent`` (the same buffers after
 ``_get_raw_halide_buffer_t()`` handed one out) and ``large`` (fresh, but over 64 KiB) — and
 checks the way it went (``_live_counts()["direct_calls"]``) as well as the values, element for
 element against NumPy, over views with mins, negative strides and transposes.
 """
+
+import threading
+import time
 
 import numpy as np
 import pytest
@@ -93,11 +98,46 @@ def test_crops_keep_their_coordinates_both_ways(pipelines, way):
 
 @pytest.mark.parametrize("way", ["direct", "large"])
 def test_an_ndarray_output_holds_the_result_and_is_returned(pipelines, way):
+    """NumPy arrays are borrowed for a host pipeline's call, described for it alone: the direct
+    way at any size."""
     a = source(shape_for(way))
     out = np.zeros(a.shape, np.uint8)
-    result = call_counting(way, lambda: pipelines["affine"](a, 5, out))
+    result = call_counting("direct", lambda: pipelines["affine"](a, 5, out))
     assert result is out
     np.testing.assert_array_equal(out, expected_affine(a, 5))
+
+
+@pytest.mark.parametrize("kind", ["ndarray", "buffer"])
+def test_a_large_call_lets_other_threads_go_on(pipelines, kind):
+    """Above 64 KiB a call runs without the GIL, borrowed arrays (the direct way) and Buffers (the
+    lent way) alike: a thread that only needs the GIL gets on while the pipeline computes."""
+    shape = (4096, 4096)  # 16 MiB a buffer: milliseconds of computing
+    a = np.ones(shape, np.uint8)
+    out = np.zeros(shape, np.uint8)
+    if kind == "buffer":
+        a, out = hb.Buffer.from_host(a, copy=True), hb.Buffer(shape, "uint8")
+    counted, stop = [0], threading.Event()
+
+    def count():
+        while not stop.is_set():
+            counted[0] += 1
+            time.sleep(0)  # lets the GIL go, and asks for it again at once
+
+    thread = threading.Thread(target=count)
+    thread.start()
+    try:
+        while counted[0] < 10:  # the thread runs
+            time.sleep(0.001)
+        steps = []
+        for _ in range(3):  # the most any of three calls let it get on
+            before = counted[0]
+            pipelines["affine"](a, 1, out)
+            steps.append(counted[0] - before)
+    finally:
+        stop.set()
+        thread.join()
+    np.testing.assert_array_equal(np.asarray(out)[:2, :4], expected_affine(np.ones((2, 4), np.uint8), 1))
+    assert max(steps) > 50, f"the other thread took {steps} steps during the calls: the GIL was held"
 
 
 @pytest.mark.parametrize("way", WAYS)

@@ -135,28 +135,23 @@ void check_memory(const char *entry, const uint8_t *data, const Axes &shape, con
     if (!data) throw refuse("NULL data for " + str(count) + " elements");
     int64_t lo, hi;  // bytes from data: [lo, hi)
     if (!byte_reach(shape, strides, itemsize, lo, hi)) throw refuse("the strides reach beyond the address space");
-    uintptr_t base = reinterpret_cast<uintptr_t>(data);
-    if (base < uintptr_t(0) - uintptr_t(lo) || uintptr_t(hi) > std::numeric_limits<uintptr_t>::max() - base)
-        throw refuse("data and strides reach beyond the address space");
+    if (!within_address_space(data, lo, hi)) throw refuse("data and strides reach beyond the address space");
 }
 
 void normalize_strides(const char *entry, const Axes &shape, Axes &strides, int itemsize, const char *fix) {
     bool empty = std::find(shape.begin(), shape.end(), 0) != shape.end();
     if (empty) strides = c_strides(shape, itemsize);
     for (size_t i = 0; i < strides.size(); ++i) {
-        int64_t s = strides[i];
-        bool whole = s % itemsize == 0;
-        bool fits = s / itemsize <= kInt32Max && s / itemsize >= kInt32Min;
-        if ((shape[i] <= 1 || empty) && !(whole && fits)) {
-            strides[i] = itemsize;
+        int64_t s = strides[i], elements;
+        if (element_stride(empty ? 1 : shape[i], s, itemsize, elements)) {
+            strides[i] = elements * itemsize;
             continue;
         }
-        if (!whole)
+        if (s % itemsize != 0)
             throw ValueError(std::string(entry) + "(): stride " + str(s) +
                              " bytes is not a multiple of the itemsize " + str(itemsize) + "; " + fix);
-        if (!fits)
-            throw ValueError(std::string(entry) + "(): stride " + str(s) +
-                             " bytes exceeds Halide's int32 element strides; " + fix);
+        throw ValueError(std::string(entry) + "(): stride " + str(s) + " bytes exceeds Halide's int32 element strides; " +
+                         fix);
     }
 }
 

@@ -7,6 +7,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <limits>
 #include <vector>
 
 #include "core/axes.h"
@@ -243,5 +244,21 @@ void check_memory(const char *entry, const uint8_t *data, const Axes &shape, con
 /// default constraint, innermost stride 1, refuses), so a pipeline over an empty buffer is the
 /// no-op it is for one made empty.
 void normalize_strides(const char *entry, const Axes &shape, Axes &strides, int itemsize, const char *fix);
+/// The element stride Halide takes (int32) for an axis of a non-empty layout, from its byte
+/// stride: an axis of at most one element, which never steps, takes one element where its own
+/// stride is none Halide can take. False where a stepping axis' stride is not a whole number of
+/// elements, or beyond int32 (normalize_strides() says which, and how to fix it).
+inline bool element_stride(int64_t extent, int64_t byte_stride, int64_t itemsize, int64_t &out) {
+    bool whole = byte_stride % itemsize == 0;
+    bool fits = byte_stride / itemsize <= kInt32Max && byte_stride / itemsize >= kInt32Min;
+    out = whole && fits ? byte_stride / itemsize : 1;
+    return (whole && fits) || extent <= 1;
+}
+/// Whether data and the bytes a non-empty layout reaches from it lie in the address space
+/// (check_memory()'s test, for a caller that takes another way instead of raising).
+inline bool within_address_space(const uint8_t *data, int64_t lo, int64_t hi) {
+    uintptr_t base = reinterpret_cast<uintptr_t>(data);
+    return base >= uintptr_t(0) - uintptr_t(lo) && uintptr_t(hi) <= std::numeric_limits<uintptr_t>::max() - base;
+}
 
 }  // namespace hb

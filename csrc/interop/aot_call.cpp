@@ -36,6 +36,8 @@ std::string where_of(const AotPipeline &p, const halide_filter_argument_t &a) {
     return p.name() + "(): argument '" + a.name + "'";
 }
 
+bool is_device_pipeline(const AotPipeline &p) { return p.device_interface() || p.uses_cuda() || p.uses_opencl(); }
+
 namespace {
 
 /// `v` as `n` copies of `value`, filled in place when it has that size already (a warm
@@ -50,6 +52,8 @@ void refill(std::vector<T> &v, size_t n, const T &value) {
 
 void CallScratch::start(size_t n) {
     refill(buffers, n, static_cast<Buffer *>(nullptr));
+    if (borrowed.size() != n) borrowed.resize(n);
+    for (BorrowedArgument &b : borrowed) b.given = false;
     refill(scalars, n, halide_scalar_value_t{});
     refill(scalar_given, n, uint8_t(0));
     allocated.clear();  // made room in when the call allocates an output (few calls do)
@@ -103,15 +107,22 @@ void build_argv(const AotPipeline &p, std::vector<void *> &argv, std::vector<hal
     }
 }
 
-/// A call's buffer argument i: the buffer given, else an output noted as missing (allocated by
-/// enter_buffers()); TypeError for a missing input.
+/// A call's buffer argument i: the buffer given (borrowed memory passed as described), else an
+/// output noted as missing (allocated by enter_buffers()); TypeError for a missing input.
 void call_buffer(CallScratch &s, const AotPipeline &p, size_t i, const halide_filter_argument_t &a) {
     bool output = a.kind == halide_argument_kind_output_buffer;
-    if (!s.buffers[i] && !output)
+    if (s.borrowed[i].given) s.argv[i] = &s.borrowed[i].buf;
+    bool given = s.buffers[i] || s.borrowed[i].given;
+    if (!given && !output)
         throw TypeError(where_of(p, a) + " is missing; pass a " + type_text(a.type) + " buffer of " +
                         std::to_string(a.dimensions) + " axes");
-    if (!s.buffers[i]) s.missing.push_back(i);
+    if (!given) s.missing.push_back(i);
     if (output) s.outputs.push_back(i);
+}
+
+/// Buffer argument i's element count (a Buffer, or borrowed memory).
+int64_t size_of(const CallScratch &s, size_t i) {
+    return s.buffers[i] ? s.buffers[i]->size() : s.borrowed[i].size();
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -191,9 +202,6 @@ std::shared_ptr<Device> call_device(const AotPipeline &p, const CallScratch &s) 
 // Placement
 // ---------------------------------------------------------------------------------------------
 
-/// A pipeline whose runtime computes on a GPU (OpenCL or CUDA), in our memory or its own.
-bool is_device_pipeline(const AotPipeline &p) { return p.device_interface() || p.uses_cuda() || p.uses_opencl(); }
-
 /// Whether a buffer must reach pipeline `p` through a staging copy. Halide's device runtimes
 /// allocate device memory only for non-negative strides and a size above 0 (they abort the
 /// process otherwise), and compute in ours only as it is laid out forward: a view with a
@@ -262,7 +270,9 @@ void allocate_missing(const AotPipeline &p, CallScratch &s, Device *device) {
     for (size_t i = 0; i < s.buffers.size(); ++i) {
         asked.scalars[i] = s.scalars[i];  // build_argv() put the defaults of those not given in
         asked.scalar_given[i] = !is_buffer(m.arguments[i]) && !is_user_context(m.arguments[i]);
+        const BorrowedArgument &b = s.borrowed[i];
         if (s.buffers[i]) asked.regions[i] = Region{s.buffers[i]->shape(), s.buffers[i]->mins()};
+        else if (b.given) asked.regions[i] = Region{{b.shape, b.shape + b.ndim}, std::vector<int64_t>(size_t(b.ndim))};
     }
     std::vector<std::optional<Region>> sized = sized_outputs(p, asked);
     s.allocated.resize(s.buffers.size());
@@ -273,7 +283,8 @@ void allocate_missing(const AotPipeline &p, CallScratch &s, Device *device) {
     }
 }
 
-/// Enters every buffer given, then allocates the outputs not given and enters them.
+/// Enters every Buffer given (borrowed memory is passed as described), then allocates the
+/// outputs not given and enters them.
 void enter_buffers(const AotPipeline &p, CallScratch &s, const std::shared_ptr<Device> &gpu) {
     for (size_t i = 0; i < s.buffers.size(); ++i) {
         if (s.buffers[i]) enter_buffer(p, s, i, gpu);
@@ -302,27 +313,34 @@ void expect_transfers(const AotPipeline &p, CallScratch &s) {
 bool nothing_to_compute(const CallScratch &s) {
     if (s.outputs.empty()) return false;
     for (size_t i : s.outputs) {
-        if (s.buffers[i]->size() != 0) return false;
+        if (size_of(s, i) != 0) return false;
     }
     return true;
 }
 
-/// Calls a host pipeline on small buffers nothing has touched (kDirectCallBytes) directly: each
-/// buffer described by a halide_buffer_t made for the call alone, on the calling thread as it
-/// is. Nothing needs publishing, lending or taking back: such a storage has no device copy and
-/// no halide_buffer_t out, and is host dirty since it was made, as a host pipeline leaves its
-/// outputs; the calling thread keeps every other operation off it meanwhile (the binding: it
-/// holds the GIL, which an operation on such a storage never lets go). False, having done
-/// nothing, for any other call.
+/// Calls a host pipeline on borrowed memory and small Buffers nothing has touched
+/// (kDirectCallBytes) directly: each Buffer described by a halide_buffer_t made for the call
+/// alone, on the calling thread as it is. Nothing needs publishing, lending or taking back: such
+/// a storage has no device copy and no halide_buffer_t out, and is host dirty since it was made,
+/// as a host pipeline leaves its outputs; the calling thread keeps every other operation off it
+/// meanwhile (the binding: it holds the GIL, which an operation on such a storage never lets
+/// go). On borrowed memory alone, a call above kDirectCallBytes lets other threads go on (the
+/// memory's owner is held for the call; its other users are theirs to order, as with any
+/// library computing on it). False, having done nothing, for any other call.
 bool call_directly(const AotPipeline &p, CallScratch &s) {
     if (is_device_pipeline(p) || !s.missing.empty()) return false;
     int64_t bytes = 0;
-    for (Buffer *b : s.buffers) {
-        if (!b) continue;
-        if (!b->residency_untouched()) return false;
-        bytes += b->size() * b->dtype().itemsize;
-        if (bytes > kDirectCallBytes) return false;
+    bool buffers = false;
+    for (size_t i = 0; i < s.buffers.size(); ++i) {
+        if (const Buffer *b = s.buffers[i]) {
+            if (!b->residency_untouched()) return false;
+            bytes += b->size() * b->dtype().itemsize;
+            buffers = true;
+        } else if (s.borrowed[i].given) {
+            bytes += s.borrowed[i].size() * s.borrowed[i].itemsize;
+        }
     }
+    if (buffers && bytes > kDirectCallBytes) return false;
     size_t n = s.buffers.size();
     s.direct.resize(n);
     s.direct_dims.resize(n * kMaxDims);
@@ -334,7 +352,9 @@ bool call_directly(const AotPipeline &p, CallScratch &s) {
     }
     std::atomic<int64_t> &counted = live_counts().direct_calls;
     counted.store(counted.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
-    if (!nothing_to_compute(s)) p.call(s.argv.data());
+    if (nothing_to_compute(s)) return true;
+    if (bytes > kDirectCallBytes) embedder().run_unlocked([&] { p.call(s.argv.data()); });
+    else p.call(s.argv.data());
     return true;
 }
 

@@ -18,6 +18,7 @@
 #include "abi/halide_abi.h"
 #include "backends/device_cuda.h"
 #include "interop/aot.h"
+#include "interop/aot_borrow.h"
 #include "storage/buffer.h"
 
 namespace hb {
@@ -63,6 +64,9 @@ struct CallScratch {
     /// argument's), null for none; it must stay where it is until the scratch is finished. The
     /// plan points an output it allocates at `allocated`.
     std::vector<Buffer *> buffers;
+    /// Each buffer argument given as borrowed host memory instead (aot_borrow.h: a host
+    /// pipeline's alone), described for the call; `given` says which are.
+    std::vector<BorrowedArgument> borrowed;
     /// Each scalar argument given, converted to its type; scalar_given says which were.
     std::vector<halide_scalar_value_t> scalars;
     std::vector<uint8_t> scalar_given;
@@ -127,14 +131,19 @@ struct ScratchUse {
     bool was_busy;
 };
 
-/// Bytes of buffer arguments up to which a host pipeline whose buffers nothing has touched yet
+/// Bytes of buffer arguments up to which a host pipeline whose Buffers nothing has touched yet
 /// (never on a device, no halide_buffer_t out: Buffer::residency_untouched()) is called
 /// directly, on halide_buffer_t's made for the call, on the calling thread as it is: letting
 /// other threads go on would cost more than such a call (NumPy's ufuncs keep the GIL below 500
-/// elements, for the same reason).
+/// elements, for the same reason). A call on borrowed memory alone is direct at any size, and
+/// lets other threads go on above it.
 constexpr int64_t kDirectCallBytes = 64 * 1024;
 
-/// ValueError naming the pipeline and the arguments unless every output given (in s.buffers)
+/// Whether `p` computes on a GPU (OpenCL or CUDA), in our memory or its runtime's own: else a
+/// host pipeline, which may take borrowed host memory (aot_borrow.h).
+bool is_device_pipeline(const AotPipeline &p);
+
+/// ValueError naming the pipeline and the arguments unless every output given (a Buffer or borrowed)
 /// has memory of its own: its elements distinct (not an expanded or overlapping view), sharing no
 /// byte with another output, nor with an input unless it is the very same view (a call in place).
 /// Whatever Halide's schedule, the results would otherwise overwrite each other, or the pipeline
@@ -142,8 +151,8 @@ constexpr int64_t kDirectCallBytes = 64 * 1024;
 void refuse_overlapping_outputs(const AotPipeline &p, const CallScratch &s);
 
 /// One call of `p` with the arguments in `s` (started, then filled in): builds the argument
-/// vector (TypeError for a missing input). A host pipeline on small untouched buffers is then
-/// called directly (kDirectCallBytes); otherwise the rest runs as one step through the
+/// vector (TypeError for a missing input). A host pipeline on borrowed memory and small untouched
+/// Buffers is then called directly (kDirectCallBytes); otherwise the rest runs as one step through the
 /// embedder's run_unlocked(): it chooses the device the call computes on (DeviceError where it
 /// has none), places every buffer argument there (the outputs not given allocated first into
 /// s.allocated, sized by bounds queries), lends each to the call, and runs the pipeline

@@ -17,6 +17,18 @@ ByteView byte_view(const Buffer &b) {
     return ByteView{b.data(), b.shape().data(), b.strides().data(), b.shape().size(), b.dtype().itemsize};
 }
 
+/// Buffer argument i's memory: a Buffer's view, or borrowed memory's description.
+ByteView byte_view(const CallScratch &s, size_t i) {
+    return s.buffers[i] ? byte_view(*s.buffers[i]) : s.borrowed[i].bytes();
+}
+
+/// Whether buffer argument i was given (a Buffer, or borrowed memory).
+bool given(const CallScratch &s, size_t i) { return s.buffers[i] || s.borrowed[i].given; }
+
+/// Memory a storage allocated for itself (no other storage's, its views never showing one element
+/// twice); borrowed memory is not.
+bool own_memory(const CallScratch &s, size_t i) { return s.buffers[i] && s.buffers[i]->memory_of_its_own(); }
+
 /// " may" where the check could not tell (Overlap::maybe), for a message: "<they> may share".
 const char *may(Overlap o) { return o == Overlap::maybe ? " may" : ""; }
 /// Why they may, where the check could not tell, for a message.
@@ -26,7 +38,7 @@ const char *undecided(Overlap o) {
 
 /// Output i's elements sharing memory (its axes do not nest in C order: decided exactly).
 void refuse_shared_elements(const AotPipeline &p, const CallScratch &s, size_t i) {
-    Overlap self = internal_overlap(byte_view(*s.buffers[i]));
+    Overlap self = internal_overlap(byte_view(s, i));
     if (self != Overlap::none)
         throw ValueError(where_of(p, p.metadata().arguments[i]) + ": elements of the output" + may(self) +
                          " share memory (an expanded or overlapping view)" + undecided(self) +
@@ -41,7 +53,7 @@ void refuse_sharing(const AotPipeline &p, const CallScratch &s, size_t i, size_t
     const halide_filter_metadata_t &m = p.metadata();
     bool output = m.arguments[j].kind == halide_argument_kind_output_buffer;
     if (output && j < i) return;
-    Overlap both = views_overlap(byte_view(*s.buffers[i]), byte_view(*s.buffers[j]));
+    Overlap both = views_overlap(byte_view(s, i), byte_view(s, j));
     if (both == Overlap::none || (both == Overlap::same && !output)) return;
     if (output)
         throw ValueError(p.name() + "(): outputs '" + m.arguments[i].name + "' and '" + m.arguments[j].name + "'" +
@@ -59,24 +71,24 @@ void refuse_sharing(const AotPipeline &p, const CallScratch &s, size_t i, size_t
 
 void refuse_overlapping_outputs(const AotPipeline &p, const CallScratch &s) {
     for (size_t i : s.outputs) {
-        const Buffer *out = s.buffers[i];
-        if (!out) continue;  // allocated by the call: its own memory
+        if (!given(s, i)) continue;  // allocated by the call: its own memory
         // Memory allocated for a storage is no other storage's, and its views never show one
         // element twice: only the same storage, or borrowed memory, can meet (no geometry asked).
-        bool own = out->memory_of_its_own();
+        bool own = own_memory(s, i);
         bool nested = true;
         std::optional<AddressSpan> span;
         if (!own) {
-            span = address_span(byte_view(*out), nested);
+            span = address_span(byte_view(s, i), nested);
             // Axes nested in C order (most outputs' are) have distinct elements: no search to make.
             if (!nested) refuse_shared_elements(p, s, i);
         }
         for (size_t j = 0; j < s.buffers.size(); ++j) {
-            const Buffer *other = s.buffers[j];
-            if (!other || j == i || (own && other->memory_of_its_own() && !out->shares_storage_with(*other))) continue;
-            if (!span) span = address_span(byte_view(*out), nested);
+            if (!given(s, j) || j == i ||
+                (own && own_memory(s, j) && !s.buffers[i]->shares_storage_with(*s.buffers[j])))
+                continue;
+            if (!span) span = address_span(byte_view(s, i), nested);
             // Most calls end here: each buffer in memory of its own.
-            if (!spans_apart(*span, address_span(byte_view(*other), nested))) refuse_sharing(p, s, i, j);
+            if (!spans_apart(*span, address_span(byte_view(s, j), nested))) refuse_sharing(p, s, i, j);
         }
     }
 }

@@ -219,9 +219,10 @@ void take_keywords(const AotPipeline &p, PyObject *kwnames, PyObject *const *val
 struct PyCallScratch {
     CallScratch plan;
     std::vector<py::object> given;
-    /// An argument given as memory of someone else's (an ndarray, a tensor): the Buffer over it
-    /// lives here for the call alone, with no Python object (an output is returned as the object
-    /// given, as NumPy's and PyTorch's out= arguments are).
+    /// An argument given as memory of someone else's (an ndarray, a tensor) and not borrowed (a
+    /// device pipeline's, or one a description would not do for): the Buffer over it lives here
+    /// for the call alone, with no Python object (an output is returned as the object given, as
+    /// NumPy's and PyTorch's out= arguments are).
     std::vector<std::optional<Buffer>> wrapped;
     /// The outputs given as memory of someone else's (an ndarray, a tensor): each one's index and
     /// where its memory is, which is where the result must be when the call returns.
@@ -250,9 +251,16 @@ bool scalar_given(const AotPipeline &p, size_t i, py::handle v, halide_scalar_va
     return true;
 }
 
+/// Whether borrowed memory's element type and dimensions are argument `a`'s.
+bool fits(const BorrowedArgument &b, const halide_filter_argument_t &a) {
+    const halide_type_t &t = b.buf.type;
+    return t.code == a.type.code && t.bits == a.type.bits && t.lanes == a.type.lanes && b.ndim == a.dimensions;
+}
+
 /// Buffer argument i as given (a Buffer, or a Buffer over what the user brought: see
-/// adopt_argument()), its element type and dimensions checked; null when none was given.
-Buffer *given_buffer(const AotPipeline &p, PyCallScratch &s, size_t i) {
+/// adopt_argument()), its element type and dimensions checked; null when none was given, or
+/// when it was borrowed for a host pipeline's call (`borrow`: described in s.plan.borrowed[i]).
+Buffer *given_buffer(const AotPipeline &p, PyCallScratch &s, size_t i, bool borrow) {
     py::object &v = s.given[i];
     if (!v || v.is_none()) {
         v = py::object();  // None: an output the plan allocates
@@ -260,6 +268,11 @@ Buffer *given_buffer(const AotPipeline &p, PyCallScratch &s, size_t i) {
     }
     const halide_filter_argument_t &a = p.metadata().arguments[i];
     bool output = a.kind == halide_argument_kind_output_buffer;
+    if (borrow && !is_buffer(v)) {
+        BorrowedArgument &described = s.plan.borrowed[i];
+        if (borrow_argument(v, !output, described) && fits(described, a)) return nullptr;
+        described.given = false;  // the general way, whose checks say what is wrong
+    }
     Buffer *b;
     if (is_buffer(v)) {
         b = &buffer_of(v.ptr());
@@ -286,10 +299,11 @@ Buffer *given_buffer(const AotPipeline &p, PyCallScratch &s, size_t i) {
 /// then runs without asking anything of Python.
 void convert_arguments(const AotPipeline &p, PyCallScratch &s) {
     const halide_filter_metadata_t &m = p.metadata();
+    bool borrow = !is_device_pipeline(p);  // a host pipeline's arguments need no bookkeeping beyond the call
     for (size_t i = 0; i < s.given.size(); ++i) {
         const halide_filter_argument_t &a = m.arguments[i];
         if (is_user_context(a)) continue;
-        if (is_buffer(a)) s.plan.buffers[i] = given_buffer(p, s, i);
+        if (is_buffer(a)) s.plan.buffers[i] = given_buffer(p, s, i, borrow);
         else s.plan.scalar_given[i] = scalar_given(p, i, s.given[i], s.plan.scalars[i]);
     }
 }

@@ -9,11 +9,17 @@
 // pyopencl array (its device memory in place), a DLPack producer (the C exchange API where its
 // type offers one, else __dlpack__: every dtype, bfloat16 and float8 included, CPU or CUDA), an
 // object with __cuda_array_interface__, and last anything Buffer.from_host() wraps (the buffer
-// protocol, __array__).
+// protocol, __array__). An object is tried only for the kinds its type offers
+// (py_argument_types.h: read once per type).
+//
+// A host pipeline's call borrows an ndarray or a CPU tensor instead: described for the call
+// alone, with no Buffer (borrow_argument(), interop/aot_borrow.h).
 #include <string>
 
 #include "abi/halide_abi.h"
 #include "core/errors.h"
+#include "interop/aot_borrow.h"
+#include "python/py_argument_types.h"
 #include "python/py_glue.h"
 
 namespace hb {
@@ -50,14 +56,6 @@ Buffer from_typed_capsule(py::handle obj, py::handle method, const ArgumentName 
     // The capsule keeps the struct alive (its producer's rule); the object, its memory.
     py::tuple owner = py::make_tuple(obj, capsule);
     return Buffer::from_halide(name.pipeline, raw, keep_object(owner));
-}
-
-/// A pyopencl.array.Array (by its type's module and name: pyopencl need not be imported).
-bool is_pyopencl_array(py::handle obj) {
-    PyTypeObject *type = Py_TYPE(obj.ptr());
-    if (std::string(type->tp_name) != "Array") return false;
-    py::object module = py::getattr(reinterpret_cast<PyObject *>(type), "__module__", py::none());
-    return py::isinstance<py::str>(module) && module.cast<std::string>().rfind("pyopencl", 0) == 0;
 }
 
 /// A tensor that requires grad (PyTorch's attribute): refused with the argument's name (a call
@@ -99,20 +97,29 @@ Buffer named_wrap(const ArgumentName &name, Wrap &&wrap) {
 /// The Buffer the package's `wrap` (halide_buffer.opencl.wrap, .cuda.wrap) made of `obj`.
 Buffer wrapped_by(py::object wrap, py::handle obj) { return buffer_of(wrap(obj).ptr()).view(); }
 
-/// The Argument of `obj` as found (the kinds in the order the file's head gives).
-Argument find_argument(py::handle obj, const ArgumentName &name, bool input, bool borrow) {
+bool is_exact_ndarray(py::handle obj) {
+    return Py_TYPE(obj.ptr()) == reinterpret_cast<PyTypeObject *>(py::detail::npy_api::get().PyArray_Type_);
+}
+
+/// The Argument of `obj` as kind `k`, or nothing where the object is none after all (an
+/// attribute its type offers, as a property, that this object raises AttributeError for).
+std::optional<Argument> try_kind(ArgumentKind k, py::handle obj, const ArgumentName &name, bool input, bool borrow) {
     static PyObject *const capsule_method = PyUnicode_InternFromString("_get_halide_buffer_t_capsule");
     static PyObject *const dlpack = PyUnicode_InternFromString("__dlpack__");
     static PyObject *const cuda_interface = PyUnicode_InternFromString("__cuda_array_interface__");
     static PyObject *const array_method = PyUnicode_InternFromString("__array__");
-    if (Py_TYPE(obj.ptr()) == reinterpret_cast<PyTypeObject *>(py::detail::npy_api::get().PyArray_Type_))
-        return Argument{named_wrap(name, [&] { return buffer_from_host(obj, false, true); }), Home::host};
-    if (py::object method = optional_attr(obj, capsule_method))
-        return Argument{from_typed_capsule(obj, method, name), Home::own_rule};
-    if (is_halide_buffer(obj)) return Argument{buffer_from_halide(obj), Home::own_rule};
-    if (is_pyopencl_array(obj))
+    switch (k) {
+    case kTypedCapsule:
+        if (py::object method = optional_attr(obj, capsule_method))
+            return Argument{from_typed_capsule(obj, method, name), Home::own_rule};
+        return std::nullopt;
+    case kHalideBuffer:
+        if (!is_halide_buffer(obj)) return std::nullopt;
+        return Argument{buffer_from_halide(obj), Home::own_rule};
+    case kPyOpenCLArray:
         return Argument{wrapped_by(py::module_::import("halide_buffer.opencl").attr("wrap"), obj), Home::device};
-    if (optional_attr(obj, dlpack)) {
+    case kDLPack: {
+        if (!optional_attr(obj, dlpack)) return std::nullopt;
         if (borrow) {
             std::optional<Buffer> b = exchange_borrow(obj, name.pipeline);
             if (b) return Argument{std::move(*b), Home::host};
@@ -122,16 +129,59 @@ Argument find_argument(py::handle obj, const ArgumentName &name, bool input, boo
         Home home = b.has_device_allocation() ? Home::device : Home::host;
         return Argument{std::move(b), home};
     }
-    if (optional_attr(obj, cuda_interface))
+    case kCudaInterface:
+        if (!optional_attr(obj, cuda_interface)) return std::nullopt;
         return Argument{wrapped_by(py::module_::import("halide_buffer.cuda").attr("wrap"), obj), Home::device};
-    if (PyObject_CheckBuffer(obj.ptr()) || optional_attr(obj, array_method))
+    case kHostMemory:
+        if (!PyObject_CheckBuffer(obj.ptr()) && !optional_attr(obj, array_method)) return std::nullopt;
         return Argument{named_wrap(name, [&] { return buffer_from_host(obj, false, true); }), Home::host};
+    default:
+        return std::nullopt;
+    }
+}
+
+/// The Argument of `obj` as found: the kinds its type offers, in the order the file's head
+/// gives (every kind, for an object asked one by one).
+Argument find_argument(py::handle obj, const ArgumentName &name, bool input, bool borrow) {
+    if (is_exact_ndarray(obj))
+        return Argument{named_wrap(name, [&] { return buffer_from_host(obj, false, true); }), Home::host};
+    const ArgumentType &type = argument_type(Py_TYPE(obj.ptr()));
+    for (int k = 0; k < kArgumentKinds; ++k) {
+        if (!type.ask_each && !type.offers(ArgumentKind(k))) continue;
+        if (std::optional<Argument> found = try_kind(ArgumentKind(k), obj, name, input, borrow)) return std::move(*found);
+    }
     throw TypeError(name.text() + ": " + type_name(obj) + " holds no memory a pipeline can take; " + kinds_taken());
+}
+
+/// An ndarray (any subclass) described into `out`: false where it cannot be (a byte order, a
+/// dtype or a layout a description cannot say, a read-only output).
+bool describe_ndarray(py::handle obj, bool input, BorrowedArgument &out) {
+    static_assert(sizeof(Py_intptr_t) == sizeof(int64_t), "NumPy's shape and strides read as int64");
+    auto *a = py::detail::array_proxy(obj.ptr());
+    if (!input && !(a->flags & py::detail::npy_api::NPY_ARRAY_WRITEABLE_)) return false;
+    if (py::detail::array_descriptor_proxy(a->descr)->byteorder == '>') return false;  // little-endian only
+    const DType *dtype;
+    try {
+        dtype = &to_dtype(a->descr, "aot");
+    } catch (const std::exception &) {
+        return false;  // no dtype of the table: the general way says so
+    }
+    return borrow_host_memory(out, reinterpret_cast<uint8_t *>(a->data), a->nd,
+                              reinterpret_cast<const int64_t *>(a->dimensions),
+                              reinterpret_cast<const int64_t *>(a->strides), *dtype);
 }
 
 }  // namespace
 
 std::string ArgumentName::text() const { return std::string(pipeline) + "(): argument '" + argument + "'"; }
+
+bool borrow_argument(py::handle obj, bool input, BorrowedArgument &out) {
+    if (py::detail::npy_api::get().PyArray_Check_(obj.ptr())) return describe_ndarray(obj, input, out);
+    const ArgumentType &type = argument_type(Py_TYPE(obj.ptr()));
+    // A producer's exchange API, where DLPack is the first kind its type offers (PyTorch).
+    bool dlpack_first = type.offers(kDLPack) && (type.offered & ((1u << kDLPack) - 1)) == 0;
+    return dlpack_first && type.exchange && exchange_describe(obj, type, out);
+}
 
 Argument adopt_argument(py::handle obj, const ArgumentName &name, bool input, bool borrow) {
     Argument a = find_argument(obj, name, input, borrow);

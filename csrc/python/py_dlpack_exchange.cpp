@@ -2,10 +2,11 @@
 // Buffer type, as __dlpack_c_exchange_api__. Theirs: a producer whose type has one (PyTorch)
 // is imported through it, with no __dlpack__ call and no capsule.
 #include <string>
-#include <unordered_map>
 
 #include "core/errors.h"
+#include "interop/aot_borrow.h"
 #include "interop/cuda_interop.h"
+#include "python/py_argument_types.h"
 #include "python/py_glue.h"
 
 namespace hb {
@@ -105,30 +106,6 @@ const DLPackExchangeAPI kTable = {
 // A producer's table
 // ---------------------------------------------------------------------------------------------
 
-/// The 1.x table of a type (walking prev_api past newer majors), or nullptr. Cached per type;
-/// the cache holds the type, so its address is never reused for another.
-const DLPackExchangeAPI *table_of(PyTypeObject *type) {
-    static std::unordered_map<PyTypeObject *, const DLPackExchangeAPI *> cache;
-    auto found = cache.find(type);
-    if (found != cache.end()) return found->second;
-    const DLPackExchangeAPI *api = nullptr;
-    PyObject *attr = PyObject_GetAttrString(reinterpret_cast<PyObject *>(type), kAttribute);
-    if (!attr) {
-        PyErr_Clear();
-    } else {
-        if (PyCapsule_IsValid(attr, kExchangeAPICapsule)) {
-            auto *header = static_cast<DLPackExchangeAPIHeader *>(PyCapsule_GetPointer(attr, kExchangeAPICapsule));
-            while (header && header->version.major > kDLPackMajor) header = header->prev_api;
-            if (header && header->version.major == kDLPackMajor) api = reinterpret_cast<const DLPackExchangeAPI *>(header);
-            if (api && !api->managed_tensor_from_py_object_no_sync) api = nullptr;
-        }
-        Py_DECREF(attr);
-    }
-    Py_INCREF(type);
-    cache.emplace(type, api);
-    return api;
-}
-
 /// What a producer's exchange API would hand over of a PyTorch tensor as it is, wrongly.
 enum class Export : uint8_t {
     as_is,       ///< its memory holds its values
@@ -148,28 +125,19 @@ constexpr LazyView kNegated{"a lazily negated view (is_neg())", "its values nega
 constexpr LazyView kConjugated{"a lazily conjugated view (is_conj())", "its values' conjugates", "conjugated",
                                "resolve_conj"};
 
-/// What `obj` is for an export through the exchange API, which PyTorch's table gives of every
-/// strided tensor as it is: a tensor that requires grad (its __dlpack__ refuses it), and one
-/// whose memory does not hold its values (its __dlpack__ exports a lazy negation as it is, and
-/// refuses a lazy conjugate). `complex`: the elements may be complex (only those have a lazy
-/// conjugate; false skips asking).
-Export export_of(py::handle obj, bool complex = true) {
-    // Names interned once: this runs on every tensor a pipeline call is given.
+/// What `obj` (of type entry `type`) is for an export through the exchange API, which PyTorch's
+/// table gives of every strided tensor as it is: a tensor that requires grad (its __dlpack__
+/// refuses it), and one whose memory does not hold its values (its __dlpack__ exports a lazy
+/// negation as it is, and refuses a lazy conjugate). Asked through the type's own getter and
+/// methods (a tensor passes here on every call). `complex`: the elements may be complex (only
+/// those have a lazy conjugate; false skips asking).
+Export export_of(py::handle obj, const ArgumentType &type, bool complex = true) {
     static PyObject *const grad = PyUnicode_InternFromString("requires_grad");
     static PyObject *const is_neg = PyUnicode_InternFromString("is_neg");
     static PyObject *const is_conj = PyUnicode_InternFromString("is_conj");
-    auto truth = [](PyObject *value) {
-        if (!value) {
-            PyErr_Clear();  // a producer without the attribute has nothing to check
-            return false;
-        }
-        bool is = PyObject_IsTrue(value) == 1;
-        Py_DECREF(value);
-        return is;
-    };
-    if (truth(PyObject_GetAttr(obj.ptr(), grad))) return Export::refused;
-    if (truth(PyObject_CallMethodNoArgs(obj.ptr(), is_neg))) return Export::negated;
-    if (complex && truth(PyObject_CallMethodNoArgs(obj.ptr(), is_conj))) return Export::conjugated;
+    if (type_attribute_true(obj, type.requires_grad, grad, false)) return Export::refused;
+    if (type_attribute_true(obj, type.is_neg, is_neg, true)) return Export::negated;
+    if (complex && type_attribute_true(obj, type.is_conj, is_conj, true)) return Export::conjugated;
     return Export::as_is;
 }
 
@@ -224,12 +192,28 @@ std::optional<Buffer> table_import(const DLPackExchangeAPI *api, py::handle obj,
     return adopt_owned("from_dlpack", m, py::reinterpret_borrow<py::object>(obj), copy, copied);
 }
 
+/// A CPU tensor as its producer's exchange API describes it without handing over ownership
+/// (dltensor_from_py_object_no_sync), valid while `obj` is held, its memory holding its values:
+/// false where the API or the tensor cannot (a device tensor, ordered on streams; a tensor that
+/// requires grad or a lazy view, which the owning ways decide on).
+bool borrowed_description(py::handle obj, const ArgumentType &type, DLTensor &t) {
+    const DLPackExchangeAPI *api = type.exchange;
+    if (!api || !api->dltensor_from_py_object_no_sync) return false;
+    t = DLTensor{};
+    if (api->dltensor_from_py_object_no_sync(obj.ptr(), &t) != 0) {
+        PyErr_Clear();  // refused: the owning ways, which raise the producer's own error
+        return false;
+    }
+    return t.device.device_type == kDLCPU && export_of(obj, type, t.dtype.code == kDLComplex) == Export::as_is;
+}
+
 }  // namespace
 
 std::optional<Buffer> exchange_import(py::handle obj, int copy, bool for_writing) {
-    const DLPackExchangeAPI *api = table_of(Py_TYPE(obj.ptr()));
+    const ArgumentType &type = argument_type(Py_TYPE(obj.ptr()));
+    const DLPackExchangeAPI *api = type.exchange;
     if (!api) return std::nullopt;
-    Export what = export_of(obj);
+    Export what = export_of(obj, type);
     if (what == Export::as_is) return table_import(api, obj, copy, false);
     if (what == Export::refused) return std::nullopt;
     py::object values = values_of(obj, what == Export::negated ? kNegated : kConjugated, copy, for_writing);
@@ -238,20 +222,29 @@ std::optional<Buffer> exchange_import(py::handle obj, int copy, bool for_writing
 }
 
 std::optional<Buffer> exchange_borrow(py::handle obj, const char *entry) {
-    const DLPackExchangeAPI *api = table_of(Py_TYPE(obj.ptr()));
-    if (!api || !api->dltensor_from_py_object_no_sync) return std::nullopt;
-    DLTensor t{};
-    if (api->dltensor_from_py_object_no_sync(obj.ptr(), &t) != 0) {
-        PyErr_Clear();  // refused: the owning ways, which raise the producer's own error
-        return std::nullopt;
-    }
-    if (t.device.device_type != kDLCPU) return std::nullopt;  // a device tensor: ordered on streams
-    // A lazy view or a tensor that requires grad: the owning way (exchange_import()) decides.
-    if (export_of(obj, t.dtype.code == kDLComplex) != Export::as_is) return std::nullopt;
+    DLTensor t;
+    if (!borrowed_description(obj, argument_type(Py_TYPE(obj.ptr())), t)) return std::nullopt;
     // No flags come with a borrowed description: it is taken as writable, as every tensor of the
     // producers offering it is (PyTorch has no read-only tensors).
     DLImport in = check_import(entry, t, 0, DLPackVersion{kDLPackMajor, kDLPackMinor});
     return wrap_import(entry, in, keep_object(obj), true);
+}
+
+bool exchange_describe(py::handle obj, const ArgumentType &type, BorrowedArgument &out) {
+    DLTensor t;
+    if (!borrowed_description(obj, type, t) || t.dtype.lanes != 1 || t.ndim < 0 || t.ndim > kMaxDims) return false;
+    const DType *dtype = dtype_by_dlpack(t.dtype.code, t.dtype.bits);
+    if (!dtype || (t.ndim > 0 && !t.shape)) return false;
+    // Element strides (C order where the producer gives none) made byte strides, in the
+    // description's own array, which borrow_host_memory() reads before it writes.
+    int64_t *strides = out.byte_strides, dense = 1;
+    for (int i = t.ndim; i-- > 0;) {
+        int64_t elements = t.strides ? t.strides[i] : dense;
+        if (__builtin_mul_overflow(elements, int64_t(dtype->itemsize), &strides[i]) ||
+            __builtin_mul_overflow(dense, t.shape[i] > 1 ? t.shape[i] : 1, &dense))
+            return false;
+    }
+    return borrow_host_memory(out, static_cast<uint8_t *>(t.data) + t.byte_offset, t.ndim, t.shape, strides, *dtype);
 }
 
 void bind_dlpack_exchange(py::class_<Buffer> &cls) {

@@ -207,6 +207,12 @@ std::optional<Buffer> exchange_import(py::handle obj, int copy, bool for_writing
 /// ownership (dltensor_from_py_object_no_sync), wrapped while `obj` is held: a pipeline call's
 /// argument, for that call alone. Nothing when the API or the tensor cannot.
 std::optional<Buffer> exchange_borrow(py::handle obj, const char *entry);
+struct ArgumentType;      // py_argument_types.h
+struct BorrowedArgument;  // interop/aot_borrow.h
+/// The same tensor described into `out` for one call of a host pipeline (no Buffer: see
+/// aot_borrow.h); false, with nothing described, where it cannot be (exchange_borrow()'s cases,
+/// a dtype or layout a description cannot say): the general way takes it.
+bool exchange_describe(py::handle obj, const ArgumentType &type, BorrowedArgument &out);
 
 // py_aot.cpp
 void bind_aot(py::module_ &m);
@@ -239,6 +245,12 @@ struct Argument {
 /// Buffer lives no longer than the caller holds `obj` (a call's argument): a CPU tensor is then
 /// described by its producer's exchange API without a managed tensor (exchange_borrow()).
 Argument adopt_argument(py::handle obj, const ArgumentName &name, bool input, bool borrow);
+/// `obj` described into `out` for one call of a host pipeline, with no Buffer (aot_borrow.h): an
+/// ndarray, or a CPU tensor of a producer whose exchange API describes it (PyTorch); false, with
+/// nothing described, for anything else and wherever a description would not do (a byte order,
+/// a dtype or a layout it cannot say, a read-only output, a tensor that requires grad or is a
+/// lazy view): adopt_argument() then takes it, and refuses what it must, with its messages.
+bool borrow_argument(py::handle obj, bool input, BorrowedArgument &out);
 /// ReadOnlyError naming the output when `b`'s memory is read-only: refused before anything of
 /// the call moves.
 void refuse_read_only_output(const Buffer &b, const ArgumentName &name);
@@ -257,6 +269,9 @@ void bind_cuda(py::module_ &m, py::class_<Buffer> &cls);
 void bind_halide(py::module_ &m);
 /// True for a halide.Buffer (false, at no cost, while the halide package was never imported).
 bool is_halide_buffer(py::handle obj);
+/// True for halide.Buffer and its subclasses (false while the halide package was never imported:
+/// none of its objects exists then).
+bool is_halide_buffer_type(PyTypeObject *type);
 /// Buffer.from_halide(): a Buffer sharing one residency state with the halide.Buffer `obj`.
 Buffer buffer_from_halide(py::handle obj);
 

@@ -61,12 +61,13 @@ PyObject *halide_buffer_class(const char *entry) {
 
 }  // namespace
 
-bool is_halide_buffer(py::handle obj) {
-    PyObject *type = halide_buffer_class(nullptr);
-    // A subtype check: pybind11's metaclass defines no __instancecheck__ for isinstance() to ask
-    // (which would cost a method call on every argument a pipeline call is given).
-    return type && PyObject_TypeCheck(obj.ptr(), reinterpret_cast<PyTypeObject *>(type));
+bool is_halide_buffer_type(PyTypeObject *type) {
+    PyObject *hl_buffer = halide_buffer_class(nullptr);
+    // A subtype check: pybind11's metaclass defines no __instancecheck__ for isinstance() to ask.
+    return hl_buffer && PyType_IsSubtype(type, reinterpret_cast<PyTypeObject *>(hl_buffer));
 }
+
+bool is_halide_buffer(py::handle obj) { return is_halide_buffer_type(Py_TYPE(obj.ptr())); }
 
 namespace {
 
