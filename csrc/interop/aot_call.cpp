@@ -52,8 +52,7 @@ void refill(std::vector<T> &v, size_t n, const T &value) {
 
 void CallScratch::start(size_t n) {
     refill(buffers, n, static_cast<Buffer *>(nullptr));
-    if (borrowed.size() != n) borrowed.resize(n);
-    for (BorrowedArgument &b : borrowed) b.given = false;
+    borrowing_ = false;
     refill(scalars, n, halide_scalar_value_t{});
     refill(scalar_given, n, uint8_t(0));
     allocated.clear();  // made room in when the call allocates an output (few calls do)
@@ -62,6 +61,15 @@ void CallScratch::start(size_t n) {
     refill(argv, n, static_cast<void *>(nullptr));
     outputs.clear();
     missing.clear();
+}
+
+BorrowedArgument &CallScratch::borrow(size_t i) {
+    if (!borrowing_) {
+        if (borrowed_.size() != buffers.size()) borrowed_.resize(buffers.size());
+        for (BorrowedArgument &b : borrowed_) b.given = false;
+        borrowing_ = true;
+    }
+    return borrowed_[i];
 }
 
 void CallScratch::finish() {
@@ -111,8 +119,9 @@ void build_argv(const AotPipeline &p, std::vector<void *> &argv, std::vector<hal
 /// output noted as missing (allocated by enter_buffers()); TypeError for a missing input.
 void call_buffer(CallScratch &s, const AotPipeline &p, size_t i, const halide_filter_argument_t &a) {
     bool output = a.kind == halide_argument_kind_output_buffer;
-    if (s.borrowed[i].given) s.argv[i] = &s.borrowed[i].buf;
-    bool given = s.buffers[i] || s.borrowed[i].given;
+    const BorrowedArgument *borrowed = s.borrowed(i);
+    if (borrowed) s.argv[i] = const_cast<halide_buffer_t *>(&borrowed->buf);  // Halide's ABI: not const
+    bool given = s.buffers[i] || borrowed;
     if (!given && !output)
         throw TypeError(where_of(p, a) + " is missing; pass a " + type_text(a.type) + " buffer of " +
                         std::to_string(a.dimensions) + " axes");
@@ -122,7 +131,7 @@ void call_buffer(CallScratch &s, const AotPipeline &p, size_t i, const halide_fi
 
 /// Buffer argument i's element count (a Buffer, or borrowed memory).
 int64_t size_of(const CallScratch &s, size_t i) {
-    return s.buffers[i] ? s.buffers[i]->size() : s.borrowed[i].size();
+    return s.buffers[i] ? s.buffers[i]->size() : s.borrowed(i)->size();
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -270,9 +279,9 @@ void allocate_missing(const AotPipeline &p, CallScratch &s, Device *device) {
     for (size_t i = 0; i < s.buffers.size(); ++i) {
         asked.scalars[i] = s.scalars[i];  // build_argv() put the defaults of those not given in
         asked.scalar_given[i] = !is_buffer(m.arguments[i]) && !is_user_context(m.arguments[i]);
-        const BorrowedArgument &b = s.borrowed[i];
+        const BorrowedArgument *b = s.borrowed(i);
         if (s.buffers[i]) asked.regions[i] = Region{s.buffers[i]->shape(), s.buffers[i]->mins()};
-        else if (b.given) asked.regions[i] = Region{{b.shape, b.shape + b.ndim}, std::vector<int64_t>(size_t(b.ndim))};
+        else if (b) asked.regions[i] = Region{{b->shape, b->shape + b->ndim}, std::vector<int64_t>(size_t(b->ndim))};
     }
     std::vector<std::optional<Region>> sized = sized_outputs(p, asked);
     s.allocated.resize(s.buffers.size());
@@ -336,8 +345,8 @@ bool call_directly(const AotPipeline &p, CallScratch &s) {
             if (!b->residency_untouched()) return false;
             bytes += b->size() * b->dtype().itemsize;
             buffers = true;
-        } else if (s.borrowed[i].given) {
-            bytes += s.borrowed[i].size() * s.borrowed[i].itemsize;
+        } else if (const BorrowedArgument *b = s.borrowed(i)) {
+            bytes += b->size() * b->itemsize;
         }
     }
     if (buffers && bytes > kDirectCallBytes) return false;

@@ -64,9 +64,15 @@ struct CallScratch {
     /// argument's), null for none; it must stay where it is until the scratch is finished. The
     /// plan points an output it allocates at `allocated`.
     std::vector<Buffer *> buffers;
-    /// Each buffer argument given as borrowed host memory instead (aot_borrow.h: a host
-    /// pipeline's alone), described for the call; `given` says which are.
-    std::vector<BorrowedArgument> borrowed;
+    /// Buffer argument i given as borrowed host memory instead (aot_borrow.h: a host pipeline's
+    /// alone), described for the call; null for the others.
+    const BorrowedArgument *borrowed(size_t i) const {
+        return borrowing_ && borrowed_[i].given ? &borrowed_[i] : nullptr;
+    }
+    /// Room to describe buffer argument i in, for whoever fills the scratch in (its `given` set
+    /// when it is described). The first in a call makes room for all: a call borrowing nothing
+    /// costs nothing.
+    BorrowedArgument &borrow(size_t i);
     /// Each scalar argument given, converted to its type; scalar_given says which were.
     std::vector<halide_scalar_value_t> scalars;
     std::vector<uint8_t> scalar_given;
@@ -94,6 +100,12 @@ struct CallScratch {
 
     /// Ready for a pipeline of `n` arguments.
     void start(size_t n);
+
+private:
+    std::vector<BorrowedArgument> borrowed_;
+    bool borrowing_ = false;  ///< borrowed_ is this call's (else none is given)
+
+public:
     /// Gives every lent view back (what the call left in it taken in) and drops the staging
     /// copies. Runs when the call ends, however it ends, before the buffers it names may go;
     /// `allocated` stays for the caller.

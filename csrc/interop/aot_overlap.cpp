@@ -19,11 +19,11 @@ ByteView byte_view(const Buffer &b) {
 
 /// Buffer argument i's memory: a Buffer's view, or borrowed memory's description.
 ByteView byte_view(const CallScratch &s, size_t i) {
-    return s.buffers[i] ? byte_view(*s.buffers[i]) : s.borrowed[i].bytes();
+    return s.buffers[i] ? byte_view(*s.buffers[i]) : s.borrowed(i)->bytes();
 }
 
 /// Whether buffer argument i was given (a Buffer, or borrowed memory).
-bool given(const CallScratch &s, size_t i) { return s.buffers[i] || s.borrowed[i].given; }
+bool given(const CallScratch &s, size_t i) { return s.buffers[i] || s.borrowed(i); }
 
 /// Memory a storage allocated for itself (no other storage's, its views never showing one element
 /// twice); borrowed memory is not.

@@ -259,7 +259,7 @@ bool fits(const BorrowedArgument &b, const halide_filter_argument_t &a) {
 
 /// Buffer argument i as given (a Buffer, or a Buffer over what the user brought: see
 /// adopt_argument()), its element type and dimensions checked; null when none was given, or
-/// when it was borrowed for a host pipeline's call (`borrow`: described in s.plan.borrowed[i]).
+/// when it was borrowed for a host pipeline's call (`borrow`: described in s.plan.borrow(i)).
 Buffer *given_buffer(const AotPipeline &p, PyCallScratch &s, size_t i, bool borrow) {
     py::object &v = s.given[i];
     if (!v || v.is_none()) {
@@ -268,13 +268,14 @@ Buffer *given_buffer(const AotPipeline &p, PyCallScratch &s, size_t i, bool borr
     }
     const halide_filter_argument_t &a = p.metadata().arguments[i];
     bool output = a.kind == halide_argument_kind_output_buffer;
-    if (borrow && !is_buffer(v)) {
-        BorrowedArgument &described = s.plan.borrowed[i];
+    bool ours = is_buffer(v);
+    if (borrow && !ours) {
+        BorrowedArgument &described = s.plan.borrow(i);
         if (borrow_argument(v, !output, described) && fits(described, a)) return nullptr;
         described.given = false;  // the general way, whose checks say what is wrong
     }
     Buffer *b;
-    if (is_buffer(v)) {
+    if (ours) {
         b = &buffer_of(v.ptr());
         if (output) refuse_read_only_output(*b, ArgumentName{p.name().c_str(), a.name});
     } else {

@@ -140,14 +140,17 @@ std::optional<Argument> try_kind(ArgumentKind k, py::handle obj, const ArgumentN
     }
 }
 
+/// The kinds an object may offer by an attribute of its own (the others are its type's alone).
+constexpr unsigned kAttributeKinds = 1u << kTypedCapsule | 1u << kDLPack | 1u << kCudaInterface | 1u << kHostMemory;
+
 /// The Argument of `obj` as found: the kinds its type offers, in the order the file's head
-/// gives (every kind, for an object asked one by one).
+/// gives (every kind an attribute gives, for an object asked one by one).
 Argument find_argument(py::handle obj, const ArgumentName &name, bool input, bool borrow) {
     if (is_exact_ndarray(obj))
         return Argument{named_wrap(name, [&] { return buffer_from_host(obj, false, true); }), Home::host};
     const ArgumentType &type = argument_type(Py_TYPE(obj.ptr()));
     for (int k = 0; k < kArgumentKinds; ++k) {
-        if (!type.ask_each && !type.offers(ArgumentKind(k))) continue;
+        if (!type.offers(ArgumentKind(k)) && !(type.ask_each && kAttributeKinds & (1u << k))) continue;
         if (std::optional<Argument> found = try_kind(ArgumentKind(k), obj, name, input, borrow)) return std::move(*found);
     }
     throw TypeError(name.text() + ": " + type_name(obj) + " holds no memory a pipeline can take; " + kinds_taken());
