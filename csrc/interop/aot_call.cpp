@@ -21,10 +21,6 @@
 
 namespace hb {
 
-bool is_user_context(const halide_filter_argument_t &a) {
-    return a.name[0] == '_' && std::strcmp(a.name, "__user_context") == 0;  // asked per argument per call
-}
-bool is_buffer(const halide_filter_argument_t &a) { return a.kind != halide_argument_kind_input_scalar; }
 
 std::string type_text(halide_type_t t) {
     const DType *d = dtype_by_halide(t);
@@ -35,8 +31,6 @@ std::string type_text(halide_type_t t) {
 std::string where_of(const AotPipeline &p, const halide_filter_argument_t &a) {
     return p.name() + "(): argument '" + a.name + "'";
 }
-
-bool is_device_pipeline(const AotPipeline &p) { return p.device_interface() || p.uses_cuda() || p.uses_opencl(); }
 
 namespace {
 
@@ -81,8 +75,7 @@ void CallScratch::finish() {
             // Only a failed lock wait: the view stays lent (left alone) rather than be lost.
         }
     }
-    buffers.clear();
-    staged.clear();
+    staged.clear();  // `buffers` keeps its size for the next start() to fill in
 }
 
 namespace {
@@ -338,27 +331,24 @@ bool nothing_to_compute(const CallScratch &s) {
 /// library computing on it). False, having done nothing, for any other call.
 bool call_directly(const AotPipeline &p, CallScratch &s) {
     if (is_device_pipeline(p) || !s.missing.empty()) return false;
+    size_t n = s.buffers.size();
+    s.direct.resize(n);
+    s.direct_dims.resize(n * kMaxDims);
     int64_t bytes = 0;
     bool buffers = false;
-    for (size_t i = 0; i < s.buffers.size(); ++i) {
+    for (size_t i = 0; i < n; ++i) {
         if (const Buffer *b = s.buffers[i]) {
-            if (!b->residency_untouched()) return false;
+            if (!b->residency_untouched()) return false;  // the argv slots written are the lent way's to overwrite
             bytes += b->size() * b->dtype().itemsize;
             buffers = true;
+            b->describe(s.direct[i], &s.direct_dims[i * kMaxDims]);
+            s.direct[i].flags = kHostDirty;  // the state it has had since it was made
+            s.argv[i] = &s.direct[i];
         } else if (const BorrowedArgument *b = s.borrowed(i)) {
             bytes += b->size() * b->itemsize;
         }
     }
     if (buffers && bytes > kDirectCallBytes) return false;
-    size_t n = s.buffers.size();
-    s.direct.resize(n);
-    s.direct_dims.resize(n * kMaxDims);
-    for (size_t i = 0; i < n; ++i) {
-        if (!s.buffers[i]) continue;
-        s.buffers[i]->describe(s.direct[i], &s.direct_dims[i * kMaxDims]);
-        s.direct[i].flags = kHostDirty;  // the state it has had since it was made
-        s.argv[i] = &s.direct[i];
-    }
     std::atomic<int64_t> &counted = live_counts().direct_calls;
     counted.store(counted.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
     if (nothing_to_compute(s)) return true;

@@ -9,6 +9,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
 #include <memory>
 #include <optional>
 #include <string>
@@ -23,10 +24,13 @@
 
 namespace hb {
 
-/// The argument a pipeline's runtime takes for itself: we pass a null user context.
-bool is_user_context(const halide_filter_argument_t &a);
+/// The argument a pipeline's runtime takes for itself: we pass a null user context. Asked per
+/// argument per call: inline.
+inline bool is_user_context(const halide_filter_argument_t &a) {
+    return a.name[0] == '_' && std::strcmp(a.name, "__user_context") == 0;
+}
 /// An input or output buffer argument (not a scalar).
-bool is_buffer(const halide_filter_argument_t &a);
+inline bool is_buffer(const halide_filter_argument_t &a) { return a.kind != halide_argument_kind_input_scalar; }
 /// An element type's dtype name, or "(code, bits, lanes)" for one no dtype has, for a message.
 std::string type_text(halide_type_t t);
 /// "<pipeline>(): argument '<name>'": built only for an error message.
@@ -153,7 +157,9 @@ constexpr int64_t kDirectCallBytes = 64 * 1024;
 
 /// Whether `p` computes on a GPU (OpenCL or CUDA), in our memory or its runtime's own: else a
 /// host pipeline, which may take borrowed host memory (aot_borrow.h).
-bool is_device_pipeline(const AotPipeline &p);
+inline bool is_device_pipeline(const AotPipeline &p) {
+    return p.device_interface() || p.uses_cuda() || p.uses_opencl();
+}
 
 /// ValueError naming the pipeline and the arguments unless every output given (a Buffer or borrowed)
 /// has memory of its own: its elements distinct (not an expanded or overlapping view), sharing no

@@ -230,7 +230,7 @@ struct PyCallScratch {
 
     void start(size_t n) {
         plan.start(n);
-        given.assign(n, py::object());
+        if (given.size() != n) given.resize(n);  // finish() left every one empty
         wrapped.clear();  // made room in for the first argument that is no Buffer
         foreign_outputs.clear();
     }
@@ -238,7 +238,7 @@ struct PyCallScratch {
         plan.finish();  // takes the lent views back into the buffers `given` and `wrapped` hold
         plan.allocated.clear();  // outputs of a call that failed
         wrapped.clear();
-        given.clear();
+        for (py::object &v : given) v = py::object();  // the references let go, the room kept
         foreign_outputs.clear();
     }
 };

@@ -76,22 +76,33 @@ bool no_argument_method(PyObject *attr) {
     return (flags & (METH_VARARGS | METH_KEYWORDS | METH_NOARGS | METH_O | METH_FASTCALL | METH_METHOD)) == METH_NOARGS;
 }
 
+/// Whether `entry`, read of `type`, still says what the type offers.
+bool current(const ArgumentType &entry, PyTypeObject *type) {
+    return entry.version != 0 && entry.version == version_of(type);
+}
+
 }  // namespace
 
 const ArgumentType &argument_type(PyTypeObject *type) {
-    // Never destroyed: it holds Python objects, and the interpreter may be gone at exit.
+    // Never destroyed: it holds Python objects, and the interpreter may be gone at exit. Read and
+    // written with the GIL. The entry last asked for is remembered (a call's arguments are mostly
+    // of one type): its node stays put until the table is cleared.
     static auto *table = new std::unordered_map<PyTypeObject *, ArgumentType>();
+    static std::pair<PyTypeObject *, ArgumentType *> last{nullptr, nullptr};
+    if (last.first == type && current(*last.second, type)) return *last.second;
     auto found = table->find(type);
-    if (found != table->end() && found->second.version != 0 && found->second.version == version_of(type))
-        return found->second;
-    ArgumentType read = read_type(type);
-    if (found != table->end()) return found->second = std::move(read);
-    if (table->size() >= kTypesKept) {
-        for (auto &kept : *table) Py_DECREF(reinterpret_cast<PyObject *>(kept.first));
-        table->clear();
+    if (found == table->end()) {
+        if (table->size() >= kTypesKept) {
+            for (auto &kept : *table) Py_DECREF(reinterpret_cast<PyObject *>(kept.first));
+            table->clear();
+        }
+        Py_INCREF(reinterpret_cast<PyObject *>(type));  // its address names it for as long as it is kept
+        found = table->emplace(type, read_type(type)).first;
+    } else if (!current(found->second, type)) {
+        found->second = read_type(type);
     }
-    Py_INCREF(reinterpret_cast<PyObject *>(type));  // its address names it for as long as it is kept
-    return table->emplace(type, std::move(read)).first->second;
+    last = {type, &found->second};
+    return found->second;
 }
 
 bool type_attribute_true(py::handle obj, const py::object &attr, PyObject *name, bool method) {
