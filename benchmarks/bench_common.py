@@ -114,6 +114,13 @@ class Case:
         self.rounds_ns = Rounds()  # per-call ns of every round
 
 
+def timing_arguments(ap):
+    """--number, --repeat and --json, as the wall-time benchmarks take them."""
+    ap.add_argument("--number", type=int, default=20000, help="calls per round (default 20000)")
+    ap.add_argument("--repeat", type=int, default=7, help="rounds; the best counts (default 7)")
+    ap.add_argument("--json", metavar="PATH", help="also write the results as JSON to PATH")
+
+
 def run_cases(cases, number, repeat):
     """Warms every case up, then runs `repeat` rounds of `number` calls, the cases interleaved
     round by round (so a busy stretch of the machine hits them all alike)."""

@@ -32,7 +32,7 @@ import numpy as np
 import halide_buffer as hb
 
 from bench_common import (Case, cases_json, environment, environment_line, noisy_timings, print_case_table,
-                          print_noise_note, ratio, run_cases, write_json)
+                          print_noise_note, ratio, run_cases, timing_arguments, write_json)
 
 EXTENTS = [4, 4]  # Halide's order; NumPy shape (4, 4)
 TARGET = 1.5
@@ -57,9 +57,7 @@ def sanity_checks(h, kept):
 
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--number", type=int, default=20000, help="calls per round (default 20000)")
-    ap.add_argument("--repeat", type=int, default=7, help="rounds; the best counts (default 7)")
-    ap.add_argument("--json", metavar="PATH", help="also write the results as JSON to PATH")
+    timing_arguments(ap)
     args = ap.parse_args(argv)
     try:
         import halide as hl

@@ -52,7 +52,8 @@ try:  # at module level: the hand-written op's annotations name torch.Tensor (ev
 except ImportError as e:
     torch, TORCH_REASON = None, f"{type(e).__name__}: {e}"
 
-from bench_common import Case, cases_json, environment_line, finish, fmt_ratio, noisy_timings, paired, ratio, run_cases
+from bench_common import (Case, cases_json, environment_line, finish, fmt_ratio, noisy_timings, paired, ratio,
+                          run_cases, timing_arguments)
 from bench_pipelines import TARGET, BuildError, c_compiler, pipelines
 
 NAME = "hb_bench_torch_affine"
@@ -266,9 +267,7 @@ def report(cases, args):
 
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--number", type=int, default=20000, help="calls per round (default 20000)")
-    ap.add_argument("--repeat", type=int, default=7, help="rounds; the best counts (default 7)")
-    ap.add_argument("--json", metavar="PATH", help="also write the results as JSON to PATH")
+    timing_arguments(ap)
     args = ap.parse_args(argv)
 
     if torch is None:

@@ -66,7 +66,8 @@ import numpy as np
 import halide_buffer as hb
 
 from bench_aot_calls import LIMIT_MODULE, LIMIT_SOURCE, bind_limit
-from bench_common import Case, cases_json, environment_line, finish, noisy_timings, paired, ratio, run_cases
+from bench_common import (Case, cases_json, environment_line, finish, noisy_timings, paired, ratio, run_cases,
+                          timing_arguments)
 from bench_pipelines import (TARGET, BuildError, add_k_func, add_one_func, build_module, build_pipeline,
                              cxx_compiler, import_from, run_tool)
 
@@ -360,9 +361,7 @@ def prerequisites():
 
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--number", type=int, default=20000, help="calls per round (default 20000)")
-    ap.add_argument("--repeat", type=int, default=7, help="rounds; the best counts (default 7)")
-    ap.add_argument("--json", metavar="PATH", help="also write the results as JSON to PATH")
+    timing_arguments(ap)
     args = ap.parse_args(argv)
 
     found = prerequisites()

@@ -81,6 +81,15 @@ def test_an_object_whose_class_offers_nothing_is_asked_for_its_own_attributes(ad
         add(Plain(), 2.0)  # the same class, another object: nothing of its own
 
 
+def test_many_types_seen_once_each_are_all_taken(add):
+    """More types than the table keeps (512): it starts again, and every one is still read."""
+    a = values(SMALL)
+    for i in range(600):
+        kind = type(f"Kind{i}", (), {"__array__": lambda self, dtype=None, copy=None: a})
+        got = add(kind(), float(i))
+        assert np.asarray(got)[0, 0] == a[0, 0] + np.float32(i)
+
+
 @pytest.mark.parametrize("shape", [SMALL, LARGE])
 @pytest.mark.parametrize("kind", ["ndarray", "tensor"])
 def test_arrays_are_borrowed_the_direct_way_at_any_size(add, kind, shape):

@@ -91,15 +91,23 @@ const ArgumentType &argument_type(PyTypeObject *type) {
     static std::pair<PyTypeObject *, ArgumentType *> last{nullptr, nullptr};
     if (last.first == type && current(*last.second, type)) return *last.second;
     auto found = table->find(type);
+    if (found != table->end() && current(found->second, type)) {
+        last = {type, &found->second};
+        return found->second;
+    }
+    // Reading may run Python code (a metaclass's attribute), which may call a pipeline and change
+    // the table: it is looked at again after.
+    ArgumentType read = read_type(type);
+    found = table->find(type);
     if (found == table->end()) {
         if (table->size() >= kTypesKept) {
             for (auto &kept : *table) Py_DECREF(reinterpret_cast<PyObject *>(kept.first));
             table->clear();
         }
         Py_INCREF(reinterpret_cast<PyObject *>(type));  // its address names it for as long as it is kept
-        found = table->emplace(type, read_type(type)).first;
-    } else if (!current(found->second, type)) {
-        found->second = read_type(type);
+        found = table->emplace(type, std::move(read)).first;
+    } else {
+        found->second = std::move(read);
     }
     last = {type, &found->second};
     return found->second;
