@@ -149,6 +149,22 @@ def test_a_tensor_subclass_of_its_own_type_is_borrowed(add):
         add(torch.nn.Parameter(torch.from_numpy(a)), 1.0, out)
 
 
+def test_a_tensor_offering_halide_s_capsule_is_taken_through_the_capsule(add):
+    """Halide's typed capsule comes before anything else an object offers: a tensor subclass with
+    _get_halide_buffer_t_capsule() is not borrowed through its DLPack exchange API."""
+    a, other = values(SMALL, seed=4), values(SMALL, seed=5)
+
+    class CapsuleTensor(torch.Tensor):
+        def _get_halide_buffer_t_capsule(self):
+            return self.source._get_halide_buffer_t_capsule()
+
+    t = torch.Tensor._make_subclass(CapsuleTensor, torch.from_numpy(a))
+    t.source = hb.Buffer.from_host(other, copy=True)
+    out = np.zeros(SMALL, np.float32)
+    add(t, 1.0, out)
+    np.testing.assert_array_equal(out, other + 1)
+
+
 def test_borrowed_and_lent_arguments_in_one_call(add):
     """A Buffer that takes the lent way (its halide_buffer_t handed out) beside a borrowed output,
     and a borrowed input beside an output the call allocates."""

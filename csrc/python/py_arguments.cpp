@@ -83,9 +83,7 @@ template <typename Wrap>
 Buffer named_wrap(const ArgumentName &name, Wrap &&wrap) {
     try {
         return wrap();
-    } catch (const ReadOnlyError &e) {
-        rethrow_named(e, name);
-    } catch (const BufferError &e) {
+    } catch (const BufferError &e) {  // no wrapping step raises its ReadOnlyError (read-only outputs: refuse_read_only_output())
         rethrow_named(e, name);
     } catch (const ValueError &e) {
         rethrow_named(e, name);
