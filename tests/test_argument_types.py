@@ -9,6 +9,8 @@ Buffer, the direct way at any size (``_live_counts()["direct_calls"]``), results
 when it returns.
 """
 
+import ctypes
+
 import halide as hl  # required test dependency: the test fails, not skips, without it
 import numpy as np
 import pytest
@@ -193,3 +195,82 @@ def test_what_a_description_cannot_say_takes_the_general_way_and_its_refusals(ad
     assert add(empty, 1.0, np.zeros((0, 5), np.float32)).shape == (0, 5)
     with pytest.raises(TypeError, match=r"at_add\(\): argument 'inp': a float64 buffer where the pipeline takes float32"):
         add(np.zeros(SMALL), 1.0, np.zeros(SMALL, np.float32))
+    for dtype in (np.complex64, np.complex128):  # no Halide type: no description, whatever the last call's was
+        add(values(SMALL), 1.0, np.zeros(SMALL, np.float32))
+        with pytest.raises(TypeError, match=rf"at_add\(\): argument 'inp': a {np.dtype(dtype).name} buffer where the "
+                                            r"pipeline takes float32"):
+            add(np.zeros(SMALL, dtype), 1.0, np.zeros(SMALL, np.float32))
+
+
+# --- a producer of its own: an exchange API describing C-ordered memory with no strides ---------
+
+class DLTensor(ctypes.Structure):
+    _fields_ = [("data", ctypes.c_void_p), ("device_type", ctypes.c_int32), ("device_id", ctypes.c_int32),
+                ("ndim", ctypes.c_int32), ("code", ctypes.c_uint8), ("bits", ctypes.c_uint8),
+                ("lanes", ctypes.c_uint16), ("shape", ctypes.c_void_p), ("strides", ctypes.c_void_p),
+                ("byte_offset", ctypes.c_uint64)]
+
+
+class ExchangeAPI(ctypes.Structure):
+    _fields_ = [("major", ctypes.c_uint32), ("minor", ctypes.c_uint32), ("prev_api", ctypes.c_void_p),
+                ("managed_tensor_allocator", ctypes.c_void_p),
+                ("managed_tensor_from_py_object_no_sync", ctypes.c_void_p),
+                ("managed_tensor_to_py_object_no_sync", ctypes.c_void_p),
+                ("dltensor_from_py_object_no_sync", ctypes.c_void_p),
+                ("current_work_stream", ctypes.c_void_p)]
+
+
+# Called with the GIL held (PYFUNCTYPE), as the exchange API's functions are.
+DESCRIBE = ctypes.PYFUNCTYPE(ctypes.c_int, ctypes.py_object, ctypes.POINTER(DLTensor))
+MANAGED = ctypes.PYFUNCTYPE(ctypes.c_int, ctypes.py_object, ctypes.POINTER(ctypes.c_void_p))
+
+
+def describe_c_ordered(obj, out):
+    """DLPack's C order: no strides given."""
+    out.contents.data, out.contents.device_type, out.contents.device_id = obj.values.ctypes.data, 1, 0
+    out.contents.ndim, out.contents.code, out.contents.bits, out.contents.lanes = obj.values.ndim, 2, 32, 1
+    out.contents.shape, out.contents.strides, out.contents.byte_offset = ctypes.addressof(obj.extents), None, 0
+    return 0
+
+
+KEPT = [DESCRIBE(describe_c_ordered), MANAGED(lambda obj, out: -1)]  # owning imports refused: borrowing only
+API = ExchangeAPI(1, 3, None, None, ctypes.cast(KEPT[1], ctypes.c_void_p), None,
+                  ctypes.cast(KEPT[0], ctypes.c_void_p), None)
+
+
+def capsule_of(api):
+    new = ctypes.pythonapi.PyCapsule_New
+    new.restype, new.argtypes = ctypes.py_object, [ctypes.c_void_p, ctypes.c_char_p, ctypes.c_void_p]
+    return new(ctypes.addressof(api), b"dlpack_exchange_api", None)
+
+
+class CProducer:
+    """A float32 array offered through __dlpack__ and an exchange API of its type's own."""
+
+    __dlpack_c_exchange_api__ = capsule_of(API)
+
+    def __init__(self, values):
+        self.values = np.ascontiguousarray(values, np.float32)
+        self.extents = (ctypes.c_int64 * self.values.ndim)(*self.values.shape)
+
+    def __dlpack__(self, **kwargs):
+        return self.values.__dlpack__(**kwargs)
+
+
+@pytest.mark.parametrize("shape", [SMALL, LARGE, (7,)])
+def test_a_producer_describing_c_order_without_strides_is_read_in_c_order(add, shape):
+    a = values(shape if len(shape) == 2 else (1,) + shape)
+    out = np.zeros(a.shape, np.float32)
+    before = direct_calls()
+    add(CProducer(a), 2.0, out)
+    assert direct_calls() == before + 1  # borrowed: the direct way at any size
+    np.testing.assert_array_equal(out, a + 2)
+
+
+def test_a_stride_that_is_no_whole_number_of_elements_is_refused_beside_a_single_element_axis(add):
+    """The rule for an axis of one element (any stride) is that axis' own: a stepping axis of 6
+    bytes beside it is still refused."""
+    memory = np.zeros(64, np.uint8)
+    odd = np.lib.stride_tricks.as_strided(memory[2:34].view(np.float32), (3, 1), (6, 4))
+    with pytest.raises(ValueError, match=r"stride 6 bytes is not a multiple of the itemsize 4"):
+        add(odd, 1.0, np.zeros((3, 1), np.float32))
