@@ -226,10 +226,11 @@ MANAGED = ctypes.PYFUNCTYPE(ctypes.c_int, ctypes.py_object, ctypes.POINTER(ctype
 
 
 def describe_c_ordered(obj, out):
-    """DLPack's C order: no strides given."""
+    """DLPack's C order: no strides given (or the producer's own, when it has any)."""
     out.contents.data, out.contents.device_type, out.contents.device_id = obj.values.ctypes.data, 1, 0
     out.contents.ndim, out.contents.code, out.contents.bits, out.contents.lanes = obj.values.ndim, 2, 32, 1
-    out.contents.shape, out.contents.strides, out.contents.byte_offset = ctypes.addressof(obj.extents), None, 0
+    out.contents.shape, out.contents.byte_offset = ctypes.addressof(obj.extents), 0
+    out.contents.strides = ctypes.addressof(obj.strides) if obj.strides is not None else None
     return 0
 
 
@@ -249,9 +250,10 @@ class CProducer:
 
     __dlpack_c_exchange_api__ = capsule_of(API)
 
-    def __init__(self, values):
+    def __init__(self, values, strides=None):
         self.values = np.ascontiguousarray(values, np.float32)
         self.extents = (ctypes.c_int64 * self.values.ndim)(*self.values.shape)
+        self.strides = None if strides is None else (ctypes.c_int64 * self.values.ndim)(*strides)
 
     def __dlpack__(self, **kwargs):
         return self.values.__dlpack__(**kwargs)
@@ -274,3 +276,14 @@ def test_a_stride_that_is_no_whole_number_of_elements_is_refused_beside_a_single
     odd = np.lib.stride_tricks.as_strided(memory[2:34].view(np.float32), (3, 1), (6, 4))
     with pytest.raises(ValueError, match=r"stride 6 bytes is not a multiple of the itemsize 4"):
         add(odd, 1.0, np.zeros((3, 1), np.float32))
+
+
+def test_a_description_reaching_beyond_the_address_space_is_refused(add):
+    """A broken producer's description (strides past the address space) is not borrowed: the call
+    refuses it as the general way does, naming the pipeline, and writes nothing."""
+    add(values(SMALL, seed=9), 1.0, np.zeros(SMALL, np.float32))  # the scratch holds a description that would fit
+    out = np.zeros(SMALL, np.float32)
+    with pytest.raises(BufferError, match=r"^at_add\(\): the strides reach beyond the address space; the producer "
+                                          r"sent a malformed tensor"):
+        add(CProducer(values(SMALL), strides=(2**61, 1)), 3.0, out)
+    assert not out.any()
