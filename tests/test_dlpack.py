@@ -4,7 +4,10 @@ Every dtype each peer supports, bits compared exactly; versions, flags, leases, 
 import ctypes
 import gc
 import os
+import subprocess
+import sys
 import weakref
+from pathlib import Path
 
 import ml_dtypes
 import numpy as np
@@ -416,6 +419,19 @@ def test_torch_tensors_come_in_through_torchs_exchange_api():
     b = hb.from_dlpack(t)
     np.testing.assert_array_equal(np.asarray(b), np.arange(6))
     assert data_address(b) == t.data_ptr()
+
+
+@pytest.mark.needs_torch
+def test_a_cpu_tensor_comes_in_through_torchs_table_without_a_cuda_driver():
+    """A CPU tensor has no stream to order on: its import asks nothing of CUDA, so it works in a
+    process with no driver at all."""
+    script = ("import numpy as np, torch, halide_buffer as hb; "
+              "print(np.asarray(hb.from_dlpack(torch.arange(3.0))).tolist())")
+    env = dict(os.environ, HALIDE_BUFFER_CUDA_LIBRARY="/nonexistent/libcuda.so.1")
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=env,
+                          cwd=Path(__file__).resolve().parent.parent)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.strip() == "[0.0, 1.0, 2.0]"
 
 
 @pytest.mark.needs_torch
