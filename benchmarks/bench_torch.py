@@ -253,10 +253,11 @@ def report(cases, args):
     print(f"(a) p(tensor, 3, tensor) / p(ndarray, 3, ndarray): {ratios['call_tensors_vs_ndarrays']:.2f}x "
           f"(median of per-round ratios {ratios['call_tensors_vs_ndarrays_paired_median']:.2f}x)")
     print(f"(b) hb.torch.op f(t, 3) / custom_op by hand: {ratios['op_vs_by_hand']:.2f}x "
-          f"(target <= {OP_TARGET:.2f}x: {'met' if met else 'NOT met'}; {ratios['op_vs_by_hand_net_of_floor']:.2f}x "
-          f"net of the loop floor; median of per-round ratios {ratios['op_vs_by_hand_paired_median']:.2f}x)")
+          f"({ratios['op_vs_by_hand_net_of_floor']:.2f}x net of the loop floor; median of per-round ratios "
+          f"{ratios['op_vs_by_hand_paired_median']:.2f}x)")
     print(f"(c) with a backward: forward {ratios['op_grad_vs_by_hand']:.2f}x, forward + backward "
-          f"{ratios['op_train_vs_by_hand']:.2f}x the hand-written differentiable custom_op (target <= {OP_TARGET:.2f}x)")
+          f"{ratios['op_train_vs_by_hand']:.2f}x the hand-written differentiable custom_op")
+    print(f"    the target of (b) and (c), each <= {OP_TARGET:.2f}x: {'met' if met else 'NOT met'}")
     print(f"(d) an op of the pipeline without its bounds set / with them: {ratios['op_unsized_vs_op']:.2f}x")
     print(f"    hb.torch.op / the bare call p(tensor, 3, tensor): {ratios['op_vs_call_tensors']:.2f}x "
           f"(what the op adds: {best['op'] - best['call_tensors']:.0f} ns); / t * 2 + 3 in torch: "
