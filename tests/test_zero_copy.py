@@ -57,6 +57,22 @@ def test_zero_copy_is_chosen_per_device_and_by_the_environment(zc, copying):
         assert out.stdout.strip() == expected, (value, out.stderr)
 
 
+@pytest.mark.parametrize("first", ["zero-copy", "copying"])
+def test_moving_between_the_zero_copy_device_and_its_copying_twin_says_which_is_which(zc, copying, first):
+    """The two share one context and queue, so one name: the refusal says which holds the copy."""
+    here, there = (zc, copying) if first == "zero-copy" else (copying, zc)
+    other = "copying" if first == "zero-copy" else "zero-copy"
+    b = hb.Buffer((4,), "float32")
+    b.copy_to_device(here)
+    name = f"{here.name} ({here.platform})".replace("(", r"\(").replace(")", r"\)")
+    with pytest.raises(ValueError, match=rf"copy_to_device\(\): the buffer's device copy is on the {first} {name}, not "
+                                         rf"the {other} {name}; call device_free\(\) first to move it"):
+        b.copy_to_device(there)
+    b.device_free()
+    b.copy_to_device(there)  # what the message says to do
+    assert b.device is there
+
+
 def test_a_device_adopting_a_context_follows_the_environment_unless_told(zc, ctx, queue):
     # The suite's environment turns zero-copy off for new devices (conftest.py).
     assert os.environ[ENV] == "0"
@@ -208,6 +224,23 @@ def test_only_a_call_with_a_lease_waits_for_its_kernels(zc, brighter, calls):
     out = brighter(lease)
     assert calls()["finishes"] - finishes == lease.transfers.maps_to_device - maps + 1
     np.testing.assert_array_equal(np.asarray(out), image + 10)
+
+
+def test_a_lease_is_waited_for_wherever_it_is_among_the_arguments(zc, brighter, calls):
+    """As an output after a promised input, a lease makes the call wait for its kernels as it
+    does as the first argument: its owner may write its memory as soon as the call returns."""
+    image = np.full((64, 64), 1, np.uint8)
+    inp = hb.Buffer.from_host(image.copy(), external_writes=False)
+    target = np.zeros_like(image)
+    lease = hb.Buffer.from_host(target)  # the user's own memory, in place
+    for x in (inp, lease):
+        x.device_malloc(zc)
+    brighter(inp, lease)  # the first call hands the memory over (a map)
+    maps = lease.transfers.maps_to_device
+    finishes = calls()["finishes"]
+    brighter(inp, lease)
+    assert calls()["finishes"] - finishes == lease.transfers.maps_to_device - maps + 1
+    np.testing.assert_array_equal(np.asarray(lease), image + 10)
 
 
 def test_numpy_inputs_and_dask_chunks_move_no_byte_on_the_default_device(brighter):

@@ -63,6 +63,7 @@ void DevicePool::add_block(const HostBlock &block, Release release) {
 }
 
 void DevicePool::give_block(const Device &device, const HostBlock &block) {
+    Release release;
     {
         std::lock_guard<std::mutex> lock(mutex_);
         blocks_in_use_.erase(block.host);
@@ -72,9 +73,10 @@ void DevicePool::give_block(const Device &device, const HostBlock &block) {
             ++stats_.blocks_held;
             return;
         }
+        release = release_;  // read under the lock: another thread's give or add_block writes it
     }
     finish_queued(device);
-    release_block(device, block);
+    release_block(release, device, block);
 }
 
 void *DevicePool::block_memory(const uint8_t *host, uint64_t bytes) const {
@@ -97,8 +99,8 @@ void DevicePool::finish_queued(const Device &device) {
     }
 }
 
-void DevicePool::release_block(const Device &device, const HostBlock &block) {
-    if (release_) release_(device, block.native);
+void DevicePool::release_block(Release release, const Device &device, const HostBlock &block) {
+    if (release) release(device, block.native);
     --live_counts().device_allocations;
     std::free(block.host);
 }
@@ -127,7 +129,7 @@ uint64_t DevicePool::trim(const Device &device) {
     }
     for (const auto &[size, kept] : blocks) {
         for (const HostBlock &block : kept) {
-            release_block(device, block);
+            release_block(release, device, block);
             released += size;
         }
     }

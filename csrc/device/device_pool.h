@@ -65,8 +65,9 @@ public:
 private:
     /// Waits for the device's queued commands (before host memory under them is freed).
     static void finish_queued(const Device &device);
-    /// Releases a block's device memory and frees its host memory (after finish_queued()).
-    void release_block(const Device &device, const HostBlock &block);
+    /// Releases a block's device memory with `release` (the backend's, read under the lock by
+    /// the caller) and frees its host memory (after finish_queued()).
+    static void release_block(Release release, const Device &device, const HostBlock &block);
 
     mutable std::mutex mutex_;
     std::map<uint64_t, std::vector<void *>> free_;       ///< by size class

@@ -47,6 +47,14 @@ std::shared_ptr<Device> *device_in(DeviceMemory &m) {
     return nullptr;
 }
 
+/// A device as a message names it beside `other`: its description, and where the two read alike
+/// (a zero-copy device and its copying twin share one context and queue), which one it is.
+std::string told_apart(const Device &d, const Device &other) {
+    std::string text = d.description();
+    if (text != other.description() || d.zero_copy() == other.zero_copy()) return text;
+    return (d.zero_copy() ? "the zero-copy " : "the copying ") + text;
+}
+
 }  // namespace
 
 const DeviceMemory &Storage::device_memory() const { return device_side_ ? device_side_->memory : kNoDeviceMemory; }
@@ -120,8 +128,9 @@ void Storage::allocate_device(const char *entry, const DeviceChoice &on) {
         if (on.required && on.device != device) {
             refuse_bound(entry);  // device_free() would not help there
             throw ValueError(std::string(entry) + "(): the buffer's device copy is on " +
-                             (device ? device->description() : std::string("a pipeline runtime's device")) +
-                             ", not " + on.device->description() + "; call device_free() first to move it");
+                             (device ? told_apart(*device, *on.device) : std::string("a pipeline runtime's device")) +
+                             ", not " + (device ? told_apart(*on.device, *device) : on.device->description()) +
+                             "; call device_free() first to move it");
         }
         return;
     }
