@@ -7,7 +7,6 @@ import os
 import subprocess
 import sys
 import weakref
-from pathlib import Path
 
 import ml_dtypes
 import numpy as np
@@ -422,14 +421,14 @@ def test_torch_tensors_come_in_through_torchs_exchange_api():
 
 
 @pytest.mark.needs_torch
-def test_a_cpu_tensor_comes_in_through_torchs_table_without_a_cuda_driver():
+def test_a_cpu_tensor_comes_in_through_torchs_table_without_a_cuda_driver(tmp_path):
     """A CPU tensor has no stream to order on: its import asks nothing of CUDA, so it works in a
-    process with no driver at all."""
+    process with no driver at all. (Run elsewhere than the repository: an installed wheel's
+    tests must import the wheel, not the tree's sources.)"""
     script = ("import numpy as np, torch, halide_buffer as hb; "
               "print(np.asarray(hb.from_dlpack(torch.arange(3.0))).tolist())")
     env = dict(os.environ, HALIDE_BUFFER_CUDA_LIBRARY="/nonexistent/libcuda.so.1")
-    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=env,
-                          cwd=Path(__file__).resolve().parent.parent)
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=env, cwd=tmp_path)
     assert done.returncode == 0, done.stderr[-2000:]
     assert done.stdout.strip() == "[0.0, 1.0, 2.0]"
 
