@@ -16,6 +16,8 @@ What it offers:
   test_abi_layout.py checks the table against HalideRuntime.h and the mirrors against the
   table, so a wrong offset fails there rather than misleading the tests that read a
   halide_buffer_t.
+- The DLPack structs as C sees them (csrc/abi/dlpack_abi.h): `DLDevice`, `DLDataType`,
+  `DLTensor`, and DLPack 1.3's `ExchangeAPI` table.
 """
 
 import ctypes
@@ -270,3 +272,39 @@ def opencl_handle(raw):
     Halide's OpenCL runtime, which ours shares."""
     offset, mem = (ctypes.c_uint64 * 2).from_address(raw.device)
     return offset, mem
+
+
+# ---------------------------------------------------------------------------------------------
+# The DLPack structs as C sees them (csrc/abi/dlpack_abi.h)
+# ---------------------------------------------------------------------------------------------
+
+
+class DLDevice(ctypes.Structure):
+    _fields_ = [("device_type", ctypes.c_int32), ("device_id", ctypes.c_int32)]
+
+
+class DLDataType(ctypes.Structure):
+    _fields_ = [("code", ctypes.c_uint8), ("bits", ctypes.c_uint8), ("lanes", ctypes.c_uint16)]
+
+
+class DLTensor(ctypes.Structure):
+    _fields_ = [
+        ("data", ctypes.c_void_p),
+        ("device", DLDevice),
+        ("ndim", ctypes.c_int32),
+        ("dtype", DLDataType),
+        ("shape", ctypes.c_void_p),  # int64_t *
+        ("strides", ctypes.c_void_p),  # int64_t *
+        ("byte_offset", ctypes.c_uint64),
+    ]
+
+
+class ExchangeAPI(ctypes.Structure):
+    """DLPack 1.3's DLPackExchangeAPI: its header (version, prev_api), then its five functions."""
+
+    _fields_ = [("major", ctypes.c_uint32), ("minor", ctypes.c_uint32), ("prev_api", ctypes.c_void_p),
+                ("managed_tensor_allocator", ctypes.c_void_p),
+                ("managed_tensor_from_py_object_no_sync", ctypes.c_void_p),
+                ("managed_tensor_to_py_object_no_sync", ctypes.c_void_p),
+                ("dltensor_from_py_object_no_sync", ctypes.c_void_p),
+                ("current_work_stream", ctypes.c_void_p)]

@@ -18,6 +18,7 @@ import torch
 
 import halide_buffer as hb
 
+from common import DLDataType, DLDevice, DLTensor, ExchangeAPI
 from pipelines import c_compiler, compile_and_load
 
 pytestmark = [pytest.mark.needs_halide, pytest.mark.needs_torch]
@@ -202,39 +203,23 @@ def test_what_a_description_cannot_say_takes_the_general_way_and_its_refusals(ad
             add(np.zeros(SMALL, dtype), 1.0, np.zeros(SMALL, np.float32))
 
 
-# --- a producer of its own: an exchange API describing C-ordered memory with no strides ---------
-
-class DLTensor(ctypes.Structure):
-    _fields_ = [("data", ctypes.c_void_p), ("device_type", ctypes.c_int32), ("device_id", ctypes.c_int32),
-                ("ndim", ctypes.c_int32), ("code", ctypes.c_uint8), ("bits", ctypes.c_uint8),
-                ("lanes", ctypes.c_uint16), ("shape", ctypes.c_void_p), ("strides", ctypes.c_void_p),
-                ("byte_offset", ctypes.c_uint64)]
-
-
-class ExchangeAPI(ctypes.Structure):
-    _fields_ = [("major", ctypes.c_uint32), ("minor", ctypes.c_uint32), ("prev_api", ctypes.c_void_p),
-                ("managed_tensor_allocator", ctypes.c_void_p),
-                ("managed_tensor_from_py_object_no_sync", ctypes.c_void_p),
-                ("managed_tensor_to_py_object_no_sync", ctypes.c_void_p),
-                ("dltensor_from_py_object_no_sync", ctypes.c_void_p),
-                ("current_work_stream", ctypes.c_void_p)]
-
+# --- a producer of its own: an exchange API describing its memory without handing it over -------
 
 # Called with the GIL held (PYFUNCTYPE), as the exchange API's functions are.
 DESCRIBE = ctypes.PYFUNCTYPE(ctypes.c_int, ctypes.py_object, ctypes.POINTER(DLTensor))
 MANAGED = ctypes.PYFUNCTYPE(ctypes.c_int, ctypes.py_object, ctypes.POINTER(ctypes.c_void_p))
 
 
-def describe_c_ordered(obj, out):
-    """DLPack's C order: no strides given (or the producer's own, when it has any)."""
-    out.contents.data, out.contents.device_type, out.contents.device_id = obj.values.ctypes.data, 1, 0
-    out.contents.ndim, out.contents.code, out.contents.bits, out.contents.lanes = obj.values.ndim, 2, 32, 1
+def describe(obj, out):
+    """The producer's shape and strides (NULL when it has none)."""
+    out.contents.data, out.contents.device = obj.values.ctypes.data, DLDevice(1, 0)
+    out.contents.ndim, out.contents.dtype = len(obj.extents), DLDataType(2, 32, 1)  # float32
     out.contents.shape, out.contents.byte_offset = ctypes.addressof(obj.extents), 0
     out.contents.strides = ctypes.addressof(obj.strides) if obj.strides is not None else None
     return 0
 
 
-KEPT = [DESCRIBE(describe_c_ordered), MANAGED(lambda obj, out: -1)]  # owning imports refused: borrowing only
+KEPT = [DESCRIBE(describe), MANAGED(lambda obj, out: -1)]  # owning imports refused: borrowing only
 API = ExchangeAPI(1, 3, None, None, ctypes.cast(KEPT[1], ctypes.c_void_p), None,
                   ctypes.cast(KEPT[0], ctypes.c_void_p), None)
 
@@ -246,27 +231,41 @@ def capsule_of(api):
 
 
 class CProducer:
-    """A float32 array offered through __dlpack__ and an exchange API of its type's own."""
+    """A float32 array offered through __dlpack__ and an exchange API of its type's own, described
+    with the shape and element strides given (NULL strides when none are)."""
 
     __dlpack_c_exchange_api__ = capsule_of(API)
 
-    def __init__(self, values, strides=None):
+    def __init__(self, values, strides=None, shape=None):
         self.values = np.ascontiguousarray(values, np.float32)
-        self.extents = (ctypes.c_int64 * self.values.ndim)(*self.values.shape)
-        self.strides = None if strides is None else (ctypes.c_int64 * self.values.ndim)(*strides)
+        shape = self.values.shape if shape is None else shape
+        self.extents = (ctypes.c_int64 * len(shape))(*shape)
+        self.strides = None if strides is None else (ctypes.c_int64 * len(strides))(*strides)
 
     def __dlpack__(self, **kwargs):
         return self.values.__dlpack__(**kwargs)
 
 
-@pytest.mark.parametrize("shape", [SMALL, LARGE, (7,)])
-def test_a_producer_describing_c_order_without_strides_is_read_in_c_order(add, shape):
-    a = values(shape if len(shape) == 2 else (1,) + shape)
-    out = np.zeros(a.shape, np.float32)
+@pytest.mark.parametrize("shape", [SMALL, LARGE, (1, 7)])
+@pytest.mark.parametrize("order", ["C", "transposed"])
+def test_a_producer_s_description_is_read_with_its_strides(add, shape, order):
+    a = values(shape)
+    h, w = shape
+    described, strides, seen = ((h, w), (w, 1), a) if order == "C" else ((w, h), (1, w), a.T)
+    out = np.zeros(described, np.float32)
     before = direct_calls()
-    add(CProducer(a), 2.0, out)
+    add(CProducer(a, strides, described), 2.0, out)
     assert direct_calls() == before + 1  # borrowed: the direct way at any size
-    np.testing.assert_array_equal(out, a + 2)
+    np.testing.assert_array_equal(out, seen + 2)
+
+
+def test_a_producer_s_description_without_strides_is_refused_as_every_import_refuses_it(add):
+    """DLPack 1.2 and later require strides: a borrowed description without them is refused as
+    the general way refuses it (check_import()), naming the pipeline, and nothing is written."""
+    out = np.zeros(SMALL, np.float32)
+    with pytest.raises(BufferError, match=r"^at_add\(\): NULL strides in a DLPack 1\.3 tensor"):
+        add(CProducer(values(SMALL)), 2.0, out)
+    assert not out.any()
 
 
 def test_a_stride_that_is_no_whole_number_of_elements_is_refused_beside_a_single_element_axis(add):

@@ -16,7 +16,7 @@ import torch
 import halide_buffer as hb
 
 import cuda_standin
-from common import ALL_DTYPES, Moves, NONE, bits_of, down, filled, live_counts, random_bits
+from common import ALL_DTYPES, ExchangeAPI, Moves, NONE, bits_of, down, filled, live_counts, random_bits
 
 READ_ONLY, IS_COPIED, PADDED = 1, 2, 4
 
@@ -367,15 +367,6 @@ def test_a_cpu_export_is_a_writable_lease_unless_read_only():
 
 
 # --- the C exchange API (DLPack 1.3) ---------------------------------------------------------------
-
-class ExchangeAPI(ctypes.Structure):
-    _fields_ = [("major", ctypes.c_uint32), ("minor", ctypes.c_uint32), ("prev_api", ctypes.c_void_p),
-                ("managed_tensor_allocator", ctypes.c_void_p),
-                ("managed_tensor_from_py_object_no_sync", ctypes.c_void_p),
-                ("managed_tensor_to_py_object_no_sync", ctypes.c_void_p),
-                ("dltensor_from_py_object_no_sync", ctypes.c_void_p),
-                ("current_work_stream", ctypes.c_void_p)]
-
 
 def exchange_api(cls):
     capsule = cls.__dlpack_c_exchange_api__

@@ -34,29 +34,11 @@ import pytest
 
 import halide_buffer as hb
 
+from common import DLTensor
+
 # ---------------------------------------------------------------------------------------------
 # The DLPack ABI in ctypes (layouts of csrc/abi/dlpack_abi.h)
 # ---------------------------------------------------------------------------------------------
-
-
-class DLDevice(ctypes.Structure):
-    _fields_ = [("device_type", ctypes.c_int32), ("device_id", ctypes.c_int32)]
-
-
-class DLDataType(ctypes.Structure):
-    _fields_ = [("code", ctypes.c_uint8), ("bits", ctypes.c_uint8), ("lanes", ctypes.c_uint16)]
-
-
-class DLTensor(ctypes.Structure):
-    _fields_ = [
-        ("data", ctypes.c_void_p),
-        ("device", DLDevice),
-        ("ndim", ctypes.c_int32),
-        ("dtype", DLDataType),
-        ("shape", ctypes.c_void_p),  # int64_t *
-        ("strides", ctypes.c_void_p),  # int64_t *
-        ("byte_offset", ctypes.c_uint64),
-    ]
 
 
 class DLManagedTensor(ctypes.Structure):

@@ -21,7 +21,6 @@
 
 namespace hb {
 
-
 std::string type_text(halide_type_t t) {
     const DType *d = dtype_by_halide(t);
     return d ? d->name : "(" + std::to_string(t.code) + ", " + std::to_string(t.bits) + ", " +

@@ -104,16 +104,14 @@ struct CallScratch {
 
     /// Ready for a pipeline of `n` arguments.
     void start(size_t n);
-
-private:
-    std::vector<BorrowedArgument> borrowed_;
-    bool borrowing_ = false;  ///< borrowed_ is this call's (else none is given)
-
-public:
     /// Gives every lent view back (what the call left in it taken in) and drops the staging
     /// copies. Runs when the call ends, however it ends, before the buffers it names may go;
     /// `allocated` stays for the caller.
     void finish();
+
+private:
+    std::vector<BorrowedArgument> borrowed_;
+    bool borrowing_ = false;  ///< borrowed_ is this call's (else none is given)
 };
 
 /// This thread's scratch for one call (start() it), finish()ed when the call ends, however it

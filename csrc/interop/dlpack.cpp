@@ -219,6 +219,8 @@ bool host_readable(const DLDevice &d) {
     return d.device_type == kDLCPU || d.device_type == kDLCUDAHost || d.device_type == kDLROCMHost;
 }
 
+}  // namespace
+
 /// The row and packing of a DLPack element type. Sub-byte types are packed unless the padded
 /// flag says one per byte (legacy tensors cannot say so: theirs are packed, as JAX's float4 is);
 /// PyTorch packs two float4 into one element of lanes 2.
@@ -238,43 +240,46 @@ const DType &element_type(const char *entry, const DLDataType &d, bool padded, i
 
 /// The tensor's header: a device we can reach, a CPU device id of 0, an ndim a buffer has, a
 /// shape when there are axes, strides when the version requires them.
-void check_header(const std::string &where, const DLTensor &t, DLPackVersion version) {
+void check_header(const char *entry, const DLTensor &t, DLPackVersion version) {
+    auto where = [entry] { return std::string(entry) + "(): "; };  // made only for a message
     // CUDA memory is wrapped through the CUDA backend; other devices' memory is out of reach.
     if (!host_readable(t.device) && t.device.device_type != kDLCUDA)
-        throw BufferError(where + "the tensor is on DLPack device (" + str(t.device.device_type) + ", " +
+        throw BufferError(where() + "the tensor is on DLPack device (" + str(t.device.device_type) + ", " +
                           str(t.device.device_id) + "), which neither the host nor a backend of "
                           "halide_buffer can read; copy it to the CPU first (e.g. tensor.cpu())");
     if (t.device.device_type == kDLCPU && t.device.device_id != 0)
-        throw BufferError(where + "a CPU tensor with device id " + str(t.device.device_id) + " (DLPack's CPU "
+        throw BufferError(where() + "a CPU tensor with device id " + str(t.device.device_id) + " (DLPack's CPU "
                           "device is (1, 0)); the producer sent a malformed tensor");
     if (t.ndim < 0 || t.ndim > kMaxDims)
-        throw BufferError(where + "ndim " + str(t.ndim) + " is outside 0.." + str(kMaxDims) +
+        throw BufferError(where() + "ndim " + str(t.ndim) + " is outside 0.." + str(kMaxDims) +
                           "; the producer sent a malformed tensor");
     if (t.ndim > 0 && !t.shape)
-        throw BufferError(where + "the tensor has " + str(t.ndim) + " axes but no shape; the "
+        throw BufferError(where() + "the tensor has " + str(t.ndim) + " axes but no shape; the "
                           "producer sent a malformed tensor");
     bool versioned = version.major != 0;
     if (t.ndim > 0 && !t.strides && versioned && (version.major > 1 || version.minor >= 2))
-        throw BufferError(where + "NULL strides in a DLPack " + str(version.major) + "." + str(version.minor) +
+        throw BufferError(where() + "NULL strides in a DLPack " + str(version.major) + "." + str(version.minor) +
                           " tensor (allowed only before 1.2); the producer sent a malformed tensor");
 }
 
+namespace {
+
 /// The element count of a shape: no negative extent, at most 2**63 elements.
-int64_t element_count(const std::string &where, const std::vector<int64_t> &shape) {
+int64_t element_count(const char *entry, const Axes &shape) {
     int64_t count = 1;
     for (int64_t n : shape) {
-        if (n < 0) throw BufferError(where + "negative extent " + str(n) + " in the shape; the producer "
+        if (n < 0) throw BufferError(std::string(entry) + "(): negative extent " + str(n) + " in the shape; the producer "
                                      "sent a malformed tensor");
         if (__builtin_mul_overflow(count, n, &count))
-            throw BufferError(where + "the shape has more than 2**63 elements; the producer sent a "
+            throw BufferError(std::string(entry) + "(): the shape has more than 2**63 elements; the producer sent a "
                               "malformed tensor");
     }
     return count;
 }
 
 /// The tensor's strides in elements: its own, or C-contiguous ones when it has none.
-std::vector<int64_t> element_strides(const DLTensor &t, const std::vector<int64_t> &shape) {
-    if (t.strides) return std::vector<int64_t>(t.strides, t.strides + t.ndim);
+Axes element_strides(const DLTensor &t, const Axes &shape) {
+    if (t.strides) return Axes(t.strides, t.strides + t.ndim);
     return c_strides(shape, 1);  // 0 past an overflow: only an empty shape overflows
 }
 
@@ -282,7 +287,7 @@ std::vector<int64_t> element_strides(const DLTensor &t, const std::vector<int64_
 /// A stride no step takes (an axis of extent 1 or 0, or any axis of an empty tensor) is never
 /// multiplied by an index, but byte strides are computed from every stride: one whose bits do
 /// not fit in 64 bits becomes 0 in `in`, so that every later stride computation is in range.
-void bit_reach(const std::string &where, DLImport &in, int64_t count, int64_t unit, int64_t &lo, int64_t &hi) {
+void bit_reach(const char *entry, DLImport &in, int64_t count, int64_t unit, int64_t &lo, int64_t &hi) {
     for (size_t i = 0; i < in.shape.size(); ++i) {
         int64_t bits;
         bool steps = count > 0 && in.shape[i] > 1;
@@ -293,23 +298,23 @@ void bit_reach(const std::string &where, DLImport &in, int64_t count, int64_t un
     // In elements, then in bits: the bits' sums are the elements' times `unit`.
     if (!byte_reach(in.shape, in.strides, 1, lo, hi) || __builtin_mul_overflow(lo, unit, &lo) ||
         __builtin_mul_overflow(hi, unit, &hi))
-        throw BufferError(where + "the strides reach beyond the address space; the producer sent a "
+        throw BufferError(std::string(entry) + "(): the strides reach beyond the address space; the producer sent a "
                           "malformed tensor");
 }
 
 /// The address of the tensor's first element (data plus byte_offset), checked so that every
 /// element's bits, from the first element's, stay in the address space: the lowest and the
 /// highest, without overflow (packed elements may be more or less than a byte).
-uint8_t *first_element(const std::string &where, const DLTensor &t, DLImport &in, int64_t count) {
+uint8_t *first_element(const char *entry, const DLTensor &t, DLImport &in, int64_t count) {
     const DType &dtype = *in.dtype;
     int64_t unit = in.packed_lanes ? int64_t(dtype.dlpack.bits) * in.packed_lanes : int64_t(dtype.itemsize) * 8;
     int64_t lo, hi;
-    bit_reach(where, in, count, unit, lo, hi);
+    bit_reach(entry, in, count, unit, lo, hi);
     uintptr_t below = (uintptr_t(0) - uintptr_t(lo) + 7) / 8, above = (uintptr_t(hi) + 7) / 8;  // whole bytes
     uintptr_t base = reinterpret_cast<uintptr_t>(t.data), first;
     if (__builtin_add_overflow(base, uintptr_t(t.byte_offset), &first) || first < below ||
         first > std::numeric_limits<uintptr_t>::max() - above)
-        throw BufferError(where + "data, byte_offset and strides reach beyond the address space; the "
+        throw BufferError(std::string(entry) + "(): data, byte_offset and strides reach beyond the address space; the "
                           "producer sent a malformed tensor");
     return reinterpret_cast<uint8_t *>(first);
 }
@@ -317,19 +322,18 @@ uint8_t *first_element(const std::string &where, const DLTensor &t, DLImport &in
 }  // namespace
 
 DLImport check_import(const char *entry, const DLTensor &t, uint64_t flags, DLPackVersion version) {
-    std::string where = std::string(entry) + "(): ";
-    check_header(where, t, version);
+    check_header(entry, t, version);
     DLImport in;
     in.dtype = &element_type(entry, t.dtype, flags & DLPACK_FLAG_BITMASK_IS_SUBBYTE_TYPE_PADDED, in.packed_lanes);
     in.readonly = flags & DLPACK_FLAG_BITMASK_READ_ONLY;
     in.copied = flags & DLPACK_FLAG_BITMASK_IS_COPIED;
-    in.shape.assign(t.shape, t.shape + t.ndim);
-    int64_t count = element_count(where, in.shape);
+    in.shape = Axes(t.shape, t.shape + t.ndim);
+    int64_t count = element_count(entry, in.shape);
     in.strides = element_strides(t, in.shape);
     if (count > 0 && !t.data)
-        throw BufferError(where + "NULL data for a tensor of " + str(count) + " elements; the producer "
+        throw BufferError(std::string(entry) + "(): NULL data for a tensor of " + str(count) + " elements; the producer "
                           "sent a malformed tensor");
-    in.data = first_element(where, t, in, count);
+    in.data = first_element(entry, t, in, count);
     in.device = host_readable(t.device) ? DLDevice{kDLCPU, 0} : t.device;
     return in;
 }

@@ -15,6 +15,7 @@
 
 #include "abi/dlpack_abi.h"
 #include "backends/device_cuda.h"
+#include "core/axes.h"
 #include "storage/buffer.h"
 
 namespace hb {
@@ -119,8 +120,8 @@ void delete_unused(DLManagedTensor *m);
 struct DLImport {
     const DType *dtype = nullptr;
     uint8_t *data = nullptr;            ///< element at index 0 of every axis
-    std::vector<int64_t> shape;
-    std::vector<int64_t> strides;       ///< elements (bytes = elements * itemsize unless packed)
+    Axes shape;
+    Axes strides;                       ///< elements (bytes = elements * itemsize unless packed)
     bool readonly = false;
     bool copied = false;                ///< the producer made it for us alone
     int packed_lanes = 0;               ///< > 0: sub-byte values packed, this many per element
@@ -131,6 +132,12 @@ struct DLImport {
 /// ones pass 0 and {0, 0}). Throws BufferError/ValueError naming `entry` for anything a
 /// buffer cannot describe safely.
 DLImport check_import(const char *entry, const DLTensor &t, uint64_t flags, DLPackVersion version);
+/// check_import()'s first two rules, for a reader that describes the tensor itself (a pipeline
+/// call's borrowed argument): the header (a device within reach, an ndim a buffer has, a shape
+/// for its axes, strides where the version requires them; BufferError naming `entry`), and the
+/// row of its element type, `packed_lanes` > 0 for packed sub-byte values.
+void check_header(const char *entry, const DLTensor &t, DLPackVersion version);
+const DType &element_type(const char *entry, const DLDataType &d, bool padded, int &packed_lanes);
 
 /// DLPack's rule for a versioned tensor of another major version: another layout, of which only
 /// the deleter may be touched. Deletes the tensor, then throws BufferError naming `entry`.

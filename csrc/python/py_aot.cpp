@@ -271,7 +271,8 @@ Buffer *given_buffer(const AotPipeline &p, PyCallScratch &s, size_t i, bool borr
     bool ours = is_buffer(v);
     if (borrow && !ours) {
         BorrowedArgument &described = s.plan.borrow(i);
-        if (borrow_argument(v, !output, described) && fits(described, a)) return nullptr;
+        if (borrow_argument(v, ArgumentName{p.name().c_str(), a.name}, !output, described) && fits(described, a))
+            return nullptr;
         described.given = false;  // the general way, whose checks say what is wrong
     }
     Buffer *b;

@@ -160,7 +160,7 @@ bool describe_ndarray(py::handle obj, bool input, BorrowedArgument &out) {
     static_assert(sizeof(Py_intptr_t) == sizeof(int64_t), "NumPy's shape and strides read as int64");
     auto *a = py::detail::array_proxy(obj.ptr());
     if (!input && !(a->flags & py::detail::npy_api::NPY_ARRAY_WRITEABLE_)) return false;
-    if (py::detail::array_descriptor_proxy(a->descr)->byteorder == '>') return false;  // little-endian only
+    if (big_endian(a->descr)) return false;
     const DType *dtype;
     try {
         dtype = &to_dtype(a->descr, "aot");
@@ -176,12 +176,12 @@ bool describe_ndarray(py::handle obj, bool input, BorrowedArgument &out) {
 
 std::string ArgumentName::text() const { return std::string(pipeline) + "(): argument '" + argument + "'"; }
 
-bool borrow_argument(py::handle obj, bool input, BorrowedArgument &out) {
+bool borrow_argument(py::handle obj, const ArgumentName &name, bool input, BorrowedArgument &out) {
     if (py::detail::npy_api::get().PyArray_Check_(obj.ptr())) return describe_ndarray(obj, input, out);
     const ArgumentType &type = argument_type(Py_TYPE(obj.ptr()));
     // A producer's exchange API, where DLPack is the first kind its type offers (PyTorch).
     bool dlpack_first = type.offers(kDLPack) && (type.offered & ((1u << kDLPack) - 1)) == 0;
-    return dlpack_first && type.exchange && exchange_describe(obj, type, out);
+    return dlpack_first && type.exchange && exchange_describe(obj, type, name.pipeline, out);
 }
 
 Argument adopt_argument(py::handle obj, const ArgumentName &name, bool input, bool borrow) {

@@ -230,21 +230,24 @@ std::optional<Buffer> exchange_borrow(py::handle obj, const char *entry) {
     return wrap_import(entry, in, keep_object(obj), true);
 }
 
-bool exchange_describe(py::handle obj, const ArgumentType &type, BorrowedArgument &out) {
+bool exchange_describe(py::handle obj, const ArgumentType &type, const char *entry, BorrowedArgument &out) {
     DLTensor t;
-    if (!borrowed_description(obj, type, t) || t.dtype.lanes != 1 || t.ndim < 0 || t.ndim > kMaxDims) return false;
-    const DType *dtype = dtype_by_dlpack(t.dtype.code, t.dtype.bits);
-    if (!dtype || (t.ndim > 0 && !t.shape)) return false;
-    // Element strides (C order where the producer gives none) made byte strides, in the
-    // description's own array, which borrow_host_memory() reads before it writes.
-    int64_t *strides = out.byte_strides, dense = 1;
-    for (int i = t.ndim; i-- > 0;) {
-        int64_t elements = t.strides ? t.strides[i] : dense;
-        if (__builtin_mul_overflow(elements, int64_t(dtype->itemsize), &strides[i]) ||
-            __builtin_mul_overflow(dense, t.shape[i] > 1 ? t.shape[i] : 1, &dense))
-            return false;
+    if (!borrowed_description(obj, type, t)) return false;
+    // The import's own rules of a header and an element type (their refusals are the general
+    // way's); packed sub-byte values take the general way.
+    constexpr DLPackVersion kBorrowed{kDLPackMajor, kDLPackMinor};  // strides always given
+    check_header(entry, t, kBorrowed);
+    int packed;
+    const DType &dtype = element_type(entry, t.dtype, false, packed);
+    uintptr_t first;
+    if (packed || __builtin_add_overflow(reinterpret_cast<uintptr_t>(t.data), uintptr_t(t.byte_offset), &first))
+        return false;
+    // Element strides made byte strides, in the description's own array, which
+    // borrow_host_memory() reads before it writes; what overflows takes the general way.
+    for (int i = 0; i < t.ndim; ++i) {
+        if (__builtin_mul_overflow(t.strides[i], int64_t(dtype.itemsize), &out.byte_strides[i])) return false;
     }
-    return borrow_host_memory(out, static_cast<uint8_t *>(t.data) + t.byte_offset, t.ndim, t.shape, strides, *dtype);
+    return borrow_host_memory(out, reinterpret_cast<uint8_t *>(first), t.ndim, t.shape, out.byte_strides, dtype);
 }
 
 void bind_dlpack_exchange(py::class_<Buffer> &cls) {

@@ -46,7 +46,7 @@ Buffer adopt(Exported e, bool copy, bool external_writes) {
 
 Exported from_ndarray(py::array a) {
     py::dtype descr = a.dtype();  // read from the array object, as the shape and strides are
-    if (py::detail::array_descriptor_proxy(descr.ptr())->byteorder == '>')  // not numpy's isnative: little-endian only
+    if (big_endian(descr.ptr()))
         throw ValueError(std::string(kEntry) + "(): the array is big-endian; convert it with "
                          "a.astype(a.dtype.newbyteorder('='))");
     return Exported{static_cast<uint8_t *>(const_cast<void *>(a.data())),

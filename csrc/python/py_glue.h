@@ -65,6 +65,9 @@ void bind_embedder(py::module_ &m);
 void bind_dtype(py::module_ &m);
 /// Any dtype spelling a user may pass (name, NumPy or ml_dtypes dtype, torch/jax dtype).
 const DType &to_dtype(py::handle obj, const char *entry);
+/// A NumPy dtype of big-endian elements ('>', not NumPy's isnative): this library reads
+/// little-endian ones only.
+inline bool big_endian(PyObject *descr) { return py::detail::array_descriptor_proxy(descr)->byteorder == '>'; }
 /// The NumPy dtype object of a row (ml_dtypes for exotic rows), created once.
 py::dtype numpy_dtype(const DType &t);
 
@@ -211,8 +214,9 @@ struct ArgumentType;      // py_argument_types.h
 struct BorrowedArgument;  // interop/aot_borrow.h
 /// The same tensor described into `out` for one call of a host pipeline (no Buffer: see
 /// aot_borrow.h); false, with nothing described, where it cannot be (exchange_borrow()'s cases,
-/// a dtype or layout a description cannot say): the general way takes it.
-bool exchange_describe(py::handle obj, const ArgumentType &type, BorrowedArgument &out);
+/// packed values, a dtype or layout a description cannot say): the general way takes it. A
+/// malformed description is refused as check_import() refuses it, naming `entry`.
+bool exchange_describe(py::handle obj, const ArgumentType &type, const char *entry, BorrowedArgument &out);
 
 // py_aot.cpp
 void bind_aot(py::module_ &m);
@@ -249,8 +253,9 @@ Argument adopt_argument(py::handle obj, const ArgumentName &name, bool input, bo
 /// ndarray, or a CPU tensor of a producer whose exchange API describes it (PyTorch); false, with
 /// nothing described, for anything else and wherever a description would not do (a byte order,
 /// a dtype or a layout it cannot say, a read-only output, a tensor that requires grad or is a
-/// lazy view): adopt_argument() then takes it, and refuses what it must, with its messages.
-bool borrow_argument(py::handle obj, bool input, BorrowedArgument &out);
+/// lazy view): adopt_argument() then takes it, and refuses what it must, with its messages (a
+/// malformed producer's description is refused here, as there, naming the pipeline).
+bool borrow_argument(py::handle obj, const ArgumentName &name, bool input, BorrowedArgument &out);
 /// ReadOnlyError naming the output when `b`'s memory is read-only: refused before anything of
 /// the call moves.
 void refuse_read_only_output(const Buffer &b, const ArgumentName &name);
