@@ -195,9 +195,19 @@ class _Op:
 
     def _run(self, *args: Any) -> Any:
         """The real kernel: outputs allocated by torch on the inputs' device, then the call."""
+        device, shapes, mins = self.checked_sizes(args)
+        outs = [torch.empty(shape, dtype=dtype, device=device)
+                for shape, (_, dtype, _) in zip(shapes, self.outputs)]
+        call = [_passable(t) if is_buffer else t for t, is_buffer in zip(args, self.is_buffer)]
+        _call(self.pipeline, device, call, {}, outs, mins)
+        return outs[0] if len(outs) == 1 else tuple(outs)
+
+    def checked_sizes(self, args: Sequence[Any]) -> tuple[torch.device, list[Any], list[tuple[int, ...]] | None]:
+        """(device, output shapes, output mins or None) of a real call on the op's inputs `args`,
+        after _check()'s checks. A host pipeline sized by the rule does them in one pass, at the
+        cost of a few attribute reads per tensor: any doubt goes to _check(), which raises naming
+        the argument."""
         if self.on_host and self.output_shapes is None:
-            # The checks of _check() in one pass, at the cost of a few attribute reads per tensor:
-            # any doubt goes to _check(), which raises naming the argument.
             grad = torch.is_grad_enabled()
             key = list(args)
             for i, _, dtype, ndim in self.buffers:
@@ -205,16 +215,11 @@ class _Op:
                 if t.dtype != dtype or t.dim() != ndim or not t.is_cpu or (grad and t.requires_grad):
                     self._check(args, fake=False)
                 key[i] = t.shape
-            device = _CPU
             shapes, mins = self.regions(tuple(key))
-        else:
-            device = self._check(args, fake=False)
-            shapes, mins = self.sizes(args, fake=False)
-        outs = [torch.empty(shape, dtype=dtype, device=device)
-                for shape, (_, dtype, _) in zip(shapes, self.outputs)]
-        call = [_passable(t) if is_buffer else t for t, is_buffer in zip(args, self.is_buffer)]
-        _call(self.pipeline, device, call, {}, outs, mins)
-        return outs[0] if len(outs) == 1 else tuple(outs)
+            return _CPU, shapes, mins
+        device = self._check(args, fake=False)
+        shapes, mins = self.sizes(args, fake=False)
+        return device, shapes, mins
 
     def _fake(self, *args: Any) -> Any:
         """The fake kernel: the same checks and the same sizes (the bounds queries' on sizes made
@@ -373,6 +378,11 @@ class _Gradient:
         if not self.gives:
             raise ValueError(f"{where} gives no gradient (an output d_<input> for an input of "
                              f"{forward.pipeline.name}); pass the pipeline of the gradients")
+        # For each of the backward's inputs in its own order: (forward input position, -1) for one
+        # of the forward's inputs, (-1, output index) for the gradient of an output.
+        self.order = [(position, -1) if position >= 0 else (-1, self.gradients_in.index(j))
+                      for j, (_, position) in enumerate(self.takes)]
+        self.outputs_last = all(a["kind"] == "output_buffer" for a in arguments[len(self.takes):])
         self.overload: torch._ops.OpOverload | None = None
         self.forward_tensors = [i for i, _, _, _ in forward.buffers]
         self.forward_scalars = [i for i, _ in forward.scalars]
@@ -435,29 +445,45 @@ class _Gradient:
         inputs, grads = list(args[:n]), list(args[n:])
         device = forward._check(inputs, fake)
         for g, (name, dtype, ndim) in zip(grads, forward.outputs):
-            _check_tensor(self.entry, _GRADIENT + name, g, dtype, ndim)
-            if g.device != device:
-                raise ValueError(f"{self.entry}: argument '{_GRADIENT}{name}' is on {g.device}, the inputs on "
-                                 f"{device}; pass tensors on one device")
+            self._check_gradient(g, name, dtype, ndim, device)
         return device, inputs, grads
 
+    def _check_gradient(self, g: Any, name: str, dtype: torch.dtype, ndim: int, device: torch.device) -> None:
+        """An output's gradient: a tensor of the output's dtype and axes, on the inputs' device."""
+        _check_tensor(self.entry, _GRADIENT + name, g, dtype, ndim)
+        if g.device != device:
+            raise ValueError(f"{self.entry}: argument '{_GRADIENT}{name}' is on {g.device}, the inputs on "
+                             f"{device}; pass tensors on one device")
+
     def _run(self, *args: Any) -> Any:
-        device, inputs, grads = self._split(args, fake=False)
-        shapes, mins = self.forward.sizes(inputs, fake=False)
-        named: dict[str, Any] = {}
-        for name, position in self.takes:
-            if position >= 0:
-                named[name] = _passable(inputs[position]) if self.forward.is_buffer[position] else inputs[position]
-        for k, g in enumerate(grads):
-            name = self.forward.outputs[k][0]
-            if tuple(g.shape) != tuple(shapes[k]):
+        forward = self.forward
+        n = len(forward.inputs)
+        inputs, grads = args[:n], args[n:]
+        device, shapes, mins = forward.checked_sizes(inputs)
+        for g, (name, dtype, ndim), shape in zip(grads, forward.outputs, shapes):
+            if g.dtype != dtype or g.dim() != ndim or g.device != device:
+                self._check_gradient(g, name, dtype, ndim, device)
+            if g.shape != shape:
                 raise ValueError(f"{self.entry}: the gradient of output '{name}' has the shape {tuple(g.shape)}, "
-                                 f"the output {tuple(shapes[k])}; pass a gradient of the output's shape")
-            if self.gradients_in[k] is not None:
-                named[_GRADIENT + name] = (_passable(g), mins[k] if mins else None)
+                                 f"the output {tuple(shape)}; pass a gradient of the output's shape")
         outs = [torch.empty(inputs[i].shape, dtype=inputs[i].dtype, device=device) for i, _ in self.gives]
-        _call(self.pipeline, device, [], named, outs, None, [n for _, n in self.gives])
+        if mins is None and self.outputs_last:
+            # Every argument at its place: the backward's inputs in its own order, then its outputs.
+            call = [_passable(grads[k]) if k >= 0 else self.forward_input(inputs, i) for i, k in self.order]
+            _call(self.pipeline, device, call, {}, outs, None)
+        else:
+            named: dict[str, Any] = {}
+            for (name, _), (i, k) in zip(self.takes, self.order):
+                if k >= 0:
+                    named[name] = (_passable(grads[k]), mins[k] if mins else None)
+                else:
+                    named[name] = self.forward_input(inputs, i)
+            _call(self.pipeline, device, [], named, outs, None, [name for _, name in self.gives])
         return outs[0] if len(outs) == 1 else tuple(outs)
+
+    def forward_input(self, inputs: Sequence[Any], i: int) -> Any:
+        """The forward's input `i` as the backward takes it."""
+        return _passable(inputs[i]) if self.forward.is_buffer[i] else inputs[i]
 
     def _fake(self, *args: Any) -> Any:
         device, inputs, _ = self._split(args, fake=True)
@@ -474,6 +500,9 @@ def _call(pipeline: Pipeline, device: torch.device, positional: list[Any], named
     given as (tensor, mins)), then the outputs `outs` (by position, or by `out_names`) placed at
     `mins`. On a CUDA stream other than the default, every tensor goes as a Buffer of a device
     of that stream; an OpenCL output placed at mins comes home into its tensor."""
+    if mins is None and not named and device.type != "cuda":
+        pipeline(*positional, *outs)  # nothing to wrap or place
+        return
     on = _current_stream_device(device) if device.type == "cuda" else None
     call = [_wrapped(a, on) for a in positional]
     kwargs = {}

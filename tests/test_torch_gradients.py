@@ -146,6 +146,32 @@ def test_without_a_backward_an_input_requiring_grad_is_still_refused(pipes):
         f(a, a.detach(), a.detach(), 1.0)
 
 
+def test_the_backward_op_refuses_a_gradient_unlike_its_output_naming_it(product, blur):
+    """The backward op called as torch calls it (the forward's inputs, then d_<output>): a gradient
+    of another dtype, axes or shape than its output is refused naming it, nothing computed."""
+    backward = torch.ops.halide_buffer.hb_tg_product_backward
+    a, b, c = (doubles((3, 4), 60 + i, grad=False) for i in range(3))
+    good = backward(a, b, c, 0.5, torch.ones(3, 4, dtype=torch.float64))
+    torch.testing.assert_close(good[0], b)
+    with pytest.raises(TypeError, match=re.escape(
+            "halide_buffer::hb_tg_product_backward(): argument 'd_out' is a torch.float32 tensor where the "
+            "pipeline takes torch.float64; pass d_out.to(torch.float64)")):
+        backward(a, b, c, 0.5, torch.ones(3, 4))
+    with pytest.raises(ValueError, match=re.escape(
+            "halide_buffer::hb_tg_product_backward(): argument 'd_out': 1 axes where the pipeline takes 2")):
+        backward(a, b, c, 0.5, torch.ones(12, dtype=torch.float64))
+    with pytest.raises(ValueError, match=re.escape(
+            "halide_buffer::hb_tg_product_backward(): the gradient of output 'out' has the shape (4, 3), the "
+            "output (3, 4); pass a gradient of the output's shape")):
+        backward(a, b, c, 0.5, torch.ones(4, 3, dtype=torch.float64))
+    # The same where the output lies at other coordinates (the gradient goes by name, placed).
+    img = doubles((6, 9), 64, grad=False)
+    with pytest.raises(ValueError, match=re.escape(
+            "halide_buffer::hb_tg_blur_backward(): the gradient of output 'blur' has the shape (6, 9), the "
+            "output (5, 7)")):
+        torch.ops.halide_buffer.hb_tg_blur_backward(img, torch.ones(6, 9, dtype=torch.float64))
+
+
 @pytest.mark.parametrize("bad, message", [
     ("hb_tg_no_d_out", "backward hb_tg_no_d_out takes no output's gradient (d_out); pass the pipeline of the "
                        "gradients, taking d_<output> for the outputs of hb_tg_product"),
