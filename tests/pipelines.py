@@ -350,12 +350,12 @@ def gpuadd_func(gpu=True):
 
 def unsized_add_func(name="add_k", kind="float32"):
     """out(x, y) = inp(x, y) + k, inp and out in `kind` ("float32", "float64", "bfloat16"), k a
-    float32 Param cast to it, vectorized with a guarded tail: an elementwise output of the input's
-    region."""
+    float32 Param cast to it (a bfloat16 one for bfloat16, as a bfloat16 generator takes its
+    scale), vectorized with a guarded tail: an elementwise output of the input's region."""
     x, y = hl.Var("x"), hl.Var("y")
     t = {"float32": hl.Float(32), "float64": hl.Float(64), "bfloat16": hl.BFloat(16)}[kind]
     inp = hl.ImageParam(t, 2, "inp")
-    k = hl.Param(hl.Float(32), "k")
+    k = hl.Param(t if kind == "bfloat16" else hl.Float(32), "k")
     out = hl.Func(name)
     out[x, y] = inp[x, y] + hl.cast(t, k)
     out.vectorize(x, 8, hl.TailStrategy.GuardWithIf)

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "core/errors.h"
+#include "core/narrow_float.h"
 #include "interop/aot.h"
 #include "interop/aot_call.h"
 #include "interop/aot_sizes.h"
@@ -104,10 +105,13 @@ halide_scalar_value_t float_scalar(const ScalarArg &arg) {
                         "; pass an int or a float");
     }
     halide_scalar_value_t s = blank_scalar();
-    if (arg.a.type.bits == 32) s.f32 = float(x);
-    else if (arg.a.type.bits == 64) s.f64 = x;
+    const halide_type_t &t = arg.a.type;
+    if (t.code == halide_type_bfloat && t.bits == 16) s.u16 = narrow_float_bits(x, 8, 7);
+    else if (t.bits == 16) s.u16 = narrow_float_bits(x, 5, 10);
+    else if (t.bits == 32) s.f32 = float(x);
+    else if (t.bits == 64) s.f64 = x;
     else throw TypeError(arg.where() + ": scalars of " + arg.name() +
-                         " are not supported; pass a float32 or float64 parameter");
+                         " are not supported; pass a float16, bfloat16, float32 or float64 parameter");
     return s;
 }
 
@@ -160,7 +164,7 @@ halide_scalar_value_t int_scalar(const ScalarArg &arg) {
 halide_scalar_value_t to_scalar(const AotPipeline &p, py::handle v, const halide_filter_argument_t &a) {
     halide_type_t t = a.type;
     ScalarArg arg{p, a, v};
-    if (t.code == halide_type_float) return float_scalar(arg);
+    if (t.code == halide_type_float || t.code == halide_type_bfloat) return float_scalar(arg);
     if (t.code == halide_type_handle) return address_scalar(arg);
     if (t.code == halide_type_uint && t.bits == 1) return bool_scalar(arg);
     return int_scalar(arg);
