@@ -39,17 +39,26 @@ Box common_box(const halide_buffer_t *src, const halide_buffer_t *dst) {
     return box;
 }
 
-/// Whether a buffer of ours has a current device copy: neither the buffer (a view whose flags
-/// Halide may have changed since) nor its storage says the host copy is newer.
-bool current_on_device(const halide_buffer_t *buf, const DevicePlace &place) {
-    return !(buf->flags & kHostDirty) && !(place.root->flags & kHostDirty);
+/// The flags saying which copy of a buffer is the newer: its storage's where the storage has a
+/// dirty flag (the one state every view of it shares), else the buffer's own (a flag foreign code
+/// set in it, not yet taken in). A struct kept across operations, as Halide keeps one for a crop,
+/// holds the flags of when it was made: where they disagree with the storage's, the storage's
+/// are the newer.
+uint64_t newer_flags(const halide_buffer_t *buf, const DevicePlace &place) {
+    uint64_t storage = place.root ? place.root->flags & (kHostDirty | kDeviceDirty) : 0;
+    return storage ? storage : buf->flags;
 }
 
-/// Whether a buffer has a current host copy (Halide's rule, and our storage's where it is ours).
+/// Whether a buffer of ours has a current device copy: the newer flags do not say the host's.
+bool current_on_device(const halide_buffer_t *buf, const DevicePlace &place) {
+    return !(newer_flags(buf, place) & kHostDirty);
+}
+
+/// Whether a buffer has a current host copy (Halide's rule, by the newer flags where it is ours).
 bool current_on_host(const halide_buffer_t *buf, const DevicePlace &place) {
     if (!buf->host) return false;
     if (!buf->device_interface) return true;
-    return !(buf->flags & kDeviceDirty) && !(place.root && (place.root->flags & kDeviceDirty));
+    return !(newer_flags(buf, place) & kDeviceDirty);
 }
 
 /// One end of a copy: the box's elements in device memory (`device` set) or in host memory.

@@ -104,8 +104,9 @@ public:
     /// before its own).
     virtual bool take_over(halide_buffer_t &/*root*/, const Device &/*other*/) const { return false; }
     /// Whether a pipeline runtime computing in this device's memory can be shown a part of
-    /// root's allocation (of this device, or null: one it would make now) as it is, the part's
-    /// element at index 0 `offset` bytes past root's element, its strides all positive. OpenCL:
+    /// root's allocation (of this device) as it is, the part's element at index 0 `offset` bytes
+    /// past root's element, its strides all positive; or, root null, a part `offset` bytes past
+    /// the first byte of an allocation it would make now (the storage's lowest byte). OpenCL:
     /// the runtime makes a sub-buffer starting there, which must lie at a multiple of the
     /// device's CL_DEVICE_MEM_BASE_ADDR_ALIGN. No by default: a part is shown without device
     /// memory, and the runtime allocates memory of its own for it.

@@ -39,7 +39,9 @@ struct Embedder {
     /// on meanwhile (the binding: without the GIL, when the calling thread holds it).
     void (*run_unlocked)(Step step) = nullptr;
     /// The embedder's CUDA device of `ordinal` (the package's default device of it): a
-    /// CudaDevice; BufferError naming `entry` where the machine has no such device.
+    /// CudaDevice; BufferError naming `entry` where the machine has no such device. Asked on the
+    /// caller's own thread, never from a step run_unlocked() runs (the binding would have to take
+    /// the GIL back there): a pipeline call asks before its step.
     std::shared_ptr<Device> (*cuda_device)(int ordinal, const char *entry) = nullptr;
     /// Tests only: runs right after an export found a buffer's CUDA device, to force an
     /// interleaving of threads there.

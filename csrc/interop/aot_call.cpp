@@ -162,6 +162,8 @@ void run_query(const AotPipeline &p, std::vector<void *> &argv, const char *what
 
 /// The CUDA device of a call: that of the first buffer argument on one, else the embedder's
 /// device 0 (DeviceError without a driver). Remembered for the runtime's calls outside ours.
+/// Chosen before the call's step, with the GIL held, as an export's device is: the embedder's
+/// device is the package's, which Python gives.
 std::shared_ptr<CudaDevice> cuda_call_device(const CallScratch &s) {
     std::shared_ptr<CudaDevice> device;
     for (size_t i = 0; i < s.buffers.size() && !device; ++i) {
@@ -190,11 +192,11 @@ std::shared_ptr<OpenCLDevice> opencl_call_device(const AotPipeline &p, const Cal
     return p.runs_in_our_context(*device) ? device : nullptr;
 }
 
-/// The device a call computes on, in our memory: a CUDA pipeline's (always), an OpenCL
-/// pipeline's whose runtime asks us for its context; null for a host pipeline, or one whose
-/// runtime keeps memory of its own.
-std::shared_ptr<Device> call_device(const AotPipeline &p, const CallScratch &s) {
-    if (p.uses_cuda()) return cuda_call_device(s);
+/// The device a call computes on, in our memory: a CUDA pipeline's (always: `cuda`, chosen
+/// before the step), an OpenCL pipeline's whose runtime asks us for its context; null for a
+/// host pipeline, or one whose runtime keeps memory of its own.
+std::shared_ptr<Device> call_device(const AotPipeline &p, const CallScratch &s, std::shared_ptr<CudaDevice> cuda) {
+    if (p.uses_cuda()) return cuda;
     if (p.uses_opencl() && p.device_interface()) return opencl_call_device(p, s);
     return nullptr;
 }
@@ -386,12 +388,16 @@ void run_call(const AotPipeline &p, CallScratch &s) {
                [&](size_t i, const halide_filter_argument_t &a) { call_buffer(s, p, i, a); });
     refuse_overlapping_outputs(p, s);
     if (call_directly(p, s)) return;
-    // The rest is one step that may copy, wait on a device or compute: other threads go on.
+    // What only the embedder gives is asked for now, on the calling thread: a CUDA pipeline's
+    // device may be the package's (the binding's: Python's). The rest is one step that may copy,
+    // wait on a device or compute: other threads go on meanwhile, and the step takes back nothing
+    // it let go (the binding's GIL).
+    std::shared_ptr<CudaDevice> cuda = p.uses_cuda() ? cuda_call_device(s) : nullptr;
     embedder().run_unlocked([&] {
         // A device pipeline runs on the device of its first argument on one, else the default
         // device, and its arguments are placed there: it reads and writes our device copies as
         // they are.
-        std::shared_ptr<Device> device = call_device(p, s);
+        std::shared_ptr<Device> device = call_device(p, s, std::move(cuda));
         TargetDevice target(device.get());  // the device our hooks give the pipeline's runtime
         enter_buffers(p, s, device);
         if (nothing_to_compute(s)) return;

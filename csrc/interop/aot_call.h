@@ -168,9 +168,11 @@ void refuse_overlapping_outputs(const AotPipeline &p, const CallScratch &s);
 
 /// One call of `p` with the arguments in `s` (started, then filled in): builds the argument
 /// vector (TypeError for a missing input). A host pipeline on borrowed memory and small untouched
-/// Buffers is then called directly (kDirectCallBytes); otherwise the rest runs as one step through the
-/// embedder's run_unlocked(): it chooses the device the call computes on (DeviceError where it
-/// has none), places every buffer argument there (the outputs not given allocated first into
+/// Buffers is then called directly (kDirectCallBytes); otherwise a CUDA pipeline's device is chosen
+/// on the calling thread (the embedder's, the package's in the binding, where no argument is on
+/// one), and the rest runs as one step through the embedder's run_unlocked(), asking the embedder
+/// nothing: it chooses the device the call computes on (DeviceError where it has none; a CUDA
+/// pipeline's, the one chosen), places every buffer argument there (the outputs not given allocated first into
 /// s.allocated, sized by bounds queries), lends each to the call, and runs the pipeline
 /// (PipelineError for a failure), unless every output is empty: then there is nothing to
 /// compute, and the pipeline is not run. The outputs are s.outputs, in the pipeline's order.

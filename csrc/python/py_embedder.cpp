@@ -1,7 +1,7 @@
 // py_embedder.cpp: the binding as the core's embedder (device/embedder.h), the one way up from
 // the core to Python: waits for a storage's lock and long steps let the other Python threads
 // run, CUDA devices are the package's (halide_buffer.cuda), and the tests' hook after a device
-// lookup is a Python callable.
+// lookup is a Python callable; a count of lookups that took the GIL back, for tests.
 #include <atomic>
 #include <memory>
 #include <string>
@@ -12,6 +12,11 @@
 
 namespace hb {
 namespace {
+
+/// Lookups of the package's CUDA devices that took the GIL back on a thread that had let it go
+/// (from inside a step): none is asked for there (embedder.h), and tests check it
+/// (_core._gil_taken_back()).
+std::atomic<int64_t> g_gil_taken_back{0};
 
 /// A thread waiting for a storage's lock lets the others run: the holder may need the GIL (a
 /// pipeline's error handler written in Python, an owner released in a callback).
@@ -41,7 +46,8 @@ void run_without_gil(Step step) {
 /// `entry`, whose data (a tensor, a stream) named it. The binding's own callers ask through the
 /// embedder too (embedder_cuda_device()): this is the one lookup.
 std::shared_ptr<Device> package_cuda_device(int ordinal, const char *entry) {
-    py::gil_scoped_acquire gil;  // asked from inside a step run without it
+    if (!PyGILState_Check()) g_gil_taken_back.fetch_add(1, std::memory_order_relaxed);
+    py::gil_scoped_acquire gil;  // asked from a thread that let it go: counted above
     try {
         return py::module_::import("halide_buffer.cuda").attr("device")(ordinal).cast<std::shared_ptr<CudaDevice>>();
     } catch (py::error_already_set &e) {
@@ -74,6 +80,9 @@ void bind_embedder(py::module_ &m) {
         lookup_hook() = hook.is_none() ? py::object() : std::move(hook);
         g_lookup_hook_set = bool(lookup_hook());
     }, py::arg("hook"), "Tests only: calls hook() right after an export found the buffer's CUDA device.");
+    m.def("_gil_taken_back", [] { return g_gil_taken_back.load(std::memory_order_relaxed); },
+          "Tests only: how many lookups of the package's CUDA devices took the GIL back on a thread that "
+          "had let it go.");
 }
 
 }  // namespace hb

@@ -236,7 +236,10 @@ bool Storage::part_in_place(const Device &on, int64_t offset, bool forward) cons
     // Memory its owner may write at any time is newer on the host at every call: the whole of it
     // would go up for each part. Such parts go up alone, as the runtime uploads them.
     if (bound || external_writes || !forward) return false;
-    return on.shows_part(root.device && device().get() == &on ? &root : nullptr, offset);
+    if (root.device && device().get() == &on) return on.shows_part(&root, offset);
+    // An allocation made now starts at the storage's lowest byte, which for a storage laid out
+    // backwards lies before root's element: the part's place is counted from there.
+    return on.shows_part(nullptr, offset - byte_span(&root).lo);
 }
 
 void Storage::adopt_allocation() {
