@@ -447,9 +447,9 @@ Buffer adopt_cuda(const DLImport &in, std::shared_ptr<void> owner, int copy, boo
     if (in.packed_lanes)
         throw BufferError(std::string(kImport) + "(): packed " + in.dtype->name + " values on a CUDA device "
                           "cannot be wrapped; unpack them there first, or copy the tensor to the CPU");
-    if (in.readonly && copy != 1)
-        throw BufferError(std::string(kImport) + "(): the CUDA tensor is read-only, and a buffer's device "
-                          "copy is written by uploads; pass copy=True for a copy of its values");
+    // copy=True asks for the values alone (a copy the producer made for us, or one made here at once).
+    if (copy != 1)
+        check_wrappable_cuda(kImport, "the CUDA tensor", in.readonly, "pass copy=True for a copy of its values");
     std::shared_ptr<CudaDevice> device = embedder_cuda_device(in.device.device_id, kImport);
     std::vector<int64_t> bytes = byte_strides(in.strides, in.dtype->itemsize);
     bool copy_now = copy == 1 && !in.copied && !producer_copied;
