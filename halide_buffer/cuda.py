@@ -141,9 +141,7 @@ def wrap(obj: Any, *, dtype: Any = None) -> Buffer:
     if interface.get("mask") is not None:
         raise BufferError("cuda.wrap(): masked arrays are not supported; pass the array's data")
     data, readonly = interface["data"]
-    if readonly:
-        raise BufferError("cuda.wrap(): the array is read-only, and a buffer's device copy is written by "
-                          "uploads; wrap a writable array, or copy it")
+    _core._cuda_check_wrappable(bool(readonly))
     shape = tuple(interface["shape"])
     t = _core.dtype(dtype) if dtype is not None else _dtype_of_typestr(interface["typestr"])
     strides = interface.get("strides")

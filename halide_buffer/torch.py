@@ -28,7 +28,7 @@ except ImportError as e:
     raise ImportError(f"hb.torch needs PyTorch; pip install torch (import torch: {e})") from e
 
 from . import cuda as _cuda
-from ._core import Pipeline, from_dlpack
+from ._core import Pipeline, _innermost_steps_one, from_dlpack
 
 __all__ = ["op"]
 
@@ -526,11 +526,12 @@ def _call(pipeline: Pipeline, device: torch.device, positional: list[Any], named
 
 def _passable(t: torch.Tensor) -> torch.Tensor:
     """A tensor as a pipeline takes it. Halide pipelines take dimension 0 (the last axis) with
-    stride 1 unless told otherwise, and a tensor made of broadcasts or a step slice has another: as
-    torch ops do, they compute on a dense copy. With grad mode off (_check let it through) no
-    graph is recorded: the pipeline reads the data, which a tensor that requires grad exports only
-    detached."""
-    if not t.is_contiguous() and t.dim() and t.stride(-1) != 1 and t.size(-1) > 1:
+    stride 1 unless told otherwise (the rule is the core's, asked here: _innermost_steps_one), and
+    a tensor made of broadcasts or a step slice has another: as torch ops do, they compute on a
+    dense copy. A contiguous tensor meets the rule without asking. With grad mode off (_check let
+    it through) no graph is recorded: the pipeline reads the data, which a tensor that requires
+    grad exports only detached."""
+    if not t.is_contiguous() and not _innermost_steps_one(t.shape, t.stride()):
         t = t.contiguous()
     return t.detach() if t.requires_grad else t
 

@@ -17,6 +17,7 @@ import ctypes
 import gc
 import re
 import threading
+import types
 import weakref
 
 import numpy as np
@@ -388,6 +389,30 @@ def test_dlpack_arguments_of_a_device_buffer(gpu):
     np.testing.assert_array_equal(np.asarray(host), np.arange(4))
     copied = hb.from_dlpack(b.__dlpack__(dl_device=(1, 0), copy=True))  # writable: a legacy capsule will do
     np.testing.assert_array_equal(np.asarray(copied), np.arange(4))
+
+
+@pytest.mark.parametrize("read_only", [False, True], ids=["writable", "read-only"])
+def test_read_only_device_memory_becomes_no_device_copy_whichever_way_it_comes(gpu, read_only):
+    """One rule (interop/cuda_interop.cpp's check_wrappable_cuda()) for someone else's CUDA memory,
+    whichever protocol brings it: memory marked read-only never becomes a buffer's device copy
+    (uploads write it), through the CUDA array interface (cuda.wrap) or DLPack (from_dlpack, where
+    copy=True asks for its values alone); writable memory is wrapped by both."""
+    src = np.arange(6, dtype=np.int32)
+    src.flags.writeable = not read_only
+    b = hb.Buffer.from_host(src)
+    b.copy_to_device(gpu)
+    routes = {"cuda.wrap": lambda: hb.cuda.wrap(types.SimpleNamespace(__cuda_array_interface__=interface_of(b))),
+              "from_dlpack": lambda: hb.from_dlpack(b.__dlpack__(max_version=(1, 0)))}
+    for entry, route in routes.items():
+        if read_only:
+            with pytest.raises(BufferError, match=rf"^{re.escape(entry)}\(\): the [a-zA-Z ]+ is read-only, and a "
+                                                  r"buffer's device copy is written by uploads; "):
+                route()
+        else:
+            wrapped = route()
+            assert wrapped.device is gpu and interface_of(wrapped)["data"][0] == interface_of(b)["data"][0]
+    copied = hb.from_dlpack(b.__dlpack__(max_version=(1, 0)), copy=True)
+    np.testing.assert_array_equal(np.asarray(copied), src)
 
 
 def test_device_wrap_native_at_an_offset_and_detach(gpu):

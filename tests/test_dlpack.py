@@ -16,7 +16,8 @@ import torch
 import halide_buffer as hb
 
 import cuda_standin
-from common import ALL_DTYPES, ExchangeAPI, Moves, NONE, bits_of, down, filled, live_counts, random_bits
+from common import (ALL_DTYPES, DLTensor, ExchangeAPI, Moves, NONE, bits_of, counts, down, filled, live_counts,
+                    random_bits)
 
 READ_ONLY, IS_COPIED, PADDED = 1, 2, 4
 
@@ -397,6 +398,89 @@ def test_our_exchange_api_table():
     assert STREAM(api.current_work_stream)(1, 0, ctypes.byref(stream)) == 0 and not stream.value
     with pytest.raises(TypeError, match="expected a halide_buffer.Buffer"):
         FROM_PY(api.managed_tensor_from_py_object_no_sync)(np.zeros(2), ctypes.byref(managed))
+
+
+DELETER = ctypes.CFUNCTYPE(None, ctypes.c_void_p)
+
+
+def managed_description(address):
+    """What the versioned managed tensor at `address` tells its consumer: its version, flags,
+    device, dtype, shape and strides (in elements), and its data address."""
+    major, minor = (ctypes.c_uint32 * 2).from_address(address)
+    t = DLTensor.from_address(address + 32)
+    axes = (lambda pointer: tuple((ctypes.c_int64 * t.ndim).from_address(pointer)) if t.ndim else ())
+    return {"version": (major, minor), "flags": ctypes.c_uint64.from_address(address + 24).value,
+            "device": (t.device.device_type, t.device.device_id), "byte_offset": t.byte_offset,
+            "dtype": (t.dtype.code, t.dtype.bits, t.dtype.lanes), "shape": axes(t.shape),
+            "strides": axes(t.strides), "data": t.data}
+
+
+def export_seen(b, way):
+    """`b` exported one way (a versioned capsule of __dlpack__, or our exchange API's
+    managed_tensor_from_py_object_no_sync), as the consumer sees it while it holds the tensor:
+    the tensor's description (its data as an offset from where the buffer's current copy is) and
+    the buffer's flags and transfers after the export."""
+    cuda = b.__dlpack_device__()[0] == 2
+    if way == "capsule":
+        capsule = b.__dlpack__(max_version=(1, 3), **({"stream": -1} if cuda else {}))
+        address = ctypes.pythonapi.PyCapsule_GetPointer(capsule, b"dltensor_versioned")
+    else:
+        managed = ctypes.c_void_p()
+        assert FROM_PY(exchange_api(hb.Buffer).managed_tensor_from_py_object_no_sync)(b, ctypes.byref(managed)) == 0
+        address = managed.value
+    seen = managed_description(address)
+    residency = (b.host_dirty(), b.device_dirty(), counts(b.transfers))
+    if way == "exchange":
+        DELETER(ctypes.c_void_p.from_address(address + 16).value)(address)
+    home = b.__cuda_array_interface__["data"][0] if cuda else data_address(b)
+    if seen["data"] is not None:
+        seen["data"] -= home
+    return seen, residency
+
+
+def read_only_ramp():
+    a = np.arange(15, dtype=np.float32).reshape(3, 5)
+    a.flags.writeable = False
+    return hb.Buffer.from_host(a)
+
+
+def on_cuda(b, newer):
+    b.copy_to_device(hb.cuda.device())
+    if newer:
+        b.set_device_dirty()
+    return b
+
+
+def opencl_newer():
+    b, _ = filled((3, 5), "int16")
+    b.copy_to_device()
+    b.set_device_dirty()
+    return b
+
+
+EXPORTED = {
+    "owned": lambda: filled((3, 5), "float32")[0],
+    "read-only": read_only_ramp,
+    "a view with steps and a backward axis": lambda: filled((4, 6), "bfloat16")[0][::-1, ::2],
+    "padded sub-byte": lambda: filled((3, 4), "float4_e2m1fn")[0],
+    "empty": lambda: hb.Buffer((0, 3), "uint8"),
+    "device copy newer (OpenCL)": opencl_newer,
+    "device copy newer (CUDA)": lambda: on_cuda(filled((3, 5), "int16")[0], True),
+    "read-only, on CUDA": lambda: on_cuda(read_only_ramp(), False),
+}
+
+
+@pytest.mark.parametrize("name", EXPORTED)
+def test_dlpack_and_the_exchange_api_export_a_buffer_alike(name):
+    """__dlpack__ and our exchange API are one export (interop/dlpack.cpp's run_export()): the
+    same tensor (flags for read-only and padded, device, layout, memory) and the same lease (a
+    download where the device copy is newer, a writer's mark unless read-only). The CUDA cases
+    run against the driver stand-in."""
+    if "CUDA" in name and not cuda_standin.active():
+        pytest.skip(cuda_standin.why_inactive())
+    made = EXPORTED[name]
+    capsule, exchange = export_seen(made(), "capsule"), export_seen(made(), "exchange")
+    assert capsule == exchange
 
 
 @pytest.mark.needs_torch

@@ -228,6 +228,20 @@ inline Folded fold_axes(const std::vector<int64_t> &shape, const std::vector<int
     return fold_axes(shape.data(), shape.size(), strides0.data(), strides1.data(), repeats);
 }
 
+// --- what a pipeline takes as it is -------------------------------------------------------------
+
+/// Halide's default constraint on a pipeline's buffers: dimension 0 (NumPy's last axis) steps
+/// one element. A layout of `n` axes (strides in elements) is taken as it is when it has no
+/// axes, no elements (normalize_strides() gives it C-contiguous strides), or a last axis that
+/// steps one element or never steps (extent 0 or 1). A caller whose layout fails it passes a
+/// dense copy, as torch ops compute on strided inputs (hb.torch).
+inline bool innermost_steps_one(const int64_t *shape, const int64_t *strides, size_t n) {
+    if (n == 0 || shape[n - 1] <= 1 || strides[n - 1] == 1) return true;
+    for (size_t i = 0; i < n; ++i)
+        if (shape[i] == 0) return true;
+    return false;
+}
+
 // --- memory someone else describes --------------------------------------------------------------
 
 /// Memory someone else describes (data, byte strides) must exist and stay inside the address

@@ -32,6 +32,12 @@ CudaLease lease_cuda(Buffer &b, const char *entry, const std::shared_ptr<CudaDev
     return CudaLease{static_cast<uint8_t *>(v.native) + v.offset, std::move(on)};
 }
 
+void check_wrappable_cuda(const char *entry, const char *what, bool readonly, const char *fix) {
+    if (readonly)
+        throw BufferError(std::string(entry) + "(): " + what + " is read-only, and a buffer's device copy is "
+                          "written by uploads; " + fix);
+}
+
 Buffer wrap_cuda(const char *entry, const std::shared_ptr<CudaDevice> &device, uint64_t data,
                  const std::vector<int64_t> &shape, const std::vector<int64_t> &strides, const DType &dtype,
                  std::shared_ptr<void> owner, cu::CUstream producer) {

@@ -34,6 +34,12 @@ struct CudaLease {
 /// copy: the bindings run it without the GIL.
 CudaLease lease_cuda(Buffer &b, const char *entry, const std::shared_ptr<CudaDevice> &device);
 
+/// The rule of someone else's CUDA memory as a buffer's device copy, whichever way it comes
+/// (cuda.wrap, a DLPack import): memory its owner marks read-only is refused, as uploads write
+/// a device copy. BufferError "<entry>(): <what> is read-only, and a buffer's device copy is
+/// written by uploads; <fix>" for read-only memory.
+void check_wrappable_cuda(const char *entry, const char *what, bool readonly, const char *fix);
+
 /// A buffer whose current copy is CUDA memory at `data` (the element at index 0 of every axis,
 /// on `device`; `strides` in bytes), kept alive by `owner`: no copy now; the host copy, laid
 /// out like the device memory, is filled on the first host read. Our stream first waits for

@@ -1,5 +1,6 @@
-// dlpack.cpp: what an export does (plan_export(): DLPack's rules for __dlpack__'s arguments),
-// managed tensors of our buffers, and the checks every imported tensor passes.
+// dlpack.cpp: what an export does (plan_export(): DLPack's rules for __dlpack__'s arguments and
+// the exchange API's consumer) and the export carried out (run_export()), managed tensors of
+// our buffers, and the checks every imported tensor passes.
 #include "interop/dlpack.h"
 
 #include <cstring>
@@ -105,19 +106,6 @@ DLDevice dlpack_device_of(Buffer &b) {
     return DLDevice{kDLCPU, 0};
 }
 
-Placement lease_export(Buffer &b, const char *entry, const std::shared_ptr<CudaDevice> &cuda) {
-    Placement at;
-    if (cuda) {
-        CudaLease lease = lease_cuda(b, entry, cuda);
-        at.device = DLDevice{kDLCUDA, lease.device->ordinal()};
-        at.data = lease.first;
-        at.cuda = std::move(lease.device);
-        return at;
-    }
-    at.lease = b.lease_host(entry, Access::may_write).mark;
-    return at;
-}
-
 namespace {
 
 constexpr const char *kExport = "__dlpack__";
@@ -152,6 +140,14 @@ std::optional<uintptr_t> consumer_stream(const StreamArg &s) {
 ExportPlan plan_export(const Buffer &b, DLDevice here, const ExportRequest &r) {
     ExportPlan plan;
     plan.at = here;
+    if (r.via == ExportVia::exchange) {
+        // The consumer's "no sync" leaves ordering to it, who knows its stream only as the
+        // current one: our stream's work is finished first. With no capsule, a mark stays.
+        plan.versioned = true;
+        plan.finish_stream = plan.on_cuda();
+        plan.withdrawable = false;
+        return plan;
+    }
     if (r.dl_device) {
         auto [type, id] = *r.dl_device;
         if (type == kDLCPU && id == 0) {  // any buffer's host copy can be handed out
@@ -185,6 +181,61 @@ ExportPlan plan_export(const Buffer &b, DLDevice here, const ExportRequest &r) {
                           stream_text(r.stream) + "; pass stream=None (host data has no stream to order)");
     plan.copy = r.copy == 1;
     return plan;
+}
+
+namespace {
+
+/// The lease of an export for a consumer that may write, and where it places the elements: on
+/// the CUDA device copy when `cuda` is given (cuda_device_of(b), looked up before;
+/// lease_cuda()), else on the host copy, a writable lease unless the memory is read-only
+/// (Buffer::lease_host(), its mark kept in the placement). It may copy.
+Placement lease_export(Buffer &b, const std::shared_ptr<CudaDevice> &cuda) {
+    Placement at;
+    if (cuda) {
+        CudaLease lease = lease_cuda(b, kExport, cuda);
+        at.device = DLDevice{kDLCUDA, lease.device->ordinal()};
+        at.data = lease.first;
+        at.cuda = std::move(lease.device);
+        return at;
+    }
+    at.lease = b.lease_host(kExport, Access::may_write).mark;
+    return at;
+}
+
+/// Runs `step` unlocked (the embedder's run_unlocked(): in Python, without the GIL) where it may
+/// copy: a buffer never on a device has nothing to copy, and its lease is the small-object path.
+template <typename F>
+auto unlocked_if_may_copy(const Buffer &b, F &&step) -> decltype(step()) {
+    if (!b.may_hold_device_copy()) return step();
+    std::optional<decltype(step())> out;
+    embedder().run_unlocked([&] { out.emplace(step()); });
+    return std::move(*out);
+}
+
+/// The managed tensor a plan asks for over `view`, placed `at`.
+Exported managed_tensor(const Buffer &view, bool versioned, bool copied, const Placement &at) {
+    Exported out;
+    if (versioned) out.versioned = export_versioned(view, copied, at);
+    else out.legacy = export_legacy(view, at);
+    return out;
+}
+
+}  // namespace
+
+Exported run_export(Buffer &b, const ExportRequest &r) {
+    std::shared_ptr<CudaDevice> gpu = cuda_device_of(b);  // looked up once: the plan and the lease use it
+    ExportPlan plan = plan_export(b, gpu, r);
+    if (plan.copy)
+        return managed_tensor(unlocked_if_may_copy(b, [&] { return b.current_host_copy(kExport); }),
+                              plan.versioned, true, Placement{});
+    Placement at = unlocked_if_may_copy(b, [&] {
+        Placement p = lease_export(b, plan.on_cuda() ? gpu : nullptr);
+        if (plan.wait_stream) p.cuda->order_before(stream_of_number(*plan.wait_stream));
+        if (plan.finish_stream) p.cuda->synchronize();
+        return p;
+    });
+    if (!plan.withdrawable) at.lease = HostWriteMark();
+    return managed_tensor(b, plan.versioned, false, at);
 }
 
 DLPackVersion dlpack_version_for(const DType &t) {
@@ -396,9 +447,9 @@ Buffer adopt_cuda(const DLImport &in, std::shared_ptr<void> owner, int copy, boo
     if (in.packed_lanes)
         throw BufferError(std::string(kImport) + "(): packed " + in.dtype->name + " values on a CUDA device "
                           "cannot be wrapped; unpack them there first, or copy the tensor to the CPU");
-    if (in.readonly && copy != 1)
-        throw BufferError(std::string(kImport) + "(): the CUDA tensor is read-only, and a buffer's device "
-                          "copy is written by uploads; pass copy=True for a copy of its values");
+    // copy=True asks for the values alone (a copy the producer made for us, or one made here at once).
+    if (copy != 1)
+        check_wrappable_cuda(kImport, "the CUDA tensor", in.readonly, "pass copy=True for a copy of its values");
     std::shared_ptr<CudaDevice> device = embedder_cuda_device(in.device.device_id, kImport);
     std::vector<int64_t> bytes = byte_strides(in.strides, in.dtype->itemsize);
     bool copy_now = copy == 1 && !in.copied && !producer_copied;

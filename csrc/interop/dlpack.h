@@ -1,8 +1,9 @@
-// dlpack.h: DLPack exchange without Python: what an export does (its plan), managed tensors of
-// our buffers and the lease an export takes (export), the checked description of someone
-// else's tensor and what becomes of it (import). The capsule path (__dlpack__, from_dlpack:
-// py_dlpack.cpp) and the C exchange API (py_dlpack_exchange.cpp) both decide here; the
-// bindings only convert Python objects.
+// dlpack.h: DLPack exchange without Python: what an export does (its plan) and the one function
+// that carries it out, managed tensors of our buffers and the lease an export takes (export),
+// the checked description of someone else's tensor and what becomes of it (import). The
+// capsule path (__dlpack__, from_dlpack: py_dlpack.cpp) and the C exchange API
+// (py_dlpack_exchange.cpp) both decide and export here; the bindings only convert Python
+// objects.
 #pragma once
 
 #include <cstdint>
@@ -39,13 +40,6 @@ struct Placement {
     std::shared_ptr<CudaDevice> cuda;  ///< a CUDA export: the device its lease ended on
 };
 
-/// The lease of an export for a consumer that may write (DLPack's consumers, capsule and
-/// exchange API alike), and where it places the elements: on the CUDA device copy when `cuda`
-/// is given (cuda_device_of(b), looked up before; lease_cuda()), else on the host copy, a
-/// writable lease unless the memory is read-only (Buffer::lease_host(), its mark kept in the
-/// placement). It may copy: the bindings run it by without_gil_if_may_copy()'s rule.
-Placement lease_export(Buffer &b, const char *entry, const std::shared_ptr<CudaDevice> &cuda);
-
 /// __dlpack__'s stream= as the binding read it: None, an integer (sign and magnitude: DLPack's
 /// stream numbers and handles reach 2**64 - 1), or anything else.
 struct StreamArg {
@@ -59,9 +53,15 @@ struct StreamArg {
     std::string text;
 };
 
-/// What a consumer asked of __dlpack__, its Python arguments converted by the binding (which
-/// raises the TypeErrors of arguments of the wrong Python type); plan_export() decides the rest.
+/// Who takes an export: a capsule's consumer (__dlpack__), or the consumer of DLPack 1.3's C
+/// exchange API (managed_tensor_from_py_object_no_sync), which has no capsule and asks nothing.
+enum class ExportVia : uint8_t { capsule, exchange };
+
+/// What a consumer asked of an export: for __dlpack__, its Python arguments converted by the
+/// binding (which raises the TypeErrors of arguments of the wrong Python type); the exchange API
+/// has none. plan_export() decides the rest.
 struct ExportRequest {
+    ExportVia via = ExportVia::capsule;
     std::optional<std::pair<int64_t, int64_t>> dl_device;    ///< (device type, id); nullopt: None
     std::optional<std::pair<int64_t, int64_t>> max_version;  ///< (major, minor); nullopt: None
     int copy = -1;                                           ///< copy=: -1 None, 0 False, 1 True
@@ -69,10 +69,8 @@ struct ExportRequest {
 };
 
 /// What an export does (the decision of PyTorch's maybeCopyTensor, as a plan): where the
-/// consumer gets the elements, in which capsule, a copy or a lease, and the stream handshake.
-/// The binding carries it out: lease_export() (with the buffer's CUDA device when on_cuda(),
-/// else none) or, for `copy`, Buffer::current_host_copy(); then order_before() on a CUDA
-/// export's wait_stream; then export_versioned() or export_legacy().
+/// consumer gets the elements, in which managed tensor, a copy or a lease, and how the consumer
+/// is ordered after our stream. run_export() carries it out.
 struct ExportPlan {
     DLDevice at{kDLCPU, 0};  ///< (kDLCPU, 0): the host copy; (kDLCUDA, ordinal): the CUDA device copy
     bool versioned = false;  ///< a versioned managed tensor, else a legacy one
@@ -80,23 +78,49 @@ struct ExportPlan {
     /// A CUDA export: the consumer's stream, which is to wait for ours; nullopt: no
     /// synchronisation (the consumer's stream -1), and always for host data.
     std::optional<uintptr_t> wait_stream;
+    /// A CUDA export whose consumer cannot be made to wait (the exchange API's "no sync": the
+    /// consumer knows its stream only as the current one): our stream's work is finished before
+    /// the tensor is handed over.
+    bool finish_stream = false;
+    /// A writable host lease's mark goes with the tensor, withdrawn if the tensor is deleted
+    /// unused (delete_unused(): a capsule that died unconsumed); else the mark stays (the
+    /// exchange API hands the tensor over at once).
+    bool withdrawable = true;
 
     bool on_cuda() const { return at.device_type == kDLCUDA; }
 };
 
-/// DLPack's export rules, as __dlpack__ follows them, for a buffer whose data is `here`
-/// (dlpack_device_of()): dl_device None or `here`, or (1, 0) for the host copy of any buffer;
-/// a legacy capsule (max_version None or below 1.0) for neither a padded dtype (the flag of
-/// DLPack 1.1) nor a read-only buffer not copied; on a CUDA device, copy=True refused and the
-/// consumer's stream read by DLPack's rule (None: the legacy default stream, 1; -1: no
-/// synchronisation; 0 and other negative numbers refused); for host data, no stream. Throws
-/// BufferError naming __dlpack__, or TypeError for a CUDA export's stream that is no integer.
+/// DLPack's export rules for a buffer whose data is `here` (dlpack_device_of()). For
+/// __dlpack__: dl_device None or `here`, or (1, 0) for the host copy of any buffer; a legacy
+/// capsule (max_version None or below 1.0) for neither a padded dtype (the flag of DLPack 1.1)
+/// nor a read-only buffer not copied; on a CUDA device, copy=True refused and the consumer's
+/// stream read by DLPack's rule (None: the legacy default stream, 1; -1: no synchronisation; 0
+/// and other negative numbers refused); for host data, no stream. Throws BufferError naming
+/// __dlpack__, or TypeError for a CUDA export's stream that is no integer. For the exchange
+/// API, nothing is left to decide and nothing is refused: the data where it is, in a versioned
+/// tensor (its flags say read-only and padded), no copy, our stream's work finished.
 ExportPlan plan_export(const Buffer &b, DLDevice here, const ExportRequest &r);
 /// The same for a buffer whose device copy is on `gpu` (cuda_device_of(b), looked up once: the
 /// lease of a CUDA export goes to it), or on no CUDA device (null).
 inline ExportPlan plan_export(const Buffer &b, const std::shared_ptr<CudaDevice> &gpu, const ExportRequest &r) {
     return plan_export(b, gpu ? DLDevice{kDLCUDA, gpu->ordinal()} : DLDevice{kDLCPU, 0}, r);
 }
+
+/// What an export hands out: one managed tensor, versioned or legacy (the other null), which
+/// the binding wraps in a capsule (the capsule path) or hands over as it is (the exchange API).
+struct Exported {
+    DLManagedTensorVersioned *versioned = nullptr;
+    DLManagedTensor *legacy = nullptr;
+};
+
+/// An export, carried out the one way for both consumers: the buffer's CUDA device looked up
+/// once (cuda_device_of()), plan_export(), then the plan: a host copy of our own
+/// (Buffer::current_host_copy()), or the lease of a consumer that may write and where it places
+/// the elements (on the CUDA device copy: lease_cuda(); else the host copy, a writable lease
+/// unless the memory is read-only: Buffer::lease_host()), each run unlocked where it may copy
+/// (always on a CUDA device); a CUDA export's consumer ordered after our stream; then the
+/// managed tensor. Errors name __dlpack__.
+Exported run_export(Buffer &b, const ExportRequest &r);
 
 /// The lowest version that describes tensors of a dtype: 1.0, or 1.1 for the codes DLPack 1.1
 /// added (float8/6/4) and for sub-byte types (the padded flag).

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "core/errors.h"
+#include "core/layout.h"
 #include "core/narrow_float.h"
 #include "interop/aot.h"
 #include "interop/aot_call.h"
@@ -439,6 +440,21 @@ void add_vectorcall(PyHeapTypeObject *heap_type) {
     type->tp_flags |= Py_TPFLAGS_HAVE_VECTORCALL;
 }
 
+/// _innermost_steps_one(): innermost_steps_one() of a shape and element strides given as tuples
+/// (a torch.Size and a tensor's stride()).
+bool innermost_steps_one_of(const py::tuple &shape, const py::tuple &strides) {
+    constexpr const char *entry = "_innermost_steps_one";
+    if (shape.size() != strides.size())
+        throw ValueError(std::string(entry) + "(): " + std::to_string(shape.size()) + " extents and " +
+                         std::to_string(strides.size()) + " strides; pass one stride per axis");
+    Axes extents(shape.size()), steps(strides.size());
+    for (size_t i = 0; i < extents.size(); ++i) {
+        extents[i] = shape[i].cast<int64_t>();
+        steps[i] = strides[i].cast<int64_t>();
+    }
+    return innermost_steps_one(extents.data(), steps.data(), extents.size());
+}
+
 }  // namespace
 
 void bind_aot(py::module_ &m) {
@@ -499,6 +515,9 @@ void bind_aot(py::module_ &m) {
     // hb.aot.load() gives an OpenCL pipeline's first call the loader candidates (they come from
     // the package: halide_buffer.opencl), so this binding calls nothing above it.
     m.def("_aot_load", &AotPipeline::load, py::arg("library_path"), py::arg("function_name"));
+    m.def("_innermost_steps_one", &innermost_steps_one_of, py::arg("shape"), py::arg("strides"),
+          "Whether a layout (strides in elements, as torch gives them) meets Halide's default "
+          "constraint as a pipeline takes it: its last axis steps one element (core/layout.h's rule).");
 }
 
 }  // namespace hb

@@ -41,6 +41,12 @@ py::dict cuda_array_interface(py::handle self) {
     return d;
 }
 
+/// cuda.wrap's read-only rule (check_wrappable_cuda()), asked before the interface's other
+/// fields are read, without a driver.
+void check_wrappable(bool readonly) {
+    check_wrappable_cuda("cuda.wrap", "the array", readonly, "wrap a writable array, or copy it");
+}
+
 Buffer wrap(uint64_t data, const std::vector<int64_t> &shape, const std::vector<int64_t> &strides,
             py::handle dtype, const std::shared_ptr<CudaDevice> &device, py::object owner, uintptr_t stream) {
     constexpr const char *entry = "cuda.wrap";
@@ -106,6 +112,9 @@ void bind_cuda(py::module_ &m, py::class_<Buffer> &cls) {
     }, py::arg("shape"), py::arg("itemsize"),
           "The byte strides of a C-contiguous layout of shape (what a CUDA array interface without "
           "strides means), by core/layout.h's rule.");
+    m.def("_cuda_check_wrappable", &check_wrappable, py::arg("readonly"),
+          "BufferError unless memory with this read-only flag may become a buffer's device copy "
+          "(cuda.wrap's rule, interop/cuda_interop.h).");
     m.def("_cuda_wrap", &wrap, py::arg("data"), py::arg("shape"), py::arg("strides"), py::arg("dtype"),
           py::arg("device"), py::arg("owner"), py::arg("stream"));
 

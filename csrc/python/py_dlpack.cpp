@@ -107,10 +107,10 @@ int tri_state(py::handle value, const char *entry) {
 
 namespace {
 
-/// The capsule of a managed tensor over `b` (versioned or legacy), placed `at`.
-py::capsule capsule_for(const Buffer &b, bool versioned, bool copied, const Placement &at) {
-    if (versioned) return capsule_of(export_versioned(b, copied, at), kDLTensorVersionedCapsule, versioned_destructor);
-    return capsule_of(export_legacy(b, at), kDLTensorCapsule, legacy_destructor);
+/// The capsule of an export's managed tensor (versioned or legacy).
+py::capsule capsule_for(const Exported &e) {
+    if (e.versioned) return capsule_of(e.versioned, kDLTensorVersionedCapsule, versioned_destructor);
+    return capsule_of(e.legacy, kDLTensorCapsule, legacy_destructor);
 }
 
 /// stream= read for the plan: None, an int (not a bool) as sign and magnitude, or anything
@@ -153,31 +153,10 @@ ExportRequest export_request(const DLPackArgs &a) {
     return r;
 }
 
-/// __dlpack__: the plan of the export (plan_export()), carried out: the lease (without the GIL
-/// when it may copy: always on a CUDA device) or the host copy, the consumer's stream made to
-/// wait for ours, and the capsule.
+/// __dlpack__: its arguments converted, the export carried out (run_export()), its capsule.
 py::capsule dlpack_export(py::handle self, const DLPackArgs &a) {
     Buffer &b = own_buffer(self.ptr());  // a method of the Buffer type: its descriptor checked self
-    ExportRequest request = export_request(a);
-    // Looked up once (the export uses it), and only for a buffer that was ever on a device.
-    std::shared_ptr<CudaDevice> gpu = b.may_hold_device_copy() ? cuda_device_of(b) : nullptr;
-    ExportPlan plan = plan_export(b, gpu, request);
-    if (plan.on_cuda()) {
-        Placement at = [&] {
-            py::gil_scoped_release nogil;
-            return lease_export(b, kExport, gpu);
-        }();
-        if (plan.wait_stream) {
-            py::gil_scoped_release nogil;
-            at.cuda->order_before(stream_of_number(*plan.wait_stream));
-        }
-        return capsule_for(b, plan.versioned, false, at);
-    }
-    if (plan.copy)
-        return capsule_for(without_gil_if_may_copy(b, [&] { return b.current_host_copy(kExport); }),
-                           plan.versioned, true, Placement{});
-    Placement at = without_gil_if_may_copy(b, [&] { return lease_export(b, kExport, nullptr); });
-    return capsule_for(b, plan.versioned, false, at);
+    return capsule_for(run_export(b, export_request(a)));
 }
 
 // Both are plain CPython methods (no pybind11 dispatch): they run on every exchange.

@@ -56,21 +56,9 @@ int allocator(DLTensor *prototype, DLManagedTensorVersioned **out, void *error_c
 
 int from_py_object(void *py_object, DLManagedTensorVersioned **out) {
     return c_call([&] {
-        Buffer &b = buffer_of(static_cast<PyObject *>(py_object));
-        std::shared_ptr<CudaDevice> cuda = cuda_device_of(b);
-        // What __dlpack__() does (the same lease), without a capsule: a host lease's mark stays.
-        // Nothing of __dlpack__'s plan (plan_export()) is left to decide: the tensor is
-        // versioned (its flags say read-only and padded), no device or copy is asked for, and
-        // "no sync" is answered by finishing our stream's work below.
-        Placement at = without_gil_if_may_copy(b, [&] {
-            Placement p = lease_export(b, "__dlpack__", cuda);
-            // "No sync" leaves ordering to the consumer, who knows its stream only as the
-            // current one: our stream's work is finished before the tensor is handed over.
-            if (p.cuda) p.cuda->synchronize();
-            return p;
-        });
-        at.lease = HostWriteMark();
-        *out = export_versioned(b, false, at);
+        // What __dlpack__() does (the same export, run_export()), as the exchange API's consumer
+        // asks it: a versioned tensor, no capsule.
+        *out = run_export(buffer_of(static_cast<PyObject *>(py_object)), ExportRequest{ExportVia::exchange}).versioned;
         return 0;
     });
 }

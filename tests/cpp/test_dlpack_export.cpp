@@ -1,7 +1,7 @@
 // test_dlpack_export.cpp: the plan of a DLPack export (interop/dlpack.h: plan_export()), the
-// decision __dlpack__ carries out: where the elements go (the host copy or the CUDA device
-// copy), which capsule, a copy or a lease, the consumer's stream, and every refusal with the
-// message Python users see. The plan reads where the data is as a DLPack device, so the CUDA
+// decision run_export() carries out for __dlpack__ and the exchange API: where the elements go
+// (the host copy or the CUDA device copy), which capsule, a copy or a lease, the consumer's
+// stream, and every refusal with the message Python users see. The plan reads where the data is as a DLPack device, so the CUDA
 // cases need no driver; carrying a CUDA plan out (the device lease, the stream's wait) is
 // tests/test_cuda_standin.py's.
 #include <cstdint>
@@ -211,4 +211,29 @@ TEST_CASE(dlpack_export_plan_of_cuda_data_refuses_copy_true_after_the_stream) {
     ExportPlan lease = hb::plan_export(readonly, kGpu0, versioned(0));
     CHECK(lease.on_cuda());
     CHECK(!lease.copy);
+}
+
+TEST_CASE(dlpack_export_plan_of_the_exchange_api_is_the_data_where_it_is_in_a_versioned_tensor) {
+    // The exchange API's consumer asks nothing: what a legacy capsule could not say (read-only,
+    // padded) goes in the versioned tensor's flags; a CUDA export finishes our stream's work (its
+    // consumer has no stream to wait on); a host lease's mark stays (no capsule to die unused).
+    ExportRequest exchange;
+    exchange.via = hb::ExportVia::exchange;
+    std::vector<float> memory(4, 1.0f);
+    for (const Buffer &b : {host_buffer(), host_buffer("float4_e2m1fn"), readonly_buffer(memory)}) {
+        ExportPlan host = hb::plan_export(b, kHost, exchange);
+        check_host_plan(host, true, false);
+        CHECK(!host.finish_stream);
+        CHECK(!host.withdrawable);
+        ExportPlan device = hb::plan_export(b, DLDevice{kDLCUDA, 1}, exchange);
+        CHECK(device.on_cuda());
+        CHECK_EQ(device.at.device_id, 1);
+        CHECK(device.versioned);
+        CHECK(!device.copy);
+        CHECK(!device.wait_stream);
+        CHECK(device.finish_stream);
+        CHECK(!device.withdrawable);
+    }
+    // __dlpack__'s own plans hand a writable lease's mark to the capsule.
+    CHECK(hb::plan_export(host_buffer(), kHost, versioned()).withdrawable);
 }
