@@ -24,6 +24,10 @@ bool borrow_host_memory(BorrowedArgument &out, uint8_t *data, int ndim, const in
     for (int i = 0; i < ndim; ++i) {
         int64_t elements;
         if (!element_stride(shape[i], byte_strides[i], itemsize, elements)) return false;
+        // An axis of one element never steps: described stepping one element whatever its stride,
+        // so Halide's default constraint (dimension 0 steps one element) holds for a last axis of
+        // one element too (a transposed column: torch calls it contiguous).
+        if (shape[i] == 1) elements = 1;
         out.shape[i] = shape[i];
         out.byte_strides[i] = elements * itemsize;
         // NumPy axis i is Halide dimension ndim - 1 - i.
