@@ -467,8 +467,8 @@ Buffer::DeviceView Buffer::begin_device_use(const char *entry, const DeviceChoic
                           "(another thread moved it to " + s.device()->description() + "); export it again");
     s.upload(entry, on);
     if (write) s.root.flags = kDeviceDirty;  // the consumer may write: a lease
-    Device::Lease l = s.device()->lease(s.root, data_ - s.root.host);
-    return DeviceView{l.native, l.offset, s.device()};
+    Device::Handout h = s.device()->hand_out(s.root, data_ - s.root.host);
+    return DeviceView{h.native, h.offset, s.device()};
 }
 
 void Buffer::prepare_for_pipeline(const char *entry, const halide_device_interface_t *interface, bool output) {
