@@ -41,7 +41,7 @@ struct PoolStats {
     uint64_t bytes_held = 0;   ///< bytes of free allocations kept for reuse (held from the driver)
     uint64_t blocks_held = 0;  ///< how many
     uint64_t hits = 0;         ///< allocations served from the pool
-    uint64_t misses = 0;       ///< allocations the driver made
+    uint64_t misses = 0;       ///< allocations it passed on to the driver
     uint64_t limit = 0;        ///< bytes it keeps at most; a freed allocation beyond it is released
 };
 
