@@ -97,7 +97,7 @@ public:
         while (done < covered && !finished_.compare_exchange_weak(done, covered, std::memory_order_acq_rel)) {
         }
     }
-    /// Where the device's memory comes from (Engine::obtain asks it, nothing else): the pool
+    /// Where the device's memory comes from (Engine::device_malloc asks it, nothing else): the pool
     /// over the driver's allocator, or the driver's itself while the pool's limit is 0
     /// (pool_limit = 0 swaps the pool out). A zero-copy device puts memory over host memory in front.
     virtual DeviceAllocator &allocator() const {

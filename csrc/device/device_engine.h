@@ -163,12 +163,14 @@ struct Engine {
                                   "device_malloc without a target device; allocate through halide_buffer");
         ByteSpan span = byte_span(buf);
         uint64_t bytes = span.size() > 0 ? uint64_t(span.size()) : 1;  // no driver takes size 0
-        auto *a = new (std::nothrow) DeviceAllocation{device->shared_from_this(), nullptr, bytes, memory_source::Driver{}};
+        // The allocator sets where the memory comes from (the pool, the driver, host memory on a
+        // zero-copy device): the source that ends it.
+        auto *a = new (std::nothrow)
+            DeviceAllocation{device->shared_from_this(), nullptr, bytes, memory_source::Driver{}};
         if (!a) return halide_error::out_of_memory;
-        // The device's allocator says where the memory comes from (the pool, the driver, host
-        // memory on a zero-copy device) and sets the source that ends it.
         const uint8_t *host = buf->host && span.size() > 0 ? buf->host + span.lo : nullptr;
-        if (int rc = device->allocator().allocate(*device, AllocationRequest{bytes, host, (buf->type.bits + 7) / 8}, *a)) {
+        AllocationRequest request{bytes, host, (buf->type.bits + 7) / 8};
+        if (int rc = device->allocator().allocate(*device, request, *a)) {
             delete a;
             return rc;
         }

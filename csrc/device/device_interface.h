@@ -68,7 +68,8 @@ void record_map(Transfers *storage, Direction direction);
 /// lambda each): each kind holds what only it needs. A new kind of memory (a pinned host pool,
 /// an asynchronous free) is one more alternative here and one more lambda there.
 namespace memory_source {
-/// Made by the driver for us (Device::driver()): our reference, released to it.
+/// Made by the driver for us (Device::driver()), or from the pool and shared out since
+/// (DeviceAllocation::share_out()): our reference, released to the driver.
 struct Driver {};
 /// From the device's pool (DevicePool), in a size class: given back to it, which keeps it or,
 /// beyond its limit, releases it to the driver.
@@ -161,9 +162,9 @@ private:
     AllocationStage stage_ = AllocationStage::in_use;
 };
 
-/// What an allocation is asked for (Engine::obtain, DeviceAllocator): `bytes` (never 0), and
-/// the host memory the device memory would mirror (its first byte, null for none) with the
-/// element size of the buffer, for an allocator that can put device memory over host memory.
+/// What Engine::device_malloc asks of a DeviceAllocator: `bytes` (never 0), and the host memory
+/// the device memory would mirror (its first byte, null for none) with the buffer's element
+/// size, for an allocator that can put device memory over host memory.
 struct AllocationRequest {
     uint64_t bytes = 0;
     const uint8_t *host = nullptr;

@@ -21,9 +21,9 @@ class Device;
 struct AllocationRequest;
 struct DeviceAllocation;
 
-/// Hands out device memory: Engine::obtain asks the device's (Device::allocator()) and nothing
-/// else. An allocator in front of another (the pool over the driver's) asks it for what it
-/// cannot serve itself; each allocation's source (MemorySource) says which one it goes back to.
+/// Hands out device memory: Engine::device_malloc asks the device's (Device::allocator()) and
+/// nothing else. An allocator in front of another (the pool over the driver's) asks it for what
+/// it cannot serve itself; each allocation's source (MemorySource) says which one it goes back to.
 class DeviceAllocator {
 public:
     virtual ~DeviceAllocator() = default;
