@@ -89,7 +89,7 @@ class Device:
         """The pool of freed device memory: bytes_held, blocks_held, hits, misses, limit."""
     @property
     def pool_limit(self) -> int:
-        """Bytes the pool keeps at most (default 1 GiB); 0 keeps none."""
+        """Bytes the pool keeps at most (default 1 GiB); 0 takes the pool out: allocations go straight to the driver."""
     @pool_limit.setter
     def pool_limit(self, value: int) -> None: ...
     def trim(self) -> int:

@@ -106,6 +106,15 @@ def test_the_pool_keeps_at_most_its_limit(copying):
     assert copying.pool["bytes_held"] == 1024 and released() == gone + 2
 
 
+def test_a_limit_of_zero_takes_the_pool_out_of_the_way(copying):
+    copying.pool_limit = 0
+    start, made, gone = copying.pool, created(), released()
+    for _ in range(2):
+        on_device(copying, 1000).device_free()  # straight to the driver and back to it
+    assert created() == made + 2 and released() == gone + 2
+    assert copying.pool == start  # never asked: no hit, no miss, nothing kept
+
+
 def test_memory_a_consumer_still_holds_is_never_handed_on(copying):
     b = on_device(copying, 4096)
     b.numpy(writable=True)[:] = 9

@@ -12,9 +12,9 @@ Three rules, each read from the sources:
   table is in the code: the document and the code cannot drift apart.
 - **One way up from the core.** The core reaches the binding only through its embedder
   (``device/embedder.h``): outside it, no core file declares a ``virtual`` function (a hook
-  a layer above would fill by deriving; ``Device`` is a call down, to the backends) or a
-  setter (``set_*``, ``install_*``) taking a callable (``std::function``, a function pointer
-  or an alias of one) to call later; no binding class derives from a core class.
+  a layer above would fill by deriving; ``Device`` and ``DeviceAllocator`` are calls down, to
+  the backends) or a setter (``set_*``, ``install_*``) taking a callable (``std::function``, a
+  function pointer or an alias of one) to call later; no binding class derives from a core class.
 
 Run it from anywhere: ``python tools/check_layers.py`` prints each breach and exits 1, or exits 0.
 """
@@ -34,8 +34,9 @@ FORBIDDEN = {"backends": {"storage"}}
 STANDALONE = "hooks"  # a library of its own: includes nothing of the project
 # The one way up from the core: the embedder's answers, installed by the binding.
 EMBEDDER = ("csrc/device/embedder.h", "csrc/device/embedder.cpp")
-# Core files whose virtual functions are calls down: the abstract device the rules call.
-CALLS_DOWN = ("csrc/device/device.h",)
+# Core files whose virtual functions are calls down: the abstract device the rules call, and the
+# allocator a device holds (the backends' driver allocators fill it).
+CALLS_DOWN = ("csrc/device/device.h", "csrc/device/device_pool.h")
 # A function-pointer alias: `using Name = int (*)(void *);`.
 POINTER_ALIAS = re.compile(r"\busing\s+(\w+)\s*=\s*[^;]*\(\s*\*\s*\)")
 # A setter: `set_x(` or `install_x(` and its parameters.

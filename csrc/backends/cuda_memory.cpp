@@ -87,8 +87,6 @@ struct CudaMemory {
     }
 
     static std::string error_name(int code) { return cu::error_name(CUresult(code)); }
-    /// Memory no consumer was lent (Engine checks): nobody else holds a CUdeviceptr into it.
-    static bool poolable(const DeviceAllocation &) { return true; }
     static int release(const Device &d, void *native) {
         ContextScope scope(static_cast<const CudaDevice &>(d).context());
         return scope.result != CUDA_SUCCESS ? scope.result : api().MemFree(reinterpret_cast<CUdeviceptr>(native));
@@ -149,6 +147,8 @@ using CudaEngine = Engine<CudaMemory>;
 
 const halide_device_interface_t *cuda_interface() { return CudaEngine::table(); }
 
+DeviceAllocator &cuda_driver() { return CudaEngine::driver(); }
+
 // ---------------------------------------------------------------------------------------------
 // CudaDevice: what the residency rules ask of the device
 // ---------------------------------------------------------------------------------------------
@@ -167,9 +167,9 @@ void CudaDevice::finish_wrap(halide_buffer_t &root, uint64_t offset) const {
     root.device += offset;
 }
 
-Device::Lease CudaDevice::lease(const halide_buffer_t &root, int64_t offset) const {
-    allocation_of(&root)->lend();  // freed no earlier than the storage from now on
-    return Lease{reinterpret_cast<void *>(root.device), offset};
+Device::Handout CudaDevice::hand_out(const halide_buffer_t &root, int64_t offset) const {
+    allocation_of(&root)->lend();  // freed no earlier than the storage from now on, never pooled
+    return Handout{reinterpret_cast<void *>(root.device), offset};
 }
 
 std::shared_ptr<void> CudaDevice::retire_lent(halide_buffer_t &root) const { return CudaEngine::retire_lent(root); }

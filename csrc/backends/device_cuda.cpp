@@ -23,7 +23,7 @@ CUstream stream_of_number(uintptr_t number) {
 }
 
 CudaDevice::CudaDevice(int ordinal, CUdevice device, CUcontext context, CUstream stream)
-    : ordinal_(ordinal), device_(device), context_(context), stream_(stream) {}
+    : Device(cuda_driver()), ordinal_(ordinal), device_(device), context_(context), stream_(stream) {}
 
 CudaDevice::~CudaDevice() {
     if (available()) trim();  // the pool's memory, while the context lives

@@ -46,7 +46,7 @@ public:
     DeviceAllocation *allocation(const halide_buffer_t &buf) const override;
     uint64_t view_field(const halide_buffer_t &root, int64_t offset, std::shared_ptr<void> &slot) const override;
     void finish_wrap(halide_buffer_t &root, uint64_t offset) const override;
-    Lease lease(const halide_buffer_t &root, int64_t offset) const override;
+    Handout hand_out(const halide_buffer_t &root, int64_t offset) const override;
     std::shared_ptr<void> retire_lent(halide_buffer_t &root) const override;
     bool take_over(halide_buffer_t &root, const Device &other) const override;
     // Data primitives (cuda_memory.cpp), on the stream, each waiting for it.
@@ -68,6 +68,9 @@ private:
     uint64_t global_memory_ = 0;
     int major_ = 0, minor_ = 0;
 };
+
+/// Our CUDA allocator from the driver (cuMemAlloc, cuMemFree; cuda_memory.cpp).
+DeviceAllocator &cuda_driver();
 
 /// Our CUDA halide_device_interface_t (cuda_memory.cpp). Its halide_buffer_t::device is the
 /// CUdeviceptr of the element at buf->host, as Halide's CUDA runtime stores it; the allocation

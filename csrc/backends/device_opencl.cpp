@@ -72,7 +72,7 @@ cl_device_id first_device() {
 }  // namespace
 
 OpenCLDevice::OpenCLDevice(cl_context context, cl_command_queue queue, cl_device_id id)
-    : context_(context), queue_(queue), id_(id) {}
+    : Device(opencl_driver()), context_(context), queue_(queue), id_(id) {}
 
 bool OpenCLDevice::zero_copy_wanted() {
     const char *value = std::getenv("HALIDE_BUFFER_OPENCL_ZERO_COPY");

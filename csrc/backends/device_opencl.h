@@ -71,7 +71,7 @@ public:
     DeviceAllocation *allocation(const halide_buffer_t &buf) const override;
     uint64_t view_field(const halide_buffer_t &root, int64_t offset, std::shared_ptr<void> &slot) const override;
     void finish_wrap(halide_buffer_t &root, uint64_t offset) const override;
-    Lease lease(const halide_buffer_t &root, int64_t offset) const override;
+    Handout hand_out(const halide_buffer_t &root, int64_t offset) const override;
     std::shared_ptr<void> retire_lent(halide_buffer_t &root) const override;
     bool shows_part(const halide_buffer_t *root, int64_t offset) const override;
     bool zero_copy() const override { return zero_copy_; }
@@ -79,6 +79,8 @@ public:
     /// aligned to it, or to the device's base alignment if that is less, is used as it is.
     uint64_t mirror_alignment(int itemsize) const override;
     std::shared_ptr<void> host_block(uint64_t bytes, uint8_t **host) override;
+    /// Zero-copy: memory over host memory in front of the pool (opencl_memory.cpp).
+    DeviceAllocator &allocator() const override;
     // Data primitives (opencl_memory.cpp), on the queue, each waiting for it (clFinish).
     int fill(const DeviceRegion &region, const uint8_t *pattern) const override;
     int transfer(const DeviceRegion &region, const HostRegion &host, Direction direction) const override;
@@ -97,6 +99,9 @@ private:
     uint64_t max_allocation_ = 0, global_memory_ = 0, base_alignment_ = 0;
     bool is_gpu_ = false, host_unified_ = false, zero_copy_ = false;
 };
+
+/// Our OpenCL allocator from the driver (clCreateBuffer, clReleaseMemObject; opencl_memory.cpp).
+DeviceAllocator &opencl_driver();
 
 /// Our OpenCL halide_device_interface_t (opencl_memory.cpp). Its halide_buffer_t::device is a
 /// DeviceHandle whose first fields match Halide's OpenCL runtime's ({offset, cl_mem}).

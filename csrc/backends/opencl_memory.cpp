@@ -63,9 +63,6 @@ struct OpenCLMemory {
         api().ReleaseMemObject(static_cast<cl_mem>(native));
         return CL_SUCCESS;
     }
-    /// No consumer was handed a reference (a lease): commands still queued on the memory are
-    /// ordered before the next use by the device's in-order queue.
-    static bool poolable(const DeviceAllocation &a) { return !a.shared_out; }
     static int read(const Device &d, void *native, int64_t at, uint8_t *host, uint64_t bytes) {
         return api().EnqueueReadBuffer(d.queue(), static_cast<cl_mem>(native), CL_TRUE, size_t(at), size_t(bytes), host,
                                        0, nullptr, nullptr);
@@ -84,16 +81,6 @@ struct OpenCLMemory {
         if (rc == CL_SUCCESS) return 0;
         return record_failure(halide_error::device_malloc_failed, rc, "clCreateBuffer of " + size_text(bytes) +
                                                            "; free device buffers (device_free()) or use a smaller one");
-    }
-    /// Device memory that is `host` itself: a host block's (the pool's, another reference), else
-    /// a new cl_mem using the host memory (CL_MEM_USE_HOST_PTR).
-    static int allocate_over(Device &d, const uint8_t *host, uint64_t bytes, void **native) {
-        if ((*native = d.pool().block_memory(host, bytes))) {
-            api().RetainMemObject(static_cast<cl_mem>(*native));
-            return 0;
-        }
-        d.pool().note_miss();
-        return create_over(d, const_cast<uint8_t *>(host), bytes, native);
     }
     static int create_over(const Device &d, uint8_t *host, uint64_t bytes, void **native) {
         cl_int rc = CL_SUCCESS;
@@ -136,9 +123,41 @@ struct OpenCLMemory {
     }
 };
 
+using OpenCLEngine = Engine<OpenCLMemory>;
+
+/// A zero-copy device's allocator: device memory that is the request's host memory itself, where
+/// it is aligned as the device asks (mirror_alignment()), so a map stands for each copy: a host
+/// block's memory (the pool's, another reference), else a new cl_mem using the host memory
+/// (CL_MEM_USE_HOST_PTR). Other requests go to the device's own allocator (the pool or the driver).
+struct OverHostAllocator final : DeviceAllocator {
+    int allocate(Device &device, const AllocationRequest &request, DeviceAllocation &a) override {
+        auto &d = static_cast<OpenCLDevice &>(device);
+        if (!request.host || reinterpret_cast<uintptr_t>(request.host) % d.mirror_alignment(request.itemsize) != 0)
+            return d.Device::allocator().allocate(device, request, a);
+        a.size = request.bytes;
+        if ((a.native = d.pool().block_memory(request.host, request.bytes))) {
+            api().RetainMemObject(static_cast<cl_mem>(a.native));
+            a.source = memory_source::OverPoolBlock{request.host};
+        } else {
+            d.pool().note_miss();
+            if (int rc = OpenCLMemory::create_over(d, const_cast<uint8_t *>(request.host), request.bytes, &a.native))
+                return rc;
+            a.source = memory_source::OverHost{request.host};
+        }
+        ++live_counts().device_allocations;
+        return 0;
+    }
+    /// What it made ends as its source says (Engine::end()), through the driver's.
+    int release(const Device &device, void *native, uint64_t size) override {
+        return device.driver().release(device, native, size);
+    }
+};
+
 }  // namespace
 
-const halide_device_interface_t *opencl_interface() { return Engine<OpenCLMemory>::table(); }
+const halide_device_interface_t *opencl_interface() { return OpenCLEngine::table(); }
+
+DeviceAllocator &opencl_driver() { return OpenCLEngine::driver(); }
 
 // ---------------------------------------------------------------------------------------------
 // OpenCLDevice: what the residency rules ask of the device
@@ -172,7 +191,12 @@ void OpenCLDevice::finish_wrap(halide_buffer_t &root, uint64_t offset) const {
 }
 
 std::shared_ptr<void> OpenCLDevice::retire_lent(halide_buffer_t &root) const {
-    return Engine<OpenCLMemory>::retire_lent(root);
+    return OpenCLEngine::retire_lent(root);
+}
+
+DeviceAllocator &OpenCLDevice::allocator() const {
+    static auto *over_host = new OverHostAllocator;  // never destroyed, as the driver's
+    return zero_copy_ ? *over_host : Device::allocator();
 }
 
 bool OpenCLDevice::shows_part(const halide_buffer_t *root, int64_t offset) const {
@@ -200,20 +224,20 @@ std::shared_ptr<void> OpenCLDevice::host_block(uint64_t bytes, uint8_t **host) {
             return nullptr;
         }
         ++live_counts().device_allocations;
-        pool_.add_block(block, Engine<OpenCLMemory>::release_native);
+        pool_.add_block(block);
     }
     *host = block.host;
     auto self = std::static_pointer_cast<OpenCLDevice>(shared_from_this());
     return std::shared_ptr<void>(block.host, [self, block](void *) { self->pool_.give_block(*self, block); });
 }
 
-Device::Lease OpenCLDevice::lease(const halide_buffer_t &root, int64_t offset) const {
+Device::Handout OpenCLDevice::hand_out(const halide_buffer_t &root, int64_t offset) const {
     DeviceHandle *h = handle_of(&root);
     // The consumer gets its own reference, taken under the storage's lock: a device_free()
     // racing with it cannot release the memory under the consumer's feet, nor the pool hand it on.
     api().RetainMemObject(static_cast<cl_mem>(h->native));
-    h->allocation->shared_out = true;
-    return Lease{h->native, int64_t(h->offset) + offset};
+    h->allocation->share_out();
+    return Handout{h->native, int64_t(h->offset) + offset};
 }
 
 
@@ -345,7 +369,7 @@ int fill_from_temporary(const OpenCLDevice &device, const DeviceRegion &region, 
 int OpenCLDevice::transfer(const DeviceRegion &region, const HostRegion &host, Direction direction) const {
     cl_mem mem = memory_of(region);
     int64_t base = base_of(region);
-    return Engine<OpenCLMemory>::transfer(region, host, direction, [&](const CopyPlan &plan, uint8_t *at) {
+    return OpenCLEngine::transfer(region, host, direction, [&](const CopyPlan &plan, uint8_t *at) {
         return run_commands(queue_, plan, [&](int64_t on_device, int64_t on_host) {
             return enqueue_transfer(queue_, plan, mem, base + on_device, at + on_host, direction);
         });

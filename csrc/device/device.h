@@ -35,7 +35,9 @@ constexpr int kNotOnDevice = 1;
 
 class Device : public std::enable_shared_from_this<Device> {
 public:
-    Device() = default;
+    /// `driver`: the backend's allocator of device memory from its driver (one per backend, it
+    /// keeps nothing), which the device's pool sits over.
+    explicit Device(DeviceAllocator &driver) : driver_(driver), pool_(driver) {}
     Device(const Device &) = delete;
     Device &operator=(const Device &) = delete;
     virtual ~Device() = default;
@@ -57,14 +59,14 @@ public:
     /// Completes a device_wrap_native: the element at root.host is `offset` bytes into the
     /// native memory; takes whatever reference keeps it valid while the buffer uses it.
     virtual void finish_wrap(halide_buffer_t &root, uint64_t offset) const = 0;
-    /// A device consumer's view of root's memory, `offset` bytes past the root's element: the
-    /// native handle (with a reference of its own where the API counts them) and the byte
-    /// offset into it.
-    struct Lease {
+    /// What a device consumer is handed of root's memory, `offset` bytes past the root's
+    /// element: the native handle (with a reference of its own where the API counts them; else
+    /// the allocation is lent, DeviceAllocation::lend()) and the byte offset into it.
+    struct Handout {
         void *native;
         int64_t offset;
     };
-    virtual Lease lease(const halide_buffer_t &root, int64_t offset) const = 0;
+    virtual Handout hand_out(const halide_buffer_t &root, int64_t offset) const = 0;
     /// Before root's allocation is freed: memory handed to consumers who hold no reference of
     /// their own (lent: CUDA pointers) is retired from root instead, and what frees it returned,
     /// for the storage to drop when it dies (its consumers keep it alive). Null: free it now.
@@ -95,6 +97,14 @@ public:
         while (done < covered && !finished_.compare_exchange_weak(done, covered, std::memory_order_acq_rel)) {
         }
     }
+    /// Where the device's memory comes from (Engine::device_malloc asks it, nothing else): the pool
+    /// over the driver's allocator, or the driver's itself while the pool's limit is 0
+    /// (pool_limit = 0 swaps the pool out). A zero-copy device puts memory over host memory in front.
+    virtual DeviceAllocator &allocator() const {
+        return pool_.open() ? static_cast<DeviceAllocator &>(pool_) : driver_;
+    }
+    /// The backend's allocator from the driver: what releases our references to its memory.
+    DeviceAllocator &driver() const { return driver_; }
     /// Freed device memory kept for reuse (device_pool.h).
     DevicePool &pool() const { return pool_; }
     /// Releases what the pool keeps; the bytes released.
@@ -140,6 +150,7 @@ public:
     virtual bool shares_memory_with(const Device &other) const { return &other == this; }
 
 protected:
+    DeviceAllocator &driver_;
     mutable DevicePool pool_;  ///< released by each backend's destructor (trim()), while it can
 
 private:

@@ -27,13 +27,12 @@
 //   static int read(const Device &d, void *native, int64_t at, uint8_t *host, uint64_t bytes);
 //   static int write(const Device &d, void *native, int64_t at, const uint8_t *host, uint64_t bytes);
 //   // Calls with checks of their own: 0, or a Halide error code with the failure recorded (record_failure()).
-//   static int allocate(Device &d, uint64_t bytes, void **native);
+//   static int allocate(Device &d, uint64_t bytes, void **native);   // Engine::Driver's, nobody else's
 //   static int sync(const Device &d);
-//   static bool poolable(const DeviceAllocation &a);        // no one else holds it: the pool may keep it
-//   // Zero-copy (kZeroCopy; Device::zero_copy() says where): device memory over host memory, and
-//   // maps (a blocking map and its unmap, no bytes moved) in place of reads and writes.
+//   // Zero-copy (kZeroCopy; Device::zero_copy() says where): device memory over host memory, made by
+//   // the device's allocator (Device::allocator()), and maps (a blocking map and its unmap, no bytes
+//   // moved) in place of reads and writes.
 //   static constexpr bool kZeroCopy;
-//   static int allocate_over(Device &d, const uint8_t *host, uint64_t bytes, void **native);
 //   static int map(const Device &d, void *native, int64_t at, uint64_t bytes, Direction direction);
 //   static int inspect(Device &d, uint64_t native, uint64_t *available);  // before wrap_native
 //   // Names for messages and codes for refusals.
@@ -49,6 +48,7 @@
 #include <memory>
 #include <new>
 #include <string>
+#include <variant>
 
 #include "core/live_counts.h"
 #include "device/device.h"
@@ -56,6 +56,14 @@
 #include "device/device_interface.h"
 
 namespace hb {
+
+/// One lambda per alternative of a std::visit.
+template <class... Lambdas>
+struct Overloaded : Lambdas... {
+    using Lambdas::operator()...;
+};
+template <class... Lambdas>
+Overloaded(Lambdas...) -> Overloaded<Lambdas...>;
 
 template <class Backend>
 struct Engine {
@@ -83,52 +91,53 @@ struct Engine {
         buf->flags &= ~uint64_t(halide_buffer_flag_device_dirty);
     }
 
-    /// Releases what is ours of an allocation (Lifetime) and its record; false, with the
-    /// driver's code in `rc`, when the driver refused: everything is kept then.
-    static bool end(DeviceAllocation *a, int *rc = nullptr) {
-        if (a->releases() && !keep_in_pool(*a)) {
-            // Zero-copy memory is host memory its owner may free as soon as this returns: the
-            // commands still queued on it finish first (the driver would only defer its own part).
-            // A pool's host block stays alive in the pool, which waits before it frees one.
-            if (a->mirrors && !a->device->pool().block_memory(a->mirrors, 0)) Backend::sync(device_of(a));
-            int code = Backend::release(device_of(a), a->native);
-            if (rc) *rc = code;
-            if (code != 0) return false;
-            --live_counts().device_allocations;
+    /// The backend's allocator from its driver (Device::driver()): memory of exactly the bytes
+    /// asked for, each a reference of ours counted live until the driver has it back.
+    struct Driver final : DeviceAllocator {
+        int allocate(hb::Device &device, const AllocationRequest &request, DeviceAllocation &a) override {
+            a.size = request.bytes;
+            a.source = memory_source::Driver{};
+            int rc = Backend::allocate(static_cast<Device &>(device), request.bytes, &a.native);
+            if (rc == 0) ++live_counts().device_allocations;
+            return rc;
         }
+        int release(const hb::Device &device, void *native, uint64_t /*size*/) override {
+            int rc = Backend::release(static_cast<const Device &>(device), native);
+            if (rc == 0) --live_counts().device_allocations;
+            return rc;
+        }
+    };
+    /// The one Driver of the backend, never destroyed: a device Python lets go of during the
+    /// interpreter's end still releases its pool through it.
+    static DeviceAllocator &driver() {
+        static auto *one = new Driver;
+        return *one;
+    }
+
+    /// Ends an allocation as its source says, and deletes its record; false, with the driver's
+    /// code in `rc`, when the driver refused: everything is kept then.
+    static bool end(DeviceAllocation *a, int *rc = nullptr) {
+        const Device &device = device_of(a);
+        auto to_driver = [&] { return device.driver().release(device, a->native, a->size); };
+        int code = std::visit(
+            Overloaded{
+                [&](const memory_source::Driver &) { return to_driver(); },
+                [&](const memory_source::Pooled &) { return device.pool().release(device, a->native, a->size); },
+                [&](const memory_source::OverHost &) {
+                    // The host memory's owner may free it as soon as this returns: the commands
+                    // still queued on it finish first (the driver would only defer its own part).
+                    Backend::sync(device);
+                    return to_driver();
+                },
+                [&](const memory_source::OverPoolBlock &) { return to_driver(); },  // the pool waits
+                [&](const memory_source::Borrowed &) { return 0; },  // the caller keeps it alive
+                [&](const memory_source::Retained &) { return to_driver(); },
+            },
+            a->source);
+        if (rc) *rc = code;
+        if (code != 0) return false;
         delete a;
         return true;
-    }
-
-    /// Whether an ending allocation went to its device's pool (still held: counted as live).
-    static bool keep_in_pool(const DeviceAllocation &a) {
-        return a.pooled && !a.lent() && Backend::poolable(a) && a.device->pool().give(a.native, a.size, release_native);
-    }
-    static int release_native(const hb::Device &device, void *native) {
-        return Backend::release(static_cast<const Device &>(device), native);
-    }
-
-    /// Device memory of `bytes` for `buf`: over its host memory where the device is zero-copy
-    /// and the memory aligned as it asks (`mirrors` set), else from the pool (`pooled` set;
-    /// `bytes` grows to its size class), else from the driver, which is retried once after the
-    /// pool let go of what it kept. `fresh`: a new reference, to count as live.
-    static int obtain(Device &device, const halide_buffer_t *buf, ByteSpan span, DeviceAllocation &a, bool &fresh) {
-        if constexpr (Backend::kZeroCopy) {
-            const uint8_t *host = buf->host ? buf->host + span.lo : nullptr;
-            if (host && span.size() > 0 && device.zero_copy() &&
-                reinterpret_cast<uintptr_t>(host) % device.mirror_alignment((buf->type.bits + 7) / 8) == 0) {
-                a.mirrors = host;
-                fresh = true;
-                return Backend::allocate_over(device, host, a.size, &a.native);
-            }
-        }
-        a.size = DevicePool::size_class(a.size);
-        a.pooled = true;
-        if ((a.native = device.pool().take(a.size))) return 0;
-        fresh = true;
-        int rc = Backend::allocate(device, a.size, &a.native);
-        if (rc != 0 && device.trim() > 0) rc = Backend::allocate(device, a.size, &a.native);
-        return rc;
     }
 
     /// Before root's allocation is freed: a lent one is retired instead (Device::retire_lent).
@@ -154,14 +163,17 @@ struct Engine {
                                   "device_malloc without a target device; allocate through halide_buffer");
         ByteSpan span = byte_span(buf);
         uint64_t bytes = span.size() > 0 ? uint64_t(span.size()) : 1;  // no driver takes size 0
-        auto *a = new (std::nothrow) DeviceAllocation{device->shared_from_this(), nullptr, bytes, Lifetime::owned};
+        // The allocator sets where the memory comes from (the pool, the driver, host memory on a
+        // zero-copy device): the source that ends it.
+        auto *a = new (std::nothrow)
+            DeviceAllocation{device->shared_from_this(), nullptr, bytes, memory_source::Driver{}};
         if (!a) return halide_error::out_of_memory;
-        bool fresh = false;
-        if (int rc = obtain(*device, buf, span, *a, fresh)) {
+        const uint8_t *host = buf->host && span.size() > 0 ? buf->host + span.lo : nullptr;
+        AllocationRequest request{bytes, host, (buf->type.bits + 7) / 8};
+        if (int rc = device->allocator().allocate(*device, request, *a)) {
             delete a;
             return rc;
         }
-        if (fresh) ++live_counts().device_allocations;
         if (!Backend::attach(buf, a, -span.lo)) {
             end(a);
             return halide_error::out_of_memory;
@@ -228,7 +240,7 @@ struct Engine {
             return 0;
         }
         /// The device memory is this very host memory (zero-copy): a map stands for the copy.
-        bool zero_copy() const { return a->mirrors && a->mirrors + at() == host(); }
+        bool zero_copy() const { return a->over_host() && a->over_host() + at() == host(); }
         int map(Direction direction) const {
             int code = 0;
             if constexpr (Backend::kZeroCopy) code = Backend::map(device_of(a), a->native, at(), uint64_t(span.size()), direction);
@@ -299,8 +311,8 @@ struct Engine {
         uint64_t available = 0;
         if (int rc = Backend::inspect(*device, native, &available)) return rc;
         // Halide's rule: the caller keeps the memory alive; we release nothing.
-        auto *a = new (std::nothrow)
-            DeviceAllocation{device->shared_from_this(), reinterpret_cast<void *>(native), available, Lifetime::borrowed};
+        auto *a = new (std::nothrow) DeviceAllocation{device->shared_from_this(), reinterpret_cast<void *>(native),
+                                                      available, memory_source::Borrowed{}};
         if (!a || !Backend::attach(buf, a, -byte_span(buf).lo)) {
             delete a;
             return halide_error::out_of_memory;

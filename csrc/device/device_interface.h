@@ -12,6 +12,7 @@
 #include <memory>
 #include <string>
 #include <utility>
+#include <variant>
 
 #include "abi/halide_abi.h"
 
@@ -63,11 +64,34 @@ void record_map(Transfers *storage, Direction direction);
 // Device handles of our backends
 // ---------------------------------------------------------------------------------------------
 
-/// Who releases a device allocation's memory.
-enum class Lifetime : uint8_t {
-    borrowed,  ///< someone else's (Halide's wrap_native rule: the caller keeps it alive)
-    owned,     ///< ours: created here, or retained by us (OpenCL's finish_wrap)
+/// Where a device allocation's memory came from, which says how it ends (Engine::end(), one
+/// lambda each): each kind holds what only it needs. A new kind of memory (a pinned host pool,
+/// an asynchronous free) is one more alternative here and one more lambda there.
+namespace memory_source {
+/// Made by the driver for us (Device::driver()), or from the pool and shared out since
+/// (DeviceAllocation::share_out()): our reference, released to the driver.
+struct Driver {};
+/// From the device's pool (DevicePool), in a size class: given back to it, which keeps it or,
+/// beyond its limit, releases it to the driver.
+struct Pooled {};
+/// Zero-copy: device memory over host memory a storage owns (its first byte `host`), so copies
+/// between the two are maps. Released after the queue finished: the host memory's owner may
+/// free it as soon as the release returns (the driver would only defer its own part).
+struct OverHost {
+    const uint8_t *host;
 };
+/// Zero-copy over a host block of the device's pool (Device::host_block()): another reference
+/// on the block's memory, released at once (the pool waits for the queue before it frees a block).
+struct OverPoolBlock {
+    const uint8_t *host;
+};
+/// Someone else's (wrap_native: Halide's rule, the caller keeps it alive): nothing released.
+struct Borrowed {};
+/// Someone else's, with a reference of our own on it (OpenCL's finish_wrap): ours released.
+struct Retained {};
+}  // namespace memory_source
+using MemorySource = std::variant<memory_source::Driver, memory_source::Pooled, memory_source::OverHost,
+                                  memory_source::OverPoolBlock, memory_source::Borrowed, memory_source::Retained>;
 
 /// How far a device allocation is in its life (the diagram below); each step is one method.
 enum class AllocationStage : uint8_t {
@@ -79,41 +103,52 @@ enum class AllocationStage : uint8_t {
 /// One device allocation, shared by the handles (OpenCL) or halide_buffer_t's (CUDA: through
 /// their `padding` field) that point into it. Its life (docs/architecture.md, "Device memory"):
 ///
-///     created (owned) or wrapped (borrowed) ── retain() ──▶ owned
+///     made by an allocator (Driver, Pooled, OverHost, OverPoolBlock) or wrapped (Borrowed)
+///         │ retain(): Borrowed ▶ Retained;  share_out(): Pooled ▶ Driver (a consumer holds it)
 ///         │ lend(): a consumer holds a raw pointer into it, no reference of its own (CUDA)
 ///         ▼
 ///       lent ── retire(): its buffer lets go (device_free, detach) ──▶ retired
 ///         │                                                             │ its storage dies
 ///         ▼ Engine::end() at device_free / detach_native                ▼ Engine::end()
-///       ended: our reference released (owned), the record deleted
+///       ended: as its source says, then the record deleted
 struct DeviceAllocation {
-    DeviceAllocation(std::shared_ptr<Device> on, void *memory, uint64_t bytes, Lifetime life)
-        : device(std::move(on)), native(memory), size(bytes), lifetime(life) {}
+    DeviceAllocation(std::shared_ptr<Device> on, void *memory, uint64_t bytes, MemorySource from)
+        : device(std::move(on)), native(memory), size(bytes), source(from) {}
 
-    std::shared_ptr<Device> device;        ///< where it lives
-    void *native = nullptr;                ///< cl_mem, or the CUdeviceptr of its lowest byte
-    uint64_t size = 0;                     ///< bytes of `native`
-    Lifetime lifetime = Lifetime::owned;   ///< who releases it
-    Transfers *transfers = nullptr;        ///< counters of the storage it backs (null: none of ours)
+    std::shared_ptr<Device> device;   ///< where it lives
+    void *native = nullptr;           ///< cl_mem, or the CUdeviceptr of its lowest byte
+    uint64_t size = 0;                ///< bytes of `native`
+    MemorySource source;              ///< where the memory came from: how it ends
+    Transfers *transfers = nullptr;   ///< counters of the storage it backs (null: none of ours)
     /// The storage's root halide_buffer_t: copies through any handle move all of it, since one
     /// state covers the storage (null: copy what the buffer describes).
     const halide_buffer_t *whole = nullptr;
-    /// Zero-copy: the host memory that is this allocation's memory (its first byte), so copies
-    /// between the two are maps (null: memory of its own, copied).
-    const uint8_t *mirrors = nullptr;
-    /// From the device's pool (DevicePool): freed into it, in `size`'s class.
-    bool pooled = false;
-    /// A consumer was handed a reference of its own (an OpenCL lease): it may use the memory after
-    /// we free it, so the pool never hands it on.
-    bool shared_out = false;
 
-    bool releases() const { return lifetime == Lifetime::owned; }
+    /// Zero-copy: the host memory that is this allocation's memory (its first byte), so copies
+    /// between the two are maps; null for memory of its own, copied.
+    const uint8_t *over_host() const {
+        if (auto *over = std::get_if<memory_source::OverHost>(&source)) return over->host;
+        if (auto *block = std::get_if<memory_source::OverPoolBlock>(&source)) return block->host;
+        return nullptr;
+    }
+    /// Someone else's memory (wrap_native), whether or not we hold a reference of our own.
+    bool wrapped() const {
+        return std::holds_alternative<memory_source::Borrowed>(source) ||
+               std::holds_alternative<memory_source::Retained>(source);
+    }
     bool lent() const { return stage_ != AllocationStage::in_use; }  ///< lent, retired or not
     bool retired() const { return stage_ == AllocationStage::retired; }
     /// We took a reference of our own on borrowed memory: ours to release from now on.
-    void retain() { lifetime = Lifetime::owned; }
+    void retain() { source = memory_source::Retained{}; }
+    /// A consumer holds the memory beyond our end (a reference of its own, or a raw pointer while
+    /// lent): it goes to the driver when it ends, never back to the pool, which would hand it
+    /// to the next user under the consumer's feet.
+    void share_out() {
+        if (std::holds_alternative<memory_source::Pooled>(source)) source = memory_source::Driver{};
+    }
     /// A consumer was handed a raw pointer into it: it ends no earlier than its storage.
     void lend() {
+        share_out();
         if (stage_ == AllocationStage::in_use) stage_ = AllocationStage::lent;
     }
     /// Detached from its buffer, waiting for its storage to die (Storage::lent_memory): no
@@ -125,6 +160,15 @@ struct DeviceAllocation {
 
 private:
     AllocationStage stage_ = AllocationStage::in_use;
+};
+
+/// What Engine::device_malloc asks of a DeviceAllocator: `bytes` (never 0), and the host memory
+/// the device memory would mirror (its first byte, null for none) with the buffer's element
+/// size, for an allocator that can put device memory over host memory.
+struct AllocationRequest {
+    uint64_t bytes = 0;
+    const uint8_t *host = nullptr;
+    int itemsize = 0;
 };
 
 /// The bytes a buffer's elements occupy, relative to the element at `host`: [lo, hi). `dense`

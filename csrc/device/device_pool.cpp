@@ -4,8 +4,8 @@
 
 #include <cstdlib>
 
-#include "core/live_counts.h"
 #include "device/device.h"
+#include "device/device_interface.h"
 
 namespace hb {
 
@@ -15,6 +15,24 @@ uint64_t DevicePool::size_class(uint64_t bytes) {
     int top = 63 - __builtin_clzll(bytes - 1);  // 2^top < bytes <= 2^(top + 1)
     uint64_t step = (uint64_t(1) << top) / 4;
     return (bytes + step - 1) / step * step;
+}
+
+int DevicePool::allocate(Device &device, const AllocationRequest &request, DeviceAllocation &a) {
+    uint64_t size = size_class(request.bytes);
+    if (!(a.native = take(size))) {
+        AllocationRequest in_class{size, nullptr, request.itemsize};
+        int rc = upstream_.allocate(device, in_class, a);
+        // The driver refused: what the pool keeps goes back to it, and it is asked once more.
+        if (rc != 0 && trim(device) > 0) rc = upstream_.allocate(device, in_class, a);
+        if (rc != 0) return rc;
+    }
+    a.size = size;
+    a.source = memory_source::Pooled{};
+    return 0;
+}
+
+int DevicePool::release(const Device &device, void *native, uint64_t size) {
+    return give(native, size) ? 0 : upstream_.release(device, native, size);
 }
 
 void *DevicePool::take(uint64_t size) {
@@ -32,10 +50,9 @@ void *DevicePool::take(uint64_t size) {
     return native;
 }
 
-bool DevicePool::give(void *native, uint64_t size, Release release) {
+bool DevicePool::give(void *native, uint64_t size) {
     std::lock_guard<std::mutex> lock(mutex_);
-    release_ = release;
-    if (stats_.bytes_held + size > stats_.limit) return false;
+    if (stats_.bytes_held + size > limit_.load(std::memory_order_relaxed)) return false;
     free_[size].push_back(native);
     stats_.bytes_held += size;
     ++stats_.blocks_held;
@@ -55,28 +72,25 @@ bool DevicePool::take_block(uint64_t size, HostBlock &out) {
     return true;
 }
 
-void DevicePool::add_block(const HostBlock &block, Release release) {
+void DevicePool::add_block(const HostBlock &block) {
     std::lock_guard<std::mutex> lock(mutex_);
-    release_ = release;
     blocks_in_use_[block.host] = block;
     ++stats_.misses;
 }
 
 void DevicePool::give_block(const Device &device, const HostBlock &block) {
-    Release release;
     {
         std::lock_guard<std::mutex> lock(mutex_);
         blocks_in_use_.erase(block.host);
-        if (stats_.bytes_held + block.size <= stats_.limit) {
+        if (stats_.bytes_held + block.size <= limit_.load(std::memory_order_relaxed)) {
             blocks_[block.size].push_back(block);
             stats_.bytes_held += block.size;
             ++stats_.blocks_held;
             return;
         }
-        release = release_;  // read under the lock: another thread's give or add_block writes it
     }
     finish_queued(device);
-    release_block(release, device, block);
+    release_block(device, block);
 }
 
 void *DevicePool::block_memory(const uint8_t *host, uint64_t bytes) const {
@@ -99,21 +113,18 @@ void DevicePool::finish_queued(const Device &device) {
     }
 }
 
-void DevicePool::release_block(Release release, const Device &device, const HostBlock &block) {
-    if (release) release(device, block.native);
-    --live_counts().device_allocations;
+void DevicePool::release_block(const Device &device, const HostBlock &block) {
+    upstream_.release(device, block.native, block.size);
     std::free(block.host);
 }
 
 uint64_t DevicePool::trim(const Device &device) {
     std::map<uint64_t, std::vector<void *>> free;
     std::map<uint64_t, std::vector<HostBlock>> blocks;
-    Release release;
     {
         std::lock_guard<std::mutex> lock(mutex_);
         free.swap(free_);
         blocks.swap(blocks_);
-        release = release_;
         stats_.bytes_held = 0;
         stats_.blocks_held = 0;
     }
@@ -122,14 +133,13 @@ uint64_t DevicePool::trim(const Device &device) {
     for (const auto &[size, natives] : free) {
         for (void *native : natives) {
             // A failure is ignored: the memory is the driver's again or lost with its context.
-            if (release) release(device, native);
-            --live_counts().device_allocations;
+            upstream_.release(device, native, size);
             released += size;
         }
     }
     for (const auto &[size, kept] : blocks) {
         for (const HostBlock &block : kept) {
-            release_block(release, device, block);
+            release_block(device, block);
             released += size;
         }
     }
@@ -138,12 +148,11 @@ uint64_t DevicePool::trim(const Device &device) {
 
 PoolStats DevicePool::stats() const {
     std::lock_guard<std::mutex> lock(mutex_);
-    return stats_;
+    PoolStats s = stats_;
+    s.limit = limit_.load(std::memory_order_relaxed);
+    return s;
 }
 
-void DevicePool::set_limit(uint64_t bytes) {
-    std::lock_guard<std::mutex> lock(mutex_);
-    stats_.limit = bytes;
-}
+void DevicePool::set_limit(uint64_t bytes) { limit_.store(bytes, std::memory_order_relaxed); }
 
 }  // namespace hb

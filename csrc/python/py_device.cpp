@@ -37,10 +37,11 @@ void bind_device(py::module_ &m) {
             out["limit"] = s.limit;
             return out;
         }, "The pool of freed device memory: bytes_held and blocks_held (kept for reuse, still the "
-           "driver's), hits (allocations it served), misses (allocations the driver made), limit")
+           "driver's), hits (allocations it served), misses (allocations it passed on to the driver), limit")
         .def_property("pool_limit", [](const Device &d) { return d.pool().stats().limit; },
                       [](const Device &d, uint64_t bytes) { d.pool().set_limit(bytes); },
-                      "Bytes the pool keeps at most (default 1 GiB); 0 keeps none")
+                      "Bytes the pool keeps at most (default 1 GiB); 0 takes the pool out: allocations go "
+                      "straight to the driver")
         .def("trim", &Device::trim, py::call_guard<py::gil_scoped_release>(),
              "Releases the device memory the pool keeps; returns the bytes released.")
         .def("__repr__", &device_repr);

@@ -130,8 +130,8 @@ public:
         const Storage &s = *storage_;
         if (auto *borrowed = std::get_if<host_memory::Borrowed>(&s.host_memory))
             if (int r = visit(borrowed->owner)) return r;
-        if (auto *wrapped = std::get_if<device_memory::Wrapped>(&s.device_memory()))
-            if (int r = visit(wrapped->owner)) return r;
+        if (auto *ours = std::get_if<device_memory::Ours>(&s.device_memory()))
+            if (int r = visit(ours->owner)) return r;
         if (const DeviceSide *d = s.device_side_if_made())
             for (const std::shared_ptr<void> &lent : d->lent_memory)
                 if (int r = visit(lent)) return r;

@@ -40,11 +40,15 @@ const DeviceMemory kNoDeviceMemory{};
 const std::shared_ptr<Device> kNoDevice;
 const Transfers kNoTransfers;
 
-/// The device our or wrapped memory lives on (null for none, or a runtime's).
+/// The device our backends' memory lives on (null for none, or a runtime's).
 std::shared_ptr<Device> *device_in(DeviceMemory &m) {
-    if (auto *owned = std::get_if<device_memory::Owned>(&m)) return &owned->device;
-    if (auto *wrapped = std::get_if<device_memory::Wrapped>(&m)) return &wrapped->device;
-    return nullptr;
+    auto *ours = std::get_if<device_memory::Ours>(&m);
+    return ours ? &ours->device : nullptr;
+}
+
+/// Whether the storage's device memory is someone else's, wrapped: its allocation says.
+bool wraps_device_memory(const Storage &s) {
+    return std::holds_alternative<device_memory::Ours>(s.device_memory()) && s.device()->allocation(s.root)->wrapped();
 }
 
 /// A device as a message names it beside `other`: its description, and where the two read alike
@@ -141,7 +145,7 @@ void Storage::allocate_device(const char *entry, const DeviceChoice &on) {
     const halide_device_interface_t *interface = on.device->interface();
     DeviceCall(entry, on.device.get())("allocating device memory",
                                        [&] { return interface->device_malloc(nullptr, &root, interface); });
-    device_side().memory = device_memory::Owned{on.device};
+    device_side().memory = device_memory::Ours{on.device, nullptr};
     adopt_allocation();
     ever_on_device = true;
     // The new device copy is empty: the host holds the data.
@@ -193,7 +197,7 @@ std::shared_ptr<void> Storage::release_device(const char *entry, DeviceRelease h
             // of their own (lent) stays valid while the storage lives: its owner is kept (the caller
             // gets it too).
             forget_view_handles();
-            if (const auto &owner = std::get<device_memory::Wrapped>(device_memory()).owner;
+            if (const auto &owner = std::get<device_memory::Ours>(device_memory()).owner;
                 owner && device()->allocation(root)->lent())
                 device_side().lent_memory.push_back(owner);
             DeviceCall(entry, device().get())("detaching the device memory",
@@ -207,8 +211,8 @@ std::shared_ptr<void> Storage::release_device(const char *entry, DeviceRelease h
                 // Consumers may still use it: freed with the storage, and whoever owns it kept till then.
                 DeviceSide &d = device_side();
                 d.lent_memory.push_back(std::move(lent));
-                if (auto *wrapped = std::get_if<device_memory::Wrapped>(&d.memory); wrapped && wrapped->owner)
-                    d.lent_memory.push_back(wrapped->owner);
+                if (auto *ours = std::get_if<device_memory::Ours>(&d.memory); ours && ours->owner)
+                    d.lent_memory.push_back(ours->owner);
             } else {
                 // A failure keeps the allocation (and every view's handle into it): device_free() again.
                 call("freeing device memory", [&] { return root.device_interface->device_free(nullptr, &root); });
@@ -220,7 +224,7 @@ std::shared_ptr<void> Storage::release_device(const char *entry, DeviceRelease h
     if (!device_side_) return nullptr;
     // A wrapped allocation's owner is the caller's: dropped after the lock is let go.
     std::shared_ptr<void> owner;
-    if (auto *wrapped = std::get_if<device_memory::Wrapped>(&device_side_->memory)) owner = std::move(wrapped->owner);
+    if (auto *ours = std::get_if<device_memory::Ours>(&device_side_->memory)) owner = std::move(ours->owner);
     device_side_->memory = device_memory::None{};
     return owner;
 }
@@ -331,9 +335,10 @@ std::shared_ptr<Device> Buffer::device() {
 Buffer::MemoryFacts Buffer::memory_facts() {
     StorageOp op(*storage_);
     const Storage &s = *storage_;
-    static constexpr const char *kDeviceMemory[] = {nullptr, "owned", "wrapped", "a pipeline runtime's"};
+    static constexpr const char *kDeviceMemory[] = {nullptr, "owned", "a pipeline runtime's"};
+    const char *whose = wraps_device_memory(s) ? "wrapped" : kDeviceMemory[s.device_memory().index()];
     auto *borrowed = std::get_if<host_memory::Borrowed>(&s.host_memory);
-    return MemoryFacts{s.effective_flags(), s.root.device != 0, kDeviceMemory[s.device_memory().index()], s.device(),
+    return MemoryFacts{s.effective_flags(), s.root.device != 0, whose, s.device(),
                        std::holds_alternative<host_memory::Shared>(s.host_memory),
                        borrowed ? borrowed->owner : nullptr};
 }
@@ -402,7 +407,7 @@ void Buffer::device_wrap_native(const std::shared_ptr<Device> &on, uint64_t nati
                          std::to_string(offset) + "; wrap a larger allocation");
     }
     on->finish_wrap(s.root, offset);
-    s.device_side().memory = device_memory::Wrapped{on, std::move(owner)};
+    s.device_side().memory = device_memory::Ours{on, std::move(owner)};
     s.adopt_allocation();
     s.ever_on_device = true;
     // The wrapped memory is the current copy; the host's previous contents are superseded.
@@ -414,7 +419,7 @@ std::shared_ptr<void> Buffer::device_detach_native() {
     StorageOp op(*storage_);
     Storage &s = *storage_;
     if (!s.root.device) return nullptr;
-    if (!std::holds_alternative<device_memory::Wrapped>(s.device_memory()))
+    if (!wraps_device_memory(s))
         throw ValueError(std::string(entry) + "(): the device allocation was not wrapped with "
                          "device_wrap_native(); use device_free()");
     s.refuse_lent(entry);
@@ -470,8 +475,8 @@ Buffer::DeviceView Buffer::begin_device_use(const char *entry, const DeviceChoic
                           "(another thread moved it to " + s.device()->description() + "); export it again");
     s.upload(entry, on);
     if (write) s.root.flags = kDeviceDirty;  // the consumer may write: a lease
-    Device::Lease l = s.device()->lease(s.root, data_ - s.root.host);
-    return DeviceView{l.native, l.offset, s.device()};
+    Device::Handout h = s.device()->hand_out(s.root, data_ - s.root.host);
+    return DeviceView{h.native, h.offset, s.device()};
 }
 
 void Buffer::prepare_for_pipeline(const char *entry, const halide_device_interface_t *interface, bool output) {

@@ -49,13 +49,11 @@ using HostMemory = std::variant<host_memory::Owned, host_memory::Borrowed, host_
 namespace device_memory {
 /// No device allocation: the host copy is the only one.
 struct None {};
-/// Allocated by us on `device`; freed through our interface (retired while lent).
-struct Owned {
-    std::shared_ptr<Device> device;
-};
-/// Someone else's native memory (device_wrap_native) on `device`, kept alive by `owner`; freed
-/// or detached through our interface, the owner handed back.
-struct Wrapped {
+/// An allocation of our backends on `device` (DeviceAllocation, through our interface), whose
+/// source says whose the memory is and how it ends (Engine::end()): ours, freed (retired while
+/// lent), or someone else's (device_wrap_native; DeviceAllocation::wrapped()), which `owner`
+/// keeps alive and which is detached or freed, the owner handed back. Null `owner`: none to keep.
+struct Ours {
     std::shared_ptr<Device> device;
     std::shared_ptr<void> owner;
 };
@@ -66,8 +64,7 @@ struct Runtime {
     std::shared_ptr<Device> call_device;
 };
 }  // namespace device_memory
-using DeviceMemory =
-    std::variant<device_memory::None, device_memory::Owned, device_memory::Wrapped, device_memory::Runtime>;
+using DeviceMemory = std::variant<device_memory::None, device_memory::Ours, device_memory::Runtime>;
 
 /// What a storage holds of devices, made on its first device operation (Storage::device_side()):
 /// a storage that never meets a device carries none of it.
