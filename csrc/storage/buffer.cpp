@@ -242,7 +242,6 @@ Buffer Buffer::adopt_storage(std::shared_ptr<Storage> storage, const DType &dtyp
     // The storage's root halide_buffer_t: this first view's geometry, in bytes when Halide has
     // no type of this size (complex128): one extra innermost dimension over the item's bytes.
     Storage &s = *storage;
-    s.host = data;
     bool bytes = !dtype.has_halide_type();
     int unit = bytes ? 1 : dtype.itemsize;
     halide_dimension_t *dims = s.root.dim;  // root_dims() of them, made with the storage

@@ -104,8 +104,7 @@ struct DeviceChoice {
 /// is part of what a small buffer costs (docs/performance.md). The root's dimensions follow the
 /// storage in its own allocation (Buffer's construction makes both at once).
 struct Storage {
-    uint8_t *host = nullptr;          ///< element at index 0 of the first view (owned: aligned start)
-    HostMemory host_memory;           ///< whose `host` is
+    HostMemory host_memory;           ///< whose the host memory (`root.host`) is
     bool readonly = false;            ///< the memory must not be written through us
     bool external_writes = false;     ///< borrowed writable memory its owner may write at any time
     std::atomic<bool> ever_on_device{false};     ///< read without the lock: may a lease copy?
@@ -126,7 +125,9 @@ struct Storage {
     /// The whole storage as Halide sees it (the first view's geometry). Its flags, device and
     /// device_interface are THE residency state; every device operation is a call through
     /// root.device_interface on it, so one transfer always moves the whole storage.
-    /// root.dim points after the storage, into its own allocation (null for no dimensions).
+    /// root.host is the host memory (the element at index 0 of the first view; owned memory's
+    /// aligned start); root.dim points after the storage, into its own allocation (null for no
+    /// dimensions).
     halide_buffer_t root{};
     /// What the storage holds of devices, made on first use (the caller holds `mutex`).
     DeviceSide &device_side() {
