@@ -111,7 +111,7 @@ struct Storage {
     std::atomic<bool> host_flag_cleared{false};  ///< host_dirty was ever cleared (read without the lock)
     /// An ndarray view was ever handed out (its lifetime is NumPy's); see host_exports.
     std::atomic<bool> ndarray_handed_out{false};
-    std::atomic<int> published_views{0};  ///< raw_views.size(), read without the lock
+    std::atomic<int> published_views{0};  ///< how many raw_views, read without the lock
     /// Who may hold a pointer into the host memory that no view accounts for: live buffer-protocol
     /// exports, and ndarray_handed_out. share_memory() moves a heap block only when both are zero.
     std::atomic<int> host_exports{0};
@@ -147,7 +147,10 @@ struct Storage {
     /// Our or wrapped device memory is the same memory on `to` from now on (another stream of
     /// the device: Device::take_over()).
     void move_device(std::shared_ptr<Device> to);
-    std::vector<RawView *> raw_views;      ///< halide_buffer_t's handed to foreign code, still alive
+    RawViews raw_views;                    ///< halide_buffer_t's handed to foreign code, still alive
+    /// Adds a view's halide_buffer_t to raw_views, and removes it (counted in published_views).
+    void add_raw_view(RawView *r);
+    void remove_raw_view(RawView *r);
     /// The owner's own halide_buffer_t (an hl.Buffer's, see Buffer::bind()), published for the
     /// storage's whole life; null for other storages.
     std::unique_ptr<RawView> bound;
