@@ -408,11 +408,6 @@ void install(PyObject *self, Buffer &&b) {
     inst->owned = true;
 }
 
-/// TypeError for a second __init__ of a Buffer object: its Buffer stays as it is.
-TypeError made_already() {
-    return TypeError("Buffer(): this buffer is made already; make a new one with halide_buffer.Buffer(shape, dtype)");
-}
-
 /// b[key] as the type's mp_subscript: the same call as __getitem__'s (kept for introspection),
 /// reached without looking the method up and dispatching it through pybind11.
 PyObject *subscript_buffer(PyObject *self, PyObject *key) {
@@ -452,7 +447,8 @@ int init_buffer(PyObject *self, PyObject *args, PyObject *kwargs) {
             if (truth < 0) throw py::error_already_set();
             share = truth;
         }
-        if (instance_parts(self).holder_constructed()) throw made_already();
+        if (instance_parts(self).holder_constructed())
+            throw TypeError("Buffer(): this buffer is made already; make a new one with halide_buffer.Buffer(shape, dtype)");
         py::object default_dtype;
         if (!dtype) {
             default_dtype = py::str(kDefaultDType);
@@ -527,13 +523,12 @@ in shared memory that multiprocessing hands to child processes as it is.
     buffer_type = reinterpret_cast<PyTypeObject *>(cls.ptr());
     install_buffer_protocol(cls);
 
-    // As py::init defines it, but installing the Buffer in the object (py::init would allocate it).
+    // A constructor as py::init defines one, but with the Buffer installed in the object, where
+    // py::init would allocate it on the heap.
     cls.def("__init__", [](py::detail::value_and_holder &v_h, py::handle shape, py::handle dtype, py::handle order,
-                           bool shared) {
-                install(v_h, new_buffer(shape, dtype, order, shared));
-            },
-            py::detail::is_new_style_constructor(), py::arg("shape"), py::arg("dtype") = kDefaultDType, py::kw_only(), py::arg("order") = "C",
-            py::arg("shared") = false)
+                           bool shared) { install(v_h, new_buffer(shape, dtype, order, shared)); },
+            py::detail::is_new_style_constructor(), py::arg("shape"), py::arg("dtype") = kDefaultDType,
+            py::kw_only(), py::arg("order") = "C", py::arg("shared") = false)
         .def_static("from_host", &buffer_from_host, py::arg("obj"), py::arg("copy") = false,
                     py::kw_only(), py::arg("external_writes") = true,
                     "Wrap (copy=False) or copy anything with the buffer protocol or an ndarray of "

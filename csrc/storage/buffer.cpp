@@ -103,7 +103,7 @@ namespace {
 struct Tail {
     size_t dims;               ///< the root's dimensions
     bool block;                ///< a host block of `bytes` follows them
-    size_t bytes;
+    size_t bytes;              ///< the host block's size
     halide_dimension_t *dims_at = nullptr;  ///< set by the allocation: zeroed
     uint8_t *block_at = nullptr;            ///< set by the allocation: 128-byte aligned, zero-filled
 };
