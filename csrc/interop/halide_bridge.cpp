@@ -12,7 +12,6 @@
 // Buffer::bind_halide() is the other way round: an hl.Buffer made over a view's memory
 // (to_halide()) has its struct bound to the view's storage the same way, for as long as the
 // hl.Buffer holds the memory; its owner ends the binding (unbind_halide()) before it lets go.
-#include <algorithm>
 #include <mutex>
 #include <string>
 #include <unordered_map>
@@ -115,17 +114,6 @@ Buffer Buffer::from_halide(const char *entry, halide_buffer_t *external, std::sh
     return b;
 }
 
-namespace {
-
-/// Drops `view` from the storage's published views (the caller holds the lock).
-void forget_view(Storage &s, RawView *view) {
-    auto &views = s.raw_views;
-    views.erase(std::find(views.begin(), views.end(), view));
-    --s.published_views;
-}
-
-}  // namespace
-
 std::unique_ptr<RawView> Buffer::bind_halide(const char * /*entry*/, halide_buffer_t *external) {
     StorageOp op(*storage_);
     std::unique_ptr<RawView> view = new_raw_view();
@@ -136,7 +124,7 @@ std::unique_ptr<RawView> Buffer::bind_halide(const char * /*entry*/, halide_buff
         storage_->publish(*view, true);
     } catch (...) {
         view->external = nullptr;
-        forget_view(*storage_, view.get());
+        storage_->remove_raw_view(view.get());
         throw;
     }
     return view;
@@ -158,7 +146,7 @@ void Buffer::unbind_halide(const char *entry, std::unique_ptr<RawView> view) {
             external->padding = nullptr;
             external->flags = kHostDirty;
         }
-        forget_view(s, view.get());
+        s.remove_raw_view(view.get());
     };
     try {
         if (view->external && s.runtime_memory() && view->buf.device == s.root.device) {

@@ -323,7 +323,7 @@ PyTypeObject *buffer_type = nullptr;
 /// What the garbage collector sees of a buffer: the Python objects its storage keeps (the host
 /// memory's owner, a wrapped device handle's owner), when the buffer is their only holder (see
 /// py_kept.cpp).
-int traverse_buffer(const std::unique_ptr<Buffer> &b, visitproc visit, void *arg) {
+int traverse_buffer(const BufferHolder &b, visitproc visit, void *arg) {
     return b->visit_sole_owners([&](const std::shared_ptr<void> &owner) { return traverse_owner(owner, visit, arg); });
 }
 
@@ -371,21 +371,40 @@ Buffer new_buffer(py::handle shape, py::handle dtype, py::handle order, bool sha
     return Buffer::allocate("Buffer", std::move(s), t, axes);
 }
 
-/// Puts `b` into `self`, a Buffer instance with no C++ object yet, as pybind11's init_instance
-/// installs a constructor's result (the value, then its holder), except for the entry in
-/// pybind11's registry of instances: that registry finds the Python object of a C++ address
-/// being cast to Python, and no Buffer address is ever cast (every Buffer a binding returns is
-/// a new object, see the type_caster in py_glue.h). An instance without the entry is freed as
-/// any other (pybind11 deregisters only registered ones); the entry would cost a hash-table
-/// node made and freed with every buffer.
+/// Where a Buffer object keeps its Buffer: after pybind11's instance (see BufferHolder), at an
+/// offset the type's setup fixes (make_room_for_buffer()); a Python subclass's instances keep
+/// it at the same place, their own parts following the base type's.
+Py_ssize_t buffer_offset = 0;
+
+/// The Buffer type's setup (before PyType_Ready): room for the Buffer after pybind11's instance.
+void make_room_for_buffer(PyHeapTypeObject *heap_type) {
+    PyTypeObject *type = &heap_type->ht_type;
+    constexpr Py_ssize_t align = alignof(Buffer);
+    buffer_offset = (type->tp_basicsize + align - 1) / align * align;
+    type->tp_basicsize = buffer_offset + Py_ssize_t(sizeof(Buffer));
+}
+
+/// Puts `b` into `v_h`'s instance, a Buffer object with no C++ object yet: the Buffer moved into
+/// the room after pybind11's instance, and its holder, as pybind11's init_instance installs a
+/// constructor's result (the value, then its holder).
+void install(py::detail::value_and_holder &v_h, Buffer &&b) {
+    auto *value = new (reinterpret_cast<char *>(v_h.inst) + buffer_offset) Buffer(std::move(b));
+    v_h.value_ptr() = value;
+    new (std::addressof(v_h.holder<BufferHolder>())) BufferHolder(value);
+    v_h.set_holder_constructed();
+}
+
+/// The same for `self`, a new Buffer object, except for the entry in pybind11's registry of
+/// instances: that registry finds the Python object of a C++ address being cast to Python, and
+/// no Buffer address is ever cast (every Buffer a binding returns is a new object, see the
+/// type_caster in py_glue.h). An instance without the entry is freed as any other (pybind11
+/// deregisters only registered ones); the entry would cost a hash-table node made and freed
+/// with every buffer.
 void install(PyObject *self, Buffer &&b) {
     static py::detail::type_info *const info = py::detail::get_type_info(typeid(Buffer));
     auto *inst = reinterpret_cast<py::detail::instance *>(self);
     py::detail::value_and_holder v_h = inst->get_value_and_holder(info);
-    auto *value = new Buffer(std::move(b));
-    v_h.value_ptr() = value;
-    new (std::addressof(v_h.holder<std::unique_ptr<Buffer>>())) std::unique_ptr<Buffer>(value);
-    v_h.set_holder_constructed();
+    install(v_h, std::move(b));
     inst->owned = true;
 }
 
@@ -490,8 +509,9 @@ Buffer &buffer_of(PyObject *self) {
 }
 
 void bind_buffer(py::module_ &m) {
-    py::class_<Buffer> cls(m, "Buffer", py::buffer_protocol(), py::custom_type_setup([](PyHeapTypeObject *type) {
-        take_part_in_gc(type, traverse_instance<std::unique_ptr<Buffer>, traverse_buffer>);
+    BufferClass cls(m, "Buffer", py::buffer_protocol(), py::custom_type_setup([](PyHeapTypeObject *type) {
+        make_room_for_buffer(type);
+        take_part_in_gc(type, traverse_instance<BufferHolder, traverse_buffer>);
     }), R"doc(
 A Halide runtime buffer: host memory (owned or borrowed), a halide_buffer_t describing it in
 Halide's terms, and the residency state of its data shared by every view.
@@ -503,11 +523,12 @@ in shared memory that multiprocessing hands to child processes as it is.
     buffer_type = reinterpret_cast<PyTypeObject *>(cls.ptr());
     install_buffer_protocol(cls);
 
-    cls.def(py::init([](py::handle shape, py::handle dtype, py::handle order, bool shared) {
-                return new_buffer(shape, dtype, order, shared);
-            }),
-            py::arg("shape"), py::arg("dtype") = kDefaultDType, py::kw_only(), py::arg("order") = "C",
-            py::arg("shared") = false)
+    // A constructor as py::init defines one, but with the Buffer installed in the object, where
+    // py::init would allocate it on the heap.
+    cls.def("__init__", [](py::detail::value_and_holder &v_h, py::handle shape, py::handle dtype, py::handle order,
+                           bool shared) { install(v_h, new_buffer(shape, dtype, order, shared)); },
+            py::detail::is_new_style_constructor(), py::arg("shape"), py::arg("dtype") = kDefaultDType,
+            py::kw_only(), py::arg("order") = "C", py::arg("shared") = false)
         .def_static("from_host", &buffer_from_host, py::arg("obj"), py::arg("copy") = false,
                     py::kw_only(), py::arg("external_writes") = true,
                     "Wrap (copy=False) or copy anything with the buffer protocol or an ndarray of "

@@ -108,7 +108,7 @@ void set_item(py::handle self, py::handle key, py::handle value) {
 
 }  // namespace
 
-void bind_buffer_data(py::class_<Buffer> &cls) {
+void bind_buffer_data(BufferClass &cls) {
     cls.def("fill", &fill, py::arg("value"),
             "Set every element to value (converted to the dtype as NumPy assigns it). On the device "
             "when the device copy is current (nothing moves; device dirty), else on the host (host dirty).")

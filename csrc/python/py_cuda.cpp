@@ -67,7 +67,7 @@ int traverse_device(const std::shared_ptr<CudaDevice> &d, visitproc visit, void 
 
 }  // namespace
 
-void bind_cuda(py::module_ &m, py::class_<Buffer> &cls) {
+void bind_cuda(py::module_ &m, BufferClass &cls) {
     py::class_<CudaDevice, Device, std::shared_ptr<CudaDevice>>(
         m, "CudaDevice", "A CUDA device through its primary context, with the stream copies run on.",
         py::custom_type_setup([](PyHeapTypeObject *type) {

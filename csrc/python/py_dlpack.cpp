@@ -350,7 +350,7 @@ Buffer from_dlpack(py::handle obj, py::handle device, py::handle copy_arg) {
 
 }  // namespace
 
-void bind_dlpack(py::class_<Buffer> &cls, py::module_ &m) {
+void bind_dlpack(BufferClass &cls, py::module_ &m) {
     for (PyMethodDef &def : kDLPackMethods) {
         py::object method = py::reinterpret_steal<py::object>(
             PyDescr_NewMethod(reinterpret_cast<PyTypeObject *>(cls.ptr()), &def));

@@ -238,7 +238,7 @@ bool exchange_describe(py::handle obj, const ArgumentType &type, const char *ent
     return borrow_host_memory(out, reinterpret_cast<uint8_t *>(first), t.ndim, t.shape, out.byte_strides, dtype);
 }
 
-void bind_dlpack_exchange(py::class_<Buffer> &cls) {
+void bind_dlpack_exchange(BufferClass &cls) {
     cls.attr(kAttribute) = py::capsule(&kTable, kExchangeAPICapsule);
 }
 

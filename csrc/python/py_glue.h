@@ -5,6 +5,7 @@
 #include <pybind11/pybind11.h>
 
 #include <exception>
+#include <memory>
 #include <optional>
 #include <string>
 
@@ -75,6 +76,15 @@ py::dtype numpy_dtype(const DType &t);
 void bind_device(py::module_ &m);
 
 // py_buffer.cpp
+/// How a Python Buffer object holds its Buffer: inside the object itself, after pybind11's
+/// instance (the type's basic size makes room for it), so a buffer or view is one Python object
+/// and no heap block of its own. The holder only ends the Buffer's life (its destructor, in
+/// place): the memory is the object's, freed with it.
+struct DestroyInPlace {
+    void operator()(Buffer *b) const { b->~Buffer(); }
+};
+using BufferHolder = std::unique_ptr<Buffer, DestroyInPlace>;
+using BufferClass = py::class_<Buffer, BufferHolder>;
 void bind_buffer(py::module_ &m);
 /// An array of values (an ndarray, a tensor, anything exporting memory), as opposed to a plain
 /// integer or sequence: what a newcomer passes where a shape, an index or a handle goes.
@@ -113,7 +123,7 @@ Buffer *buffer_in_typed_capsule(PyObject *capsule);
 PyObject *new_buffer_object(Buffer &&b);
 
 // py_residency.cpp
-void bind_residency(py::class_<Buffer> &cls);
+void bind_residency(BufferClass &cls);
 /// The device a call names: a Device (required), or None: where the buffer is, else the default.
 DeviceChoice device_arg(py::handle device, const char *entry);
 /// halide_buffer.transfers(): the process-wide counts.
@@ -184,7 +194,7 @@ int traverse_instance(PyObject *self, visitproc visit, void *arg) {
 }
 
 // py_dlpack.cpp
-void bind_dlpack(py::class_<Buffer> &cls, py::module_ &m);
+void bind_dlpack(BufferClass &cls, py::module_ &m);
 /// copy= of the DLPack entry points: -1 (None), 0 (False) or 1 (True); TypeError otherwise.
 int tri_state(py::handle value, const char *entry);
 /// What keeps an imported tensor alive (exactly one of `versioned`, `legacy`): runs its deleter
@@ -200,7 +210,7 @@ Buffer buffer_from_dlpack(py::handle obj, int copy, bool for_writing);
 
 // py_dlpack_exchange.cpp
 /// DLPack 1.3's C exchange API: our table on the Buffer type.
-void bind_dlpack_exchange(py::class_<Buffer> &cls);
+void bind_dlpack_exchange(BufferClass &cls);
 /// A producer's exchange API, when its type has one: the fast import; nothing when it has none
 /// or when the producer's __dlpack__ must answer (a tensor that requires grad). A PyTorch tensor
 /// whose memory does not hold its values (a lazy negation or conjugate) is imported as a tensor of
@@ -267,7 +277,7 @@ void bind_arguments(py::module_ &m);
 
 // py_cuda.cpp
 /// halide_buffer.CudaDevice, the CUDA entry points, Buffer.__cuda_array_interface__.
-void bind_cuda(py::module_ &m, py::class_<Buffer> &cls);
+void bind_cuda(py::module_ &m, BufferClass &cls);
 
 // py_halide.cpp
 /// Buffer.from_halide(), Buffer.to_halide(), _opencl_load_library(): the bridge to the halide package.
@@ -300,11 +310,11 @@ void install_buffer_protocol(py::handle type);
 // py_numpy.cpp
 /// An ndarray of the exact dtype over the buffer's host memory, kept alive by `self`.
 py::array ndarray_view(py::handle self, Buffer &b, bool writable);
-void bind_numpy(py::class_<Buffer> &cls);
+void bind_numpy(BufferClass &cls);
 // py_buffer_data.cpp
-void bind_buffer_data(py::class_<Buffer> &cls);
+void bind_buffer_data(BufferClass &cls);
 // py_processes.cpp
-void bind_processes(py::class_<Buffer> &cls, py::module_ &m);
+void bind_processes(BufferClass &cls, py::module_ &m);
 
 }  // namespace hb
 

@@ -307,7 +307,7 @@ Buffer buffer_from_halide(py::handle obj) {
 }
 
 void bind_halide(py::module_ &m) {
-    auto cls = py::reinterpret_borrow<py::class_<Buffer>>(m.attr("Buffer"));
+    auto cls = py::reinterpret_borrow<BufferClass>(m.attr("Buffer"));
     cls.def_static("from_halide", &buffer_from_halide, py::arg("buffer"),
                    "A Buffer over a halide.Buffer's host memory, without a copy, sharing one residency "
                    "state with it: its device copy (made by Halide's JIT) and dirty flags are the buffer's. "

@@ -55,7 +55,7 @@ py::object numpy_view(py::handle self, bool writable) {
 
 }  // namespace
 
-void bind_numpy(py::class_<Buffer> &cls) {
+void bind_numpy(BufferClass &cls) {
     cls.def("__array__", &array_protocol, py::arg("dtype") = py::none(), py::arg("copy") = py::none(),
             "A read-only ndarray of the exact dtype over the host data (NumPy 2 semantics).")
         .def("numpy", &numpy_view, py::arg("writable") = false,

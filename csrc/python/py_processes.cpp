@@ -158,7 +158,7 @@ void refuse_pickling(py::module_ &m, const char *name, const char *fix) {
 
 }  // namespace
 
-void bind_processes(py::class_<Buffer> &cls, py::module_ &m) {
+void bind_processes(BufferClass &cls, py::module_ &m) {
     cls.def("__reduce_ex__", &reduce_ex, py::arg("protocol"),
             "Pickles the exact dtype, shape, strides, mins, read-only flag and the elements (downloaded "
             "once if the device copy is newer); protocol 5 hands the bytes out of band with no copy.")

@@ -106,7 +106,7 @@ void wrap_native(py::handle self, py::handle handle, py::handle device, uint64_t
 
 }  // namespace
 
-void bind_residency(py::class_<Buffer> &cls) {
+void bind_residency(BufferClass &cls) {
     auto nogil = [](void (Buffer::*f)()) {
         return [f](py::handle self) {
             Buffer &b = buffer_of(self.ptr());

@@ -3,6 +3,7 @@
 #include "storage/buffer.h"
 
 #include <algorithm>
+#include <cstddef>
 #include <cstdlib>
 #include <cstring>
 #include <iterator>
@@ -97,36 +98,67 @@ Buffer Buffer::allocate(const char *entry, Axes shape, const DType &dtype,
 
 namespace {
 
-/// allocate_shared's allocator for a storage that carries `tail` more bytes after itself, in
-/// the same block (the one it allocates), zero-filled: a small buffer's host memory, so that
-/// making a small buffer allocates once, not twice. `*tail_at` is set to where they start. The
-/// storage's part is left to its constructor: zeroing it too would write it twice.
+/// What a storage's allocation holds after the storage (TailAllocator): the root's dimensions,
+/// and for a small owned buffer its host block.
+struct Tail {
+    size_t dims;               ///< the root's dimensions
+    bool block;                ///< a host block of `bytes` follows them
+    size_t bytes;              ///< the host block's size
+    halide_dimension_t *dims_at = nullptr;  ///< set by the allocation: zeroed
+    uint8_t *block_at = nullptr;            ///< set by the allocation: 128-byte aligned, zero-filled
+};
+
+/// `p` rounded up to the host alignment.
+uint8_t *aligned(uint8_t *p) {
+    return reinterpret_cast<uint8_t *>((reinterpret_cast<uintptr_t>(p) + kAlignment - 1) & ~uintptr_t(kAlignment - 1));
+}
+
+/// allocate_shared's allocator for a storage that carries its Tail in the same block (the one
+/// it allocates), so that making a buffer allocates once, not two or three times. The host block
+/// starts at the first aligned address after the dimensions: malloc's blocks are aligned to
+/// alignof(max_align_t), so the slack before it is at most the rest of that alignment, never a
+/// whole kAlignment. The storage's part is left to its constructor: zeroing it too would write
+/// it twice.
 template <typename T>
 struct TailAllocator {
     using value_type = T;
-    size_t tail;
-    uint8_t **tail_at;
-    TailAllocator(size_t tail, uint8_t **tail_at) : tail(tail), tail_at(tail_at) {}
+    Tail *tail;
+    explicit TailAllocator(Tail *tail) : tail(tail) {}
     template <typename U>
-    TailAllocator(const TailAllocator<U> &other) : tail(other.tail), tail_at(other.tail_at) {}
+    TailAllocator(const TailAllocator<U> &other) : tail(other.tail) {}  // NOLINT: rebinding
     T *allocate(size_t n) {
+        constexpr size_t malloc_alignment = alignof(std::max_align_t);
         size_t head = n * sizeof(T);
-        void *block = std::malloc(head + tail);
+        size_t dims_end = head + tail->dims * sizeof(halide_dimension_t);
+        size_t slack = tail->block ? kAlignment - malloc_alignment + dims_end % malloc_alignment : 0;
+        auto *block = static_cast<uint8_t *>(std::malloc(dims_end + slack + tail->bytes));
         if (!block) throw std::bad_alloc();
-        *tail_at = static_cast<uint8_t *>(block) + head;
-        std::memset(*tail_at, 0, tail);
-        return static_cast<T *>(block);
+        tail->dims_at = new (block + head) halide_dimension_t[tail->dims]();
+        if (tail->block) {
+            tail->block_at = aligned(block + dims_end);
+            std::memset(tail->block_at, 0, tail->bytes);
+        }
+        return reinterpret_cast<T *>(block);
     }
     void deallocate(T *block, size_t) { std::free(block); }
     template <typename U>
-    bool operator==(const TailAllocator<U> &other) const { return tail_at == other.tail_at; }
+    bool operator==(const TailAllocator<U> &other) const { return tail == other.tail; }
     template <typename U>
     bool operator!=(const TailAllocator<U> &other) const { return !(*this == other); }
 };
 
-/// `p` rounded up to the host alignment.
-uint8_t *aligned(void *p) {
-    return reinterpret_cast<uint8_t *>((reinterpret_cast<uintptr_t>(p) + kAlignment - 1) & ~uintptr_t(kAlignment - 1));
+/// The root's dimensions for a view of `ndim` axes of `dtype`: one more, over the item's bytes,
+/// when Halide has no type of its size (see adopt_storage()).
+size_t root_dims(size_t ndim, const DType &dtype) { return ndim + (dtype.has_halide_type() ? 0 : 1); }
+
+/// A new storage, counted live, with its root dimensions (root.dim, root.dimensions) and, for
+/// `tail.block`, its small host block in its own allocation.
+std::shared_ptr<Storage> new_storage(Tail &tail) {
+    auto storage = std::allocate_shared<Storage>(TailAllocator<Storage>(&tail));
+    ++live_counts().storages;
+    storage->root.dimensions = int(tail.dims);
+    storage->root.dim = tail.dims ? tail.dims_at : nullptr;
+    return storage;
 }
 
 }  // namespace
@@ -135,21 +167,14 @@ Buffer Buffer::allocate_packed(const char *entry, Axes shape, const DType &dtype
                                Axes strides) {
     int64_t count = checked_count(entry, shape, dtype.itemsize);
     size_t bytes = size_t(count) * size_t(dtype.itemsize);
-    if (bytes <= kSmallBlock) {  // one block: the storage, then its host memory (no `allocation`)
-        uint8_t *tail = nullptr;
-        std::shared_ptr<Storage> storage;
-        try {
-            storage = std::allocate_shared<Storage>(TailAllocator<Storage>(bytes + kAlignment, &tail));
-        } catch (const std::bad_alloc &) {
-            throw out_of_memory(entry, shape, dtype, bytes);
-        }
-        ++live_counts().storages;
-        normalize_strides(entry, shape, strides, dtype.itemsize, "use a smaller shape");
-        return adopt_storage(std::move(storage), dtype, aligned(tail), std::move(shape), std::move(strides));
+    Tail tail{root_dims(shape.size(), dtype), bytes <= kSmallBlock, bytes <= kSmallBlock ? bytes : 0};
+    std::shared_ptr<Storage> storage;
+    try {
+        storage = new_storage(tail);
+    } catch (const std::bad_alloc &) {
+        throw out_of_memory(entry, shape, dtype, bytes);
     }
-    auto storage = std::make_shared<Storage>();
-    ++live_counts().storages;
-    uint8_t *host;
+    uint8_t *host = tail.block_at;  // one block: the storage, then its host memory (no `allocation`)
     if (bytes >= kLargeBlock) {
         // Large blocks are pages of their own, straight from the kernel (zero pages, touched only
         // when used): they start on a page, so bulk copies between them and device memory
@@ -161,11 +186,11 @@ Buffer Buffer::allocate_packed(const char *entry, Axes shape, const DType &dtype
         if (!host) throw out_of_memory(entry, shape, dtype, bytes);
         advise_huge_pages(host, mapped);
         storage->host_memory = host_memory::Owned{host, mapped};
-    } else {
+    } else if (!tail.block) {
         void *allocation = std::calloc(bytes + kAlignment, 1);
         if (!allocation) throw out_of_memory(entry, shape, dtype, bytes);
         storage->host_memory = host_memory::Owned{allocation, 0};
-        host = aligned(allocation);
+        host = aligned(static_cast<uint8_t *>(allocation));
     }
     normalize_strides(entry, shape, strides, dtype.itemsize, "use a smaller shape");
     return adopt_storage(std::move(storage), dtype, host, std::move(shape), std::move(strides));
@@ -204,24 +229,12 @@ Buffer Buffer::wrap(const char *entry, uint8_t *data, Axes shape, Axes strides,
                     const DType &dtype, std::shared_ptr<void> owner, bool readonly, bool external_writes) {
     check_memory(entry, data, shape, strides, checked_count(entry, shape, dtype.itemsize), dtype.itemsize);
     normalize_strides(entry, shape, strides, dtype.itemsize, "pass copy=True for a contiguous copy");
-    auto storage = std::make_shared<Storage>();
-    ++live_counts().storages;
-    storage->host = data;
+    Tail tail{root_dims(shape.size(), dtype), false, 0};
+    std::shared_ptr<Storage> storage = new_storage(tail);
     storage->host_memory = host_memory::Borrowed{std::move(owner)};
     storage->readonly = readonly;
     storage->external_writes = external_writes && !readonly;
     return adopt_storage(std::move(storage), dtype, data, std::move(shape), std::move(strides));
-}
-
-halide_dimension_t *Storage::make_root_dims(int n) {
-    halide_dimension_t *dims = root_dims_in_place_;
-    if (n > int(std::size(root_dims_in_place_))) {
-        root_dims_on_heap_.reset(new halide_dimension_t[size_t(n)]());
-        dims = root_dims_on_heap_.get();
-    }
-    root.dimensions = n;
-    root.dim = n ? dims : nullptr;
-    return dims;
 }
 
 Buffer Buffer::adopt_storage(std::shared_ptr<Storage> storage, const DType &dtype, uint8_t *data,
@@ -229,10 +242,9 @@ Buffer Buffer::adopt_storage(std::shared_ptr<Storage> storage, const DType &dtyp
     // The storage's root halide_buffer_t: this first view's geometry, in bytes when Halide has
     // no type of this size (complex128): one extra innermost dimension over the item's bytes.
     Storage &s = *storage;
-    s.host = data;
     bool bytes = !dtype.has_halide_type();
     int unit = bytes ? 1 : dtype.itemsize;
-    halide_dimension_t *dims = s.make_root_dims(int(shape.size()) + (bytes ? 1 : 0));
+    halide_dimension_t *dims = s.root.dim;  // root_dims() of them, made with the storage
     if (bytes) *dims++ = halide_dimension_t{0, dtype.itemsize, 1, 0};
     for (size_t i = shape.size(); i-- > 0;)
         *dims++ = halide_dimension_t{0, int32_t(shape[i]), int32_t(strides[i] / unit), 0};

@@ -136,11 +136,11 @@ void Buffer::share_memory(const char *entry) {
     } else {
         size_t bytes = storage_bytes(s);
         segment = SharedSegment::create(entry, bytes);
-        uint8_t *old = s.host;
+        uint8_t *old = s.root.host;
         std::memcpy(segment->base(), old, bytes);
-        s.host = s.root.host = segment->base();
-        data_ = s.host + (data_ - old);
-        for (RawView *r : s.raw_views) r->buf.host = s.host + (r->buf.host - old);
+        s.root.host = segment->base();
+        data_ = s.root.host + (data_ - old);
+        for (RawView *r : s.raw_views) r->buf.host = s.root.host + (r->buf.host - old);
         if (owned) std::free(owned->allocation);  // null for a small block in the storage's own allocation
     }
     make_shared_storage(s, std::move(segment));  // the old host memory's record ends here (a pooled block goes back)

@@ -33,8 +33,47 @@ struct RawView {
     /// call gives it back. Set under the storage's lock; cleared without it by the calling
     /// thread when the call left nothing to take in (Buffer::take_back()).
     std::atomic<bool> lent{false};
+    RawView *next = nullptr;  ///< the storage's next published view (RawViews)
     void pull();
     void push() const;
+};
+
+/// The RawViews of one storage still alive, in the order they were published, linked through
+/// RawView::next: one pointer in every storage, where most never publish a view (a vector would
+/// be three). Changed only through Storage::add_raw_view() and remove_raw_view().
+class RawViews {
+public:
+    class iterator {
+    public:
+        explicit iterator(RawView *at) : at_(at) {}
+        RawView *operator*() const { return at_; }
+        iterator &operator++() {
+            at_ = at_->next;
+            return *this;
+        }
+        bool operator!=(const iterator &other) const { return at_ != other.at_; }
+
+    private:
+        RawView *at_;
+    };
+    iterator begin() const { return iterator(head_); }
+    iterator end() const { return iterator(nullptr); }
+    bool empty() const { return !head_; }
+    void push_back(RawView *r) {
+        RawView **at = &head_;
+        while (*at) at = &(*at)->next;
+        *at = r;
+    }
+    /// Unlinks `r`, which must be one of them.
+    void erase(RawView *r) {
+        RawView **at = &head_;
+        while (*at != r) at = &(*at)->next;
+        *at = r->next;
+        r->next = nullptr;
+    }
+
+private:
+    RawView *head_ = nullptr;
 };
 
 }  // namespace hb

@@ -1,7 +1,6 @@
 // raw_views.cpp: the halide_buffer_t's handed to foreign code (Buffer::raw(), lend(), an
 // hl.Buffer's bound struct): publishing the storage's one residency state into them, and taking
 // in what a pipeline's runtime left there (flags, device memory it allocated or freed).
-#include <algorithm>
 #include <cstring>
 #include <string>
 #include <utility>
@@ -45,6 +44,16 @@ int64_t element_bytes(const halide_buffer_t &buf) {
 // ---------------------------------------------------------------------------------------------
 // Storage: taking in and publishing (the caller holds the storage's mutex)
 // ---------------------------------------------------------------------------------------------
+
+void Storage::add_raw_view(RawView *r) {
+    raw_views.push_back(r);
+    ++published_views;
+}
+
+void Storage::remove_raw_view(RawView *r) {
+    raw_views.erase(r);
+    --published_views;
+}
 
 void Storage::absorb_raw_views() {
     for (RawView *r : raw_views) {
@@ -198,9 +207,7 @@ void RawView::push() const {
 Buffer::~Buffer() {
     if (!raw_) return;
     StorageOp op(*storage_);  // flags (and device memory) a pipeline left in this view outlive it
-    auto &views = storage_->raw_views;
-    views.erase(std::find(views.begin(), views.end(), raw_.get()));
-    --storage_->published_views;
+    storage_->remove_raw_view(raw_.get());
 }
 
 void Buffer::expect_overwrite(RawView &view) {
@@ -247,8 +254,7 @@ void Buffer::bind(halide_buffer_t *external) {
     r->buf.device_interface = nullptr;
     r->published = r->buf.flags;  // the owner's flags are news unless they are the root's
     r->external = external;
-    s.raw_views.push_back(r.get());
-    ++s.published_views;
+    s.add_raw_view(r.get());
     s.bound = std::move(r);
     s.absorb(*s.bound);  // its device copy and flags become the storage's
 }
@@ -279,8 +285,7 @@ std::unique_ptr<RawView> Buffer::new_raw_view() const {
     auto r = std::make_unique<RawView>();
     r->dims.resize(size_t(ndim()));
     describe(r->buf, r->dims.data());
-    storage_->raw_views.push_back(r.get());
-    ++storage_->published_views;
+    storage_->add_raw_view(r.get());
     return r;
 }
 
@@ -344,9 +349,7 @@ void Buffer::take_back(RawView *view) {
     if (s.root.flags != flags || s.root.device != device) s.publish_all();
     else s.publish(*view, false);
     if (view == raw_.get()) return;
-    auto &views = storage_->raw_views;
-    views.erase(std::find(views.begin(), views.end(), view));
-    --storage_->published_views;
+    storage_->remove_raw_view(view);
     delete view;
 }
 

@@ -96,11 +96,22 @@ struct DeviceChoice {
 
 /// Memory and residency state shared by a buffer and every view of it. `mutex` guards all of
 /// it (and every view's published halide_buffer_t): one lock per storage.
+///
+/// Its fields are ordered so that the flags and counters lie packed together: every storage's size
+/// is part of what a small buffer costs (docs/performance.md). The root's dimensions follow the
+/// storage in its own allocation (Buffer's construction makes both at once).
 struct Storage {
-    uint8_t *host = nullptr;          ///< element at index 0 of the first view (owned: aligned start)
-    HostMemory host_memory;           ///< whose `host` is
+    HostMemory host_memory;           ///< whose the host memory (`root.host`) is
     bool readonly = false;            ///< the memory must not be written through us
     bool external_writes = false;     ///< borrowed writable memory its owner may write at any time
+    std::atomic<bool> ever_on_device{false};     ///< read without the lock: may a lease copy?
+    std::atomic<bool> host_flag_cleared{false};  ///< host_dirty was ever cleared (read without the lock)
+    /// An ndarray view was ever handed out (its lifetime is NumPy's); see host_exports.
+    std::atomic<bool> ndarray_handed_out{false};
+    std::atomic<int> published_views{0};  ///< how many raw_views, read without the lock
+    /// Who may hold a pointer into the host memory that no view accounts for: live buffer-protocol
+    /// exports, and ndarray_handed_out. share_memory() moves a heap block only when both are zero.
+    std::atomic<int> host_exports{0};
 
     /// The lock and the GIL: a thread holding this lock never waits for the GIL (a contended
     /// lock is waited for with the GIL released: StorageOp), and never drops the last reference
@@ -111,11 +122,10 @@ struct Storage {
     /// The whole storage as Halide sees it (the first view's geometry). Its flags, device and
     /// device_interface are THE residency state; every device operation is a call through
     /// root.device_interface on it, so one transfer always moves the whole storage.
+    /// root.host is the host memory (the element at index 0 of the first view; owned memory's
+    /// aligned start); root.dim points after the storage, into its own allocation (null for no
+    /// dimensions).
     halide_buffer_t root{};
-    /// Makes room for the root's `n` dimensions, zeroed, and points root.dim (null for none) and
-    /// root.dimensions at them: in the storage itself for up to four, the usual case, else on
-    /// the heap.
-    halide_dimension_t *make_root_dims(int n);
     /// What the storage holds of devices, made on first use (the caller holds `mutex`).
     DeviceSide &device_side() {
         if (!device_side_) device_side_ = std::make_unique<DeviceSide>();
@@ -134,15 +144,10 @@ struct Storage {
     /// Our or wrapped device memory is the same memory on `to` from now on (another stream of
     /// the device: Device::take_over()).
     void move_device(std::shared_ptr<Device> to);
-    std::atomic<bool> ever_on_device{false};  ///< read without the lock: may a lease copy?
-    std::atomic<int> published_views{0};      ///< raw_views.size(), read without the lock
-    std::atomic<bool> host_flag_cleared{false};  ///< host_dirty was ever cleared (read without the lock)
-    /// Who may hold a pointer into the host memory that no view accounts for: live buffer-protocol
-    /// exports, and whether an ndarray view was ever handed out (its lifetime is NumPy's).
-    /// share_memory() moves a heap block only when both are zero.
-    std::atomic<int> host_exports{0};
-    std::atomic<bool> ndarray_handed_out{false};
-    std::vector<RawView *> raw_views;      ///< halide_buffer_t's handed to foreign code, still alive
+    RawViews raw_views;                    ///< halide_buffer_t's handed to foreign code, still alive
+    /// Adds a view's halide_buffer_t to raw_views, and removes it (counted in published_views).
+    void add_raw_view(RawView *r);
+    void remove_raw_view(RawView *r);
     /// The owner's own halide_buffer_t (an hl.Buffer's, see Buffer::bind()), published for the
     /// storage's whole life; null for other storages.
     std::unique_ptr<RawView> bound;
@@ -155,8 +160,6 @@ struct Storage {
 
 private:
     std::unique_ptr<DeviceSide> device_side_;
-    halide_dimension_t root_dims_in_place_[4]{};
-    std::unique_ptr<halide_dimension_t[]> root_dims_on_heap_;
 
 public:
 
