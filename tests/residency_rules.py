@@ -8,7 +8,7 @@ import halide_buffer as hb
 
 N = 24  # elements: one storage of N * itemsize bytes
 DTYPES = ["int32", "float32", "bfloat16"]  # pyopencl has no bfloat16 kernels: its device side uses bits()
-# An owned buffer, a standing lease (wrapped writable memory its owner may write at any time), a
+# An owned buffer, external writes (wrapped writable memory its owner may write at any time), a
 # promised wrap (external_writes=False) and wrapped read-only memory.
 STARTS = ["owned", "lease", "promised", "read-only"]
 
@@ -62,7 +62,7 @@ class Model:
     def allocated(self):
         return self.dev is not None
 
-    def host_dirty_reads(self):  # host_dirty(): a standing lease is newer unless the device copy is
+    def host_dirty_reads(self):  # host_dirty(): external writes are newer unless the device copy is
         return self.host_dirty or (self.lease and not self.device_dirty)
 
     def host_current(self):  # copy_to_host()
@@ -152,7 +152,7 @@ class Model:
         reasons = []
         if not self.allocated:
             reasons.append(r"the buffer has no device allocation")
-        if self.host_dirty_reads():  # a standing lease: the owner may have written since
+        if self.host_dirty_reads():  # external writes: the owner may have written since
             reasons.append(r"the host copy is newer|the buffer wraps memory its owner may write" if self.lease
                            else r"the host copy is newer")
         if self.readonly:

@@ -1,6 +1,6 @@
 """Random operation sequences with random driver failures, on both backends: data is never lost.
 
-The machine drives one buffer (owned, a standing lease, a promised wrap or read-only memory) of
+The machine drives one buffer (owned, external writes, a promised wrap or read-only memory) of
 a few dtypes through host reads and writes, copies, views, exports, leases, frees and device
 writes that need no pipeline (a consumer's kernel: pyopencl's fill on OpenCL, the stand-in's
 memory writes on CUDA), and arms failures at random: the n-th call of a driver entry point

@@ -190,7 +190,7 @@ def test_read_only_memory_goes_to_the_device_for_reading_only(dev, ctx):
     assert not b.device_dirty() and not b.has_device_allocation()
 
 
-# --- borrowed writable memory: a standing lease unless promised otherwise ----------------------
+# --- borrowed writable memory: external writes unless promised otherwise ----------------------
 
 def test_wrapped_writable_memory_is_uploaded_before_every_device_use(dev):
     a = np.arange(4, dtype=np.float32)
@@ -198,7 +198,7 @@ def test_wrapped_writable_memory_is_uploaded_before_every_device_use(dev):
     moves = Moves(b)
     b.copy_to_device()
     assert moves() == up(16)
-    a[0] = 100  # the owner writes behind our back: the standing lease covers it
+    a[0] = 100  # the owner writes behind our back: external writes cover it
     b.copy_to_device()
     assert moves() == up(16)
     assert on_device(b)[0] == 100
@@ -291,7 +291,7 @@ def test_a_download_into_wrapped_memory_lands_in_the_owners_array(dev):
     a = np.zeros(4, dtype=np.float32)
     b = hb.Buffer.from_host(a)
     device_fill(b, 9)
-    assert b.device_dirty()  # the device copy beats the standing lease
+    assert b.device_dirty()  # the device copy beats external writes
     b.copy_to_host()
     np.testing.assert_array_equal(a, np.full(4, 9, np.float32))
 

@@ -3,7 +3,7 @@
 exact copies must match the model, which moves the storage only when a reader on the stale side
 needs it.
 
-The machine starts from an owned buffer, a standing lease (wrapped writable memory its owner
+The machine starts from an owned buffer, external writes (wrapped writable memory its owner
 may write at any time), a promised wrap (`external_writes=False`) or wrapped read-only memory,
 of a classic dtype or bfloat16, on the host alone, on OpenCL (PoCL) or on CUDA (the driver
 stand-in: our bookkeeping only). Besides reads, writes and copies on both sides it sets the flags directly (a

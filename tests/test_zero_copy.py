@@ -197,7 +197,7 @@ def test_a_lease_given_to_a_call_is_its_owners_again_when_the_call_returns(zc, b
     in most calls when the call returned with its kernel queued)."""
     for _ in range(10):
         image = np.full((2048, 2048), 100, np.uint8)
-        x = hb.Buffer.from_host(image)  # a lease, in place (uint8 is aligned for itself)
+        x = hb.Buffer.from_host(image)  # memory its owner writes (external writes), in place (uint8 is aligned for itself)
         assert x.external_writes
         x.device_malloc(zc)
         out = brighter(x)
@@ -206,41 +206,41 @@ def test_a_lease_given_to_a_call_is_its_owners_again_when_the_call_returns(zc, b
         assert moved(x.transfers)[:4] == (0, 0, 0, 0)
 
 
-def test_only_a_call_with_a_lease_waits_for_its_kernels(zc, brighter, calls):
-    """The wait above is the lease's alone (clFinish calls counted): a call on memory nobody else
-    writes returns with its kernels queued; a call on a lease waits once, besides the map that
-    hands the lease's memory to the device (a map waits too)."""
+def test_only_a_call_on_memory_its_owner_writes_waits_for_its_kernels(zc, brighter, calls):
+    """The wait above is for external writes alone (clFinish calls counted): a call on memory nobody else
+    writes returns with its kernels queued; a call on memory its owner writes waits once, besides the map that
+    hands that memory to the device (a map waits too)."""
     image = np.full((64, 64), 1, np.uint8)
     promised = hb.Buffer.from_host(image.copy(), external_writes=False)
-    lease = hb.Buffer.from_host(image.copy())
-    for x in (promised, lease):
+    owned_by_user = hb.Buffer.from_host(image.copy())
+    for x in (promised, owned_by_user):
         x.device_malloc(zc)
         brighter(x)  # the first call hands the memory over (a map)
     finishes = calls()["finishes"]
     out = brighter(promised)
     assert calls()["finishes"] == finishes
-    maps = lease.transfers.maps_to_device
+    maps = owned_by_user.transfers.maps_to_device
     finishes = calls()["finishes"]
-    out = brighter(lease)
-    assert calls()["finishes"] - finishes == lease.transfers.maps_to_device - maps + 1
+    out = brighter(owned_by_user)
+    assert calls()["finishes"] - finishes == owned_by_user.transfers.maps_to_device - maps + 1
     np.testing.assert_array_equal(np.asarray(out), image + 10)
 
 
-def test_a_lease_is_waited_for_wherever_it_is_among_the_arguments(zc, brighter, calls):
-    """As an output after a promised input, a lease makes the call wait for its kernels as it
+def test_memory_its_owner_writes_is_waited_for_wherever_it_is_among_the_arguments(zc, brighter, calls):
+    """As an output after a promised input, memory its owner writes makes the call wait for its kernels as it
     does as the first argument: its owner may write its memory as soon as the call returns."""
     image = np.full((64, 64), 1, np.uint8)
     inp = hb.Buffer.from_host(image.copy(), external_writes=False)
     target = np.zeros_like(image)
-    lease = hb.Buffer.from_host(target)  # the user's own memory, in place
-    for x in (inp, lease):
+    owned_by_user = hb.Buffer.from_host(target)  # the user's own memory, in place
+    for x in (inp, owned_by_user):
         x.device_malloc(zc)
-    brighter(inp, lease)  # the first call hands the memory over (a map)
-    maps = lease.transfers.maps_to_device
+    brighter(inp, owned_by_user)  # the first call hands the memory over (a map)
+    maps = owned_by_user.transfers.maps_to_device
     finishes = calls()["finishes"]
-    brighter(inp, lease)
-    assert calls()["finishes"] - finishes == lease.transfers.maps_to_device - maps + 1
-    np.testing.assert_array_equal(np.asarray(lease), image + 10)
+    brighter(inp, owned_by_user)
+    assert calls()["finishes"] - finishes == owned_by_user.transfers.maps_to_device - maps + 1
+    np.testing.assert_array_equal(np.asarray(owned_by_user), image + 10)
 
 
 def test_numpy_inputs_and_dask_chunks_move_no_byte_on_the_default_device(brighter):

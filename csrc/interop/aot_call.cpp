@@ -370,10 +370,10 @@ void note_queued_work(const CallScratch &s, Device *device) {
     }
 }
 
-/// On a device sharing the host's memory, memory its owner may write at any time (a lease) is,
+/// On a device sharing the host's memory, memory its owner may write at any time (external writes) is,
 /// where aligned for it, the very memory the call's kernels read and write, not a copy taken
 /// before they ran: the call returns once they finished, so that a write its owner makes after
-/// the call comes after them. (A lease that was copied waits too: one rule, asked cheaply.)
+/// the call comes after them. (Such memory that was copied waits too: one rule, asked cheaply.)
 void wait_for_owners(const CallScratch &s, const Device *device) {
     if (!device || !device->zero_copy()) return;
     for (const Buffer *b : s.buffers) {

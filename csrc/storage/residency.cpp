@@ -78,7 +78,7 @@ const Transfers &Storage::transfers() const { return device_side_ ? device_side_
 void Storage::move_device(std::shared_ptr<Device> to) { *device_in(device_side().memory) = std::move(to); }
 
 uint64_t Storage::effective_flags() const {
-    // Borrowed memory its owner may write is a standing lease: its host copy counts as newer
+    // Borrowed memory its owner may write (external writes): its host copy counts as newer
     // unless the device holds newer data.
     if (external_writes && !(root.flags & kDeviceDirty)) return root.flags | kHostDirty;
     return root.flags;
@@ -302,7 +302,7 @@ void Buffer::set_device_dirty(bool value) {
     if (value && !s.root.device)
         throw ValueError("set_device_dirty(): the buffer has no device allocation; call "
                          "copy_to_device() or device_malloc() first");
-    // The effective flags: wrapped memory its owner may write (a standing lease) counts as newer
+    // The effective flags: wrapped memory its owner may write (external writes) counts as newer
     // on the host, so a claim that the device is newer would download the device copy over the
     // owner's writes.
     if (value && (s.effective_flags() & kHostDirty) && !(s.root.flags & kHostDirty))
@@ -386,7 +386,7 @@ void Buffer::device_wrap_native(const std::shared_ptr<Device> &on, uint64_t nati
                          "wrapped device data could never be written back into; wrap a writable "
                          "buffer");
     // The wrapped data becomes the current copy: over memory its owner may write at any time
-    // (a standing lease), the next read would download it over the owner's newer writes.
+    // (external writes), the next read would download it over the owner's newer writes.
     if (s.external_writes)
         throw ValueError(std::string(entry) + "(): the buffer wraps host memory its owner may write at any "
                          "time, whose writes the device data would overwrite on the next read; wrap the "
