@@ -2,24 +2,28 @@
 //
 // An hl.Buffer (Halide::Buffer, Python's halide.Buffer) owns its host memory and a
 // halide_buffer_t that Halide's JIT runtime reads and writes: the device allocation it makes
-// for the buffer and the dirty flags live there. Buffer::from_halide() wraps that host memory
-// and binds the struct to the new storage (Storage::bound, raw_views.cpp): it is published for
-// the storage's whole life, its residency fields taken in before every operation and written
-// back after it, so the hl.Buffer and every view of the storage are one state. The storage
+// for the buffer and the dirty flags live there. buffer_from_halide_struct() wraps that host
+// memory and binds the struct to the new storage (Buffer::bind_struct(), raw_views.cpp): it is
+// published for the storage's whole life, its residency fields taken in before every operation
+// and written back after it, so the hl.Buffer and every view of the storage are one state. The storage
 // keeps the struct's owner, hence the struct, alive. A struct already bound to a live storage
 // gives a view of that storage, never a second state.
 //
-// Buffer::bind_halide() is the other way round: an hl.Buffer made over a view's memory
-// (to_halide()) has its struct bound to the view's storage the same way, for as long as the
-// hl.Buffer holds the memory; its owner ends the binding (unbind_halide()) before it lets go.
+// bind_halide_struct() is the other way round: an hl.Buffer made over a view's memory
+// (to_halide()) has its struct bound to the view's storage the same way (Buffer::publish_struct()),
+// for as long as the hl.Buffer holds the memory; its owner ends the binding
+// (unbind_halide_struct()) before it lets go.
+//
+// The rules of a struct someone else owns are the storage's (raw_views.cpp); what is Halide's is
+// here: its element types, its geometry in NumPy's order, and the storage each struct is bound to.
 #include <mutex>
+#include <optional>
 #include <string>
 #include <unordered_map>
 
 #include "core/constants.h"
 #include "core/errors.h"
-#include "storage/buffer.h"
-#include "storage/storage_op.h"
+#include "interop/halide_bridge.h"
 
 namespace hb {
 namespace {
@@ -44,7 +48,7 @@ std::shared_ptr<Storage> bound_storage(const halide_buffer_t *external) {
     return it == b.storages.end() ? nullptr : it->second.lock();
 }
 
-void remember_binding(const halide_buffer_t *external, const std::shared_ptr<Storage> &storage) {
+void remember_binding(const halide_buffer_t *external, std::weak_ptr<Storage> storage) {
     Bindings &b = bindings();
     std::lock_guard<std::mutex> guard(b.mutex);
     if (b.storages.size() >= b.sweep_at) {  // expired entries go now and then: amortised O(1)
@@ -53,7 +57,7 @@ void remember_binding(const halide_buffer_t *external, const std::shared_ptr<Sto
         }
         b.sweep_at = 2 * b.storages.size() + 16;
     }
-    b.storages[external] = storage;
+    b.storages[external] = std::move(storage);
 }
 
 /// "int", "uint", ... for Halide's type codes, in messages.
@@ -77,7 +81,7 @@ const DType &dtype_of_halide(const char *entry, const halide_type_t &t) {
 
 }  // namespace
 
-Buffer Buffer::from_halide(const char *entry, halide_buffer_t *external, std::shared_ptr<void> owner) {
+Buffer buffer_from_halide_struct(const char *entry, halide_buffer_t *external, std::shared_ptr<void> owner) {
     const DType &dtype = dtype_of_halide(entry, external->type);
     int n = external->dimensions;
     if (n < 0 || (n > 0 && !external->dim))
@@ -97,75 +101,30 @@ Buffer Buffer::from_halide(const char *entry, halide_buffer_t *external, std::sh
         throw ValueError(std::string(entry) + "(): the hl.Buffer has no host memory (a bounds query, or "
                          "deallocated); pass an hl.Buffer with memory, e.g. after h.allocate()");
 
-    if (std::shared_ptr<Storage> storage = bound_storage(external)) {
-        Buffer b;
-        b.storage_ = std::move(storage);
-        b.dtype_ = &dtype;
-        b.data_ = external->host;
-        b.shape_ = shape;
-        b.strides_ = strides;
-        b.mins_ = mins;
-        if (b.bound_struct() == external) return b;  // still the same memory: a view of that storage
-    }
-    Buffer b = wrap(entry, external->host, shape, strides, dtype, std::move(owner), false, false);
-    b.mins_ = std::move(mins);
-    b.bind(external);
-    remember_binding(external, b.storage_);
+    // Still the same memory: a view of the storage it is bound to.
+    std::optional<Buffer> same = Buffer::view_of_bound(bound_storage(external), external, dtype, shape, strides, mins);
+    if (same)
+        return std::move(*same);
+    Buffer b = Buffer::wrap(entry, external->host, std::move(shape), std::move(strides), dtype, std::move(owner),
+                            false, false);
+    b.bind_struct(external);  // the view takes its coordinates
+    remember_binding(external, b.storage_ref());
     return b;
 }
 
-std::unique_ptr<RawView> Buffer::bind_halide(const char * /*entry*/, halide_buffer_t *external) {
-    StorageOp op(*storage_);
-    std::unique_ptr<RawView> view = new_raw_view();
-    view->external = external;
-    try {
-        // Shown the shared state now: a device copy it can show (a pipeline runtime's covering the
-        // storage, or ours), else host only over a current host copy.
-        storage_->publish(*view, true);
-    } catch (...) {
-        view->external = nullptr;
-        storage_->remove_raw_view(view.get());
-        throw;
-    }
-    return view;
+std::shared_ptr<void> halide_owner_of(Buffer &view) {
+    if (!view.view_covers_root() || !view.bound_struct()) return nullptr;
+    return view.memory_facts().host_owner;  // a bound storage's host memory is the struct's owner's
 }
 
-bool Buffer::halide_bound(RawView &view) {
-    StorageOp op(*storage_);  // takes in what changed there first: a struct changed in place lets go
-    return view.external != nullptr;
+std::unique_ptr<RawView> bind_halide_struct(Buffer &view, halide_buffer_t *external) {
+    return view.publish_struct(external);
 }
 
-void Buffer::unbind_halide(const char *entry, std::unique_ptr<RawView> view) {
-    StorageOp op(*storage_);  // takes in what the struct shows: a JIT result becomes the storage's
-    Storage &s = *storage_;
-    auto detach = [&] {
-        if (halide_buffer_t *external = std::exchange(view->external, nullptr)) {
-            // Nothing of the storage's for Halide to free: our device copy stays the storage's.
-            external->device = 0;
-            external->device_interface = nullptr;
-            external->padding = nullptr;
-            external->flags = kHostDirty;
-        }
-        s.remove_raw_view(view.get());
-    };
-    try {
-        if (view->external && s.runtime_memory() && view->buf.device == s.root.device) {
-            // A pipeline runtime's device copy (the JIT's) that Halide would free with the struct:
-            // it lives as long as the hl.Buffer, its data coming home first.
-            op.defer(s.free_device(entry));
-        } else if (view->external) {
-            s.download(entry);  // whoever still holds the struct (an ImageParam) reads the host
-        }
-    } catch (...) {
-        detach();
-        throw;
-    }
-    detach();
-}
+bool halide_struct_bound(Buffer &view, RawView &binding) { return view.struct_published(binding); }
 
-std::shared_ptr<void> Buffer::halide_owner() {
-    if (!storage_->bound || !view_covers_root() || !bound_struct()) return nullptr;
-    return std::get<host_memory::Borrowed>(storage_->host_memory).owner;  // a bound storage's is its owner's
+void unbind_halide_struct(Buffer &view, const char *entry, std::unique_ptr<RawView> binding) {
+    view.withdraw_struct(entry, std::move(binding));
 }
 
 }  // namespace hb

@@ -19,6 +19,7 @@
 #include "abi/halide_abi.h"
 #include "core/errors.h"
 #include "interop/aot_borrow.h"
+#include "interop/halide_bridge.h"
 #include "python/py_argument_types.h"
 #include "python/py_glue.h"
 
@@ -55,7 +56,7 @@ Buffer from_typed_capsule(py::handle obj, py::handle method, const ArgumentName 
     if (Buffer *ours = buffer_in_typed_capsule(capsule.ptr())) return ours->view();
     // The capsule keeps the struct alive (its producer's rule); the object, its memory.
     py::tuple owner = py::make_tuple(obj, capsule);
-    return Buffer::from_halide(name.pipeline, raw, keep_object(owner));
+    return buffer_from_halide_struct(name.pipeline, raw, keep_object(owner));
 }
 
 /// A tensor that requires grad (PyTorch's attribute): refused with the argument's name (a call

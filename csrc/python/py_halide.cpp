@@ -2,12 +2,12 @@
 // opening the OpenCL loader where Halide's JIT runtime finds it.
 //
 // from_halide() binds the hl.Buffer's own halide_buffer_t to a storage over its host memory
-// (halide_bridge.cpp), so both are one residency state. to_halide() gives that very hl.Buffer
-// back for a view covering it. For any other view it makes an hl.Buffer with Halide's
+// (buffer_from_halide_struct(), halide_bridge.cpp), so both are one residency state. to_halide()
+// gives that very hl.Buffer back for a view covering it. For any other view it makes an hl.Buffer with Halide's
 // buffer-protocol constructor over an ndarray of the same bytes, of an integer type that
 // constructor reads (it reads no bfloat16 and no 'L' uint64), whose halide_buffer_t then gets the
 // real element type (Halide::Buffer takes its type from there), and binds that struct to the
-// view's storage (Buffer::bind_halide()): one residency state again, for as long as the hl.Buffer
+// view's storage (bind_halide_struct()): one residency state again, for as long as the hl.Buffer
 // lives. The ndarray's base is the binding (a capsule): the hl.Buffer holds the ndarray alone,
 // through its Py_buffer, which it releases before its Halide::Buffer frees the device memory its
 // struct shows. So the capsule dies first, and ends the binding then: a newer device copy comes
@@ -24,6 +24,7 @@
 #include "backends/opencl_api.h"
 #include "core/errors.h"
 #include "core/layout.h"
+#include "interop/halide_bridge.h"
 #include "python/py_glue.h"
 
 namespace hb {
@@ -190,7 +191,8 @@ void end_binding(void *p) {
     if (!binding->raw) return;
     std::exception_ptr error;
     try {
-        without_gil_if_may_copy(binding->view, [&] { binding->view.unbind_halide(kToHalide, std::move(binding->raw)); });
+        without_gil_if_may_copy(binding->view,
+                                [&] { unbind_halide_struct(binding->view, kToHalide, std::move(binding->raw)); });
     } catch (...) {
         error = std::current_exception();
     }
@@ -228,7 +230,7 @@ py::object live_binding(const Buffer &b) {
     for (auto &[h, held] : candidates) {  // each alive while h is held
         HalideBinding *binding = held;  // a variable of its own: C++17 lambdas cannot capture a structured binding
         bool bound = false;
-        without_gil_if_may_copy(binding->view, [&] { bound = binding->view.halide_bound(*binding->raw); });
+        without_gil_if_may_copy(binding->view, [&] { bound = halide_struct_bound(binding->view, *binding->raw); });
         if (bound) return h;
     }
     return py::object();
@@ -236,7 +238,7 @@ py::object live_binding(const Buffer &b) {
 
 py::object to_halide_object(py::handle self) {
     Buffer &b = buffer_of(self.ptr());
-    if (std::shared_ptr<void> owner = b.halide_owner()) return kept_in(owner)->object;  // one state already
+    if (std::shared_ptr<void> owner = halide_owner_of(b)) return kept_in(owner)->object;  // one state already
     const DType &t = b.dtype();
     if (dtype_by_halide(t.halide) != &t) throw no_halide_type(t);
     check_mins(kToHalide, b.shape(), b.mins());  // an hl.Buffer holds each axis's min and max in int32s
@@ -266,7 +268,7 @@ py::object to_halide_object(py::handle self) {
         for (size_t i = b.mins().size(); i-- > 0;) mins.append(b.mins()[i]);
         h.attr("set_min")(mins);
     }
-    without_gil_if_may_copy(b, [&] { binding->raw = binding->view.bind_halide(kToHalide, raw); });
+    without_gil_if_may_copy(b, [&] { binding->raw = bind_halide_struct(binding->view, raw); });
     binding->external = raw;
     binding->object = h.ptr();
     bindings().by_storage.emplace(binding->view.keep_alive().get(), binding);
@@ -296,14 +298,14 @@ Buffer buffer_from_halide(py::handle obj) {
         // An hl.Buffer to_halide() made: a view of the storage it is bound to, with its mins.
         HalideBinding *binding = it->second;
         bool bound = false;
-        without_gil_if_may_copy(binding->view, [&] { bound = binding->view.halide_bound(*binding->raw); });
+        without_gil_if_may_copy(binding->view, [&] { bound = halide_struct_bound(binding->view, *binding->raw); });
         if (bound) {
             std::vector<int64_t> mins(size_t(raw->dimensions));
             for (int i = 0; i < raw->dimensions; ++i) mins[size_t(raw->dimensions - 1 - i)] = raw->dim[i].min;
             return binding->view.with_mins(mins);
         }
     }
-    return Buffer::from_halide(kFromHalide, raw, keep_object(obj));
+    return buffer_from_halide_struct(kFromHalide, raw, keep_object(obj));
 }
 
 void bind_halide(py::module_ &m) {

@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <vector>
 
 #include "abi/halide_abi.h"
@@ -114,6 +115,9 @@ public:
     }
     /// True when both are views of the same storage (and so share residency).
     bool shares_storage_with(const Buffer &other) const { return storage_ == other.storage_; }
+    /// The view's halide_buffer_t would show the storage's whole root: the same elements at the
+    /// same addresses, whatever its mins (residency.cpp).
+    bool view_covers_root() const;
     /// Keeps the memory (and whoever owns it) alive for a holder that needs no view of it.
     std::shared_ptr<const void> keep_alive() const { return storage_; }
     /// For code that accounts for what keeps what alive (the bindings show Python's garbage
@@ -318,27 +322,42 @@ public:
     RawView *lend(const char *entry, const halide_device_interface_t *shown_as);
     void take_back(RawView *view);
 
-    // --- Halide's own buffers (halide_bridge.cpp) ---------------------------------------------
-    /// A buffer over the host memory `external` describes (an hl.Buffer's halide_buffer_t),
-    /// kept alive by `owner`, sharing one residency state with it: `external` becomes the
-    /// storage's bound view. A struct bound to a live storage already gives a view of that one.
-    static Buffer from_halide(const char *entry, halide_buffer_t *external, std::shared_ptr<void> owner);
-    /// The owner whose halide_buffer_t describes exactly this view (a bound storage, the view
-    /// covering it); null otherwise.
-    std::shared_ptr<void> halide_owner();
-    /// Binds `external` (a halide_buffer_t someone else made over exactly this view's memory and
-    /// keeps alive: the hl.Buffer of to_halide()) to the storage as a published view: before
-    /// every operation what Halide left there is taken in, after it the shared state is written
-    /// back. The struct is shown the state right away. Valid until unbind_halide().
-    std::unique_ptr<RawView> bind_halide(const char *entry, halide_buffer_t *external);
-    /// Whether `view` (bind_halide()'s) still describes its memory: its owner changed nothing in place.
-    bool halide_bound(RawView &view);
-    /// Ends bind_halide() before its struct's owner lets go of it: what it shows is taken in; a
-    /// pipeline runtime's device copy it shows (the JIT's) is freed, its data coming home first;
-    /// otherwise a newer device copy comes home (whatever still holds the struct reads current
-    /// host data) and stays. The struct is left host only, host dirty, showing no device memory.
-    /// The view goes even when that throws.
-    void unbind_halide(const char *entry, std::unique_ptr<RawView> view);
+    // --- halide_buffer_t's others own, describing a storage's memory (raw_views.cpp) -----------
+    // Structs a bridge to their owner's runtime (interop/halide_bridge.cpp: an hl.Buffer's) makes
+    // one residency state with the storage: published as views of it, taken in before every
+    // operation and written back after it. The bridge knows the owner; these keep the rules.
+    /// Binds `external`, which describes exactly this view of a storage wrap() just made over its
+    /// memory (its coordinates aside) and lives as long as the storage (its owner is wrap()'s),
+    /// as the storage's bound view for the storage's whole life: its device copy and flags become
+    /// the storage's at once. This view and the storage's root take its coordinates (mins).
+    void bind_struct(halide_buffer_t *external);
+    /// The halide_buffer_t the storage is bound to (bind_struct()), after taking in what changed
+    /// there; null when none, or no longer (its owner changed it in place).
+    const halide_buffer_t *bound_struct();
+    /// A reference to the storage that does not keep it alive: what a registry of bound structs
+    /// keeps, so that a struct seen again gives a view of its storage (view_of_bound()).
+    std::weak_ptr<Storage> storage_ref() const { return storage_; }
+    /// The view `external` describes (this geometry and dtype, its host memory the element at index
+    /// 0 of every axis) of `storage`, when `storage` is alive and still bound to `external`
+    /// (bound_struct()); nothing otherwise. One struct, one storage: never a second state.
+    static std::optional<Buffer> view_of_bound(std::shared_ptr<Storage> storage, const halide_buffer_t *external,
+                                               const DType &dtype, const Axes &shape, const Axes &strides,
+                                               const Axes &mins);
+    /// Publishes `external` (a halide_buffer_t someone else made over exactly this view's memory
+    /// and keeps alive) as a view of the storage: before every operation what its owner left
+    /// there is taken in, after it the shared state is written back. The struct is shown the
+    /// state right away: a device copy it can show, else host only over a current host copy.
+    /// Valid until withdraw_struct().
+    std::unique_ptr<RawView> publish_struct(halide_buffer_t *external);
+    /// Whether `view` (publish_struct()'s) still describes its memory: its owner changed nothing
+    /// in place.
+    bool struct_published(RawView &view);
+    /// Ends publish_struct() before the struct's owner lets go of it: what it shows is taken in; a
+    /// pipeline runtime's device copy it shows (one its owner would free with it) is freed, its
+    /// data coming home first; otherwise a newer device copy comes home (whatever still holds the
+    /// struct reads current host data) and stays. The struct is left host only, host dirty,
+    /// showing no device memory. The view goes even when that throws.
+    void withdraw_struct(const char *entry, std::unique_ptr<RawView> view);
 
 private:
     // The leases themselves (residency.cpp), reached through lease_host(), lease_device(),
@@ -356,19 +375,10 @@ private:
     /// A view of the same storage, dtype and first element with no axes yet: what a view that
     /// builds its geometry axis by axis starts from.
     Buffer unshaped_view() const;
-    /// The view's halide_buffer_t would show the storage's whole root: the same elements at the
-    /// same addresses, whatever its mins.
-    bool view_covers_root() const;
     /// A new halide_buffer_t describing this view (raw()'s and lend()'s), registered with the storage.
     std::unique_ptr<RawView> new_raw_view() const;
     /// Publishes `view` for `shown_as` and the pipeline call running now (TargetDevice).
     void publish_for_call(RawView &view, const halide_device_interface_t *shown_as);
-    /// Makes `external` (describing exactly this view of a new storage) the storage's bound
-    /// view, taking in its residency state (raw_views.cpp).
-    void bind(halide_buffer_t *external);
-    /// The halide_buffer_t the storage is bound to, after taking in what changed there; null
-    /// when none, or no longer (raw_views.cpp).
-    const halide_buffer_t *bound_struct();
     /// allocate() with the strides of a dense layout of `shape` (dense_strides()).
     static Buffer allocate_packed(const char *entry, Axes shape, const DType &dtype,
                                   Axes strides);

@@ -24,7 +24,7 @@ struct RawView {
     /// one): a runtime's allocation in it is copied home and freed with that device.
     std::shared_ptr<Device> call_device;
     /// A halide_buffer_t someone else owns describing the same memory (an hl.Buffer's, see
-    /// Buffer::bind()): its device, device_interface, flags and padding are taken into `buf`
+    /// Buffer::bind_struct() and publish_struct()): its device, device_interface, flags and padding are taken into `buf`
     /// before each absorb (pull) and written back after each publish (push). Cleared for good
     /// when it stops describing the memory `buf` does (its owner changed its geometry in place).
     halide_buffer_t *external = nullptr;

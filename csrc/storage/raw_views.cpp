@@ -1,7 +1,9 @@
-// raw_views.cpp: the halide_buffer_t's handed to foreign code (Buffer::raw(), lend(), an
-// hl.Buffer's bound struct): publishing the storage's one residency state into them, and taking
-// in what a pipeline's runtime left there (flags, device memory it allocated or freed).
+// raw_views.cpp: the halide_buffer_t's handed to foreign code (Buffer::raw(), lend()) and those
+// foreign code owns over a storage's memory (an hl.Buffer's: bind_struct(), publish_struct()):
+// publishing the storage's one residency state into them, and taking in what a pipeline's
+// runtime or the struct's owner left there (flags, device memory it allocated or freed).
 #include <cstring>
+#include <optional>
 #include <string>
 #include <utility>
 
@@ -240,30 +242,6 @@ void Buffer::expect_upload(RawView &view) {
     view.published = buf.flags;
 }
 
-void Buffer::bind(halide_buffer_t *external) {
-    StorageOp op(*storage_);
-    Storage &s = *storage_;
-    // The root takes the owner's coordinates, so that its struct covers the storage.
-    int n = ndim();
-    for (int i = 0; i < n; ++i) s.root.dim[n - 1 - i].min = int32_t(mins_[size_t(i)]);
-    auto r = std::make_unique<RawView>();
-    r->dims.assign(external->dim, external->dim + n);
-    r->buf = s.root;
-    r->buf.dim = n ? r->dims.data() : nullptr;
-    r->buf.device = 0;
-    r->buf.device_interface = nullptr;
-    r->published = r->buf.flags;  // the owner's flags are news unless they are the root's
-    r->external = external;
-    s.add_raw_view(r.get());
-    s.bound = std::move(r);
-    s.absorb(*s.bound);  // its device copy and flags become the storage's
-}
-
-const halide_buffer_t *Buffer::bound_struct() {
-    StorageOp op(*storage_);
-    return storage_->bound ? storage_->bound->external : nullptr;
-}
-
 void Buffer::describe(halide_buffer_t &buf, halide_dimension_t *dims) const {
     int n = ndim();
     for (int i = 0; i < n; ++i) {
@@ -351,6 +329,104 @@ void Buffer::take_back(RawView *view) {
     if (view == raw_.get()) return;
     storage_->remove_raw_view(view);
     delete view;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Buffer: halide_buffer_t's others own, describing the storage's memory
+// ---------------------------------------------------------------------------------------------
+
+void Buffer::bind_struct(halide_buffer_t *external) {
+    StorageOp op(*storage_);
+    Storage &s = *storage_;
+    // The view and the root take the owner's coordinates, so that its struct covers the storage.
+    int n = ndim();
+    for (int i = 0; i < n; ++i) {
+        int32_t min = external->dim[n - 1 - i].min;  // NumPy axis i is Halide dimension n - 1 - i
+        mins_[size_t(i)] = min;
+        s.root.dim[n - 1 - i].min = min;
+    }
+    auto r = std::make_unique<RawView>();
+    r->dims.assign(external->dim, external->dim + n);
+    r->buf = s.root;
+    r->buf.dim = n ? r->dims.data() : nullptr;
+    r->buf.device = 0;
+    r->buf.device_interface = nullptr;
+    r->published = r->buf.flags;  // the owner's flags are news unless they are the root's
+    r->external = external;
+    s.add_raw_view(r.get());
+    s.bound = std::move(r);
+    s.absorb(*s.bound);  // its device copy and flags become the storage's
+}
+
+const halide_buffer_t *Buffer::bound_struct() {
+    // Set once, by bind_struct() on a storage no one else holds yet: read without the lock.
+    if (!storage_->bound) return nullptr;
+    StorageOp op(*storage_);
+    return storage_->bound->external;
+}
+
+std::optional<Buffer> Buffer::view_of_bound(std::shared_ptr<Storage> storage, const halide_buffer_t *external,
+                                            const DType &dtype, const Axes &shape, const Axes &strides,
+                                            const Axes &mins) {
+    if (!storage) return std::nullopt;
+    Buffer b;
+    b.storage_ = std::move(storage);
+    b.dtype_ = &dtype;
+    b.data_ = external->host;
+    b.shape_ = shape;
+    b.strides_ = strides;
+    b.mins_ = mins;
+    if (b.bound_struct() != external) return std::nullopt;  // its owner changed it in place: not that memory
+    return b;
+}
+
+std::unique_ptr<RawView> Buffer::publish_struct(halide_buffer_t *external) {
+    StorageOp op(*storage_);
+    std::unique_ptr<RawView> view = new_raw_view();
+    view->external = external;
+    try {
+        // Shown the shared state now: a device copy it can show (a pipeline runtime's covering the
+        // storage, or ours), else host only over a current host copy.
+        storage_->publish(*view, true);
+    } catch (...) {
+        view->external = nullptr;
+        storage_->remove_raw_view(view.get());
+        throw;
+    }
+    return view;
+}
+
+bool Buffer::struct_published(RawView &view) {
+    StorageOp op(*storage_);  // takes in what changed there first: a struct changed in place lets go
+    return view.external != nullptr;
+}
+
+void Buffer::withdraw_struct(const char *entry, std::unique_ptr<RawView> view) {
+    StorageOp op(*storage_);  // takes in what the struct shows: a runtime's result becomes the storage's
+    Storage &s = *storage_;
+    auto detach = [&] {
+        if (halide_buffer_t *external = std::exchange(view->external, nullptr)) {
+            // Nothing of the storage's for its owner to free: our device copy stays the storage's.
+            external->device = 0;
+            external->device_interface = nullptr;
+            external->padding = nullptr;
+            external->flags = kHostDirty;
+        }
+        s.remove_raw_view(view.get());
+    };
+    try {
+        if (view->external && s.runtime_memory() && view->buf.device == s.root.device) {
+            // A pipeline runtime's device copy (Halide's JIT's) that the owner would free with the
+            // struct: it lives as long as the owner, its data coming home first.
+            op.defer(s.free_device(entry));
+        } else if (view->external) {
+            s.download(entry);  // whoever still holds the struct (an ImageParam) reads the host
+        }
+    } catch (...) {
+        detach();
+        throw;
+    }
+    detach();
 }
 
 }  // namespace hb

@@ -148,7 +148,7 @@ struct Storage {
     /// Adds a view's halide_buffer_t to raw_views, and removes it (counted in published_views).
     void add_raw_view(RawView *r);
     void remove_raw_view(RawView *r);
-    /// The owner's own halide_buffer_t (an hl.Buffer's, see Buffer::bind()), published for the
+    /// The owner's own halide_buffer_t (an hl.Buffer's, see Buffer::bind_struct()), published for the
     /// storage's whole life; null for other storages.
     std::unique_ptr<RawView> bound;
     uint64_t generation = 0;               ///< counts residency operations (see HostWriteMark)
