@@ -6,6 +6,7 @@
 #include <limits>
 #include <numeric>
 #include <string>
+#include <utility>
 
 #include "core/errors.h"
 #include "core/text.h"
@@ -65,6 +66,24 @@ Axes byte_strides(const Axes &element_strides, int64_t itemsize) {
     Axes bytes(element_strides.size());
     for (size_t i = 0; i < bytes.size(); ++i) bytes[i] = element_strides[i] * itemsize;
     return bytes;
+}
+
+Layout dense_layout(const char *entry, Axes shape, int64_t itemsize, const std::vector<int> *order) {
+    Layout layout;
+    layout.strides.resize(shape.size());
+    if (order) {
+        std::vector<int> axes = permutation(entry, "order", *order, int(shape.size()),
+                                            "pass 'C', 'F' or each axis once, outermost in memory first");
+        dense_strides_into(layout.strides.data(), shape.data(), shape.size(), itemsize,
+                           [&](size_t k) { return axes[k]; });
+    } else {
+        dense_strides_into(layout.strides.data(), shape.data(), shape.size(), itemsize, [](size_t k) { return k; });
+    }
+    layout.count = checked_count(entry, shape, itemsize);
+    layout.bytes = layout.count * itemsize;
+    normalize_strides(entry, shape, layout.strides, int(itemsize), "use a smaller shape");
+    layout.shape = std::move(shape);
+    return layout;
 }
 
 std::vector<int> memory_order(const int64_t *strides, size_t n, Repeats repeats) {

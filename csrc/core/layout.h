@@ -126,6 +126,22 @@ inline std::vector<int64_t> c_strides(const std::vector<int64_t> &shape, int64_t
 /// Strides in elements as byte strides (each times `itemsize`).
 Axes byte_strides(const Axes &element_strides, int64_t itemsize);
 
+// --- a new buffer's layout --------------------------------------------------------------------
+
+/// The layout of a new dense buffer, made once by dense_layout() and handed whole to storage,
+/// which makes its memory and its first view from it and asks nothing more of these rules.
+struct Layout {
+    Axes shape;     ///< NumPy axis order
+    Axes strides;   ///< bytes: dense in the order asked, made what a view keeps (normalize_strides())
+    int64_t count;  ///< elements (checked_count())
+    int64_t bytes;  ///< count times the itemsize: the host memory it needs
+};
+/// The layout of a new dense buffer of `shape` whose axes lie in memory in `order`, outermost
+/// first (a permutation, negative axes counting from the end; null: C order). Refuses, with
+/// ValueErrors naming `entry`: an order that is no permutation of the axes, a shape
+/// checked_count() refuses, and strides beyond Halide's int32 element strides. No memory moves.
+Layout dense_layout(const char *entry, Axes shape, int64_t itemsize, const std::vector<int> *order = nullptr);
+
 /// The one rule of contiguity, in any order: walking the axes from the innermost out (axis_at as
 /// above), each axis that steps (extent > 1) has the stride of a dense layout, the itemsize times
 /// the extents inside it; reaching an axis of extent 0 ends the walk (no element is addressed).

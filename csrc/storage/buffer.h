@@ -369,9 +369,13 @@ private:
     /// The halide_buffer_t the storage is bound to, after taking in what changed there; null
     /// when none, or no longer (raw_views.cpp).
     const halide_buffer_t *bound_struct();
-    /// allocate() with the strides of a dense layout of `shape` (dense_strides()).
-    static Buffer allocate_packed(const char *entry, Axes shape, const DType &dtype,
-                                  Axes strides);
+    /// A new buffer laid out as `layout` (dense_layout(), made once by the caller) in new host
+    /// memory of its own: zero-filled, 128-byte aligned, in the storage's own allocation when
+    /// small, pages of its own when large. Nothing more is asked of the layout rules.
+    static Buffer allocate_laid_out(const char *entry, Layout layout, const DType &dtype);
+    /// A new buffer laid out as `layout` (dense_layout()) over `host`, whose memory `memory` is
+    /// (a device's pooled block, a shared segment's): the storage made, nothing allocated for the data.
+    static Buffer over_new_storage(Layout layout, const DType &dtype, HostMemory memory, uint8_t *host);
     static Buffer adopt_storage(std::shared_ptr<Storage> storage, const DType &dtype, uint8_t *data,
                                 Axes shape, Axes strides);
     /// `axis` as 0..ndim-1 (negative counts from the end), or IndexError naming `entry`; `verb`
