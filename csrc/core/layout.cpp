@@ -68,21 +68,21 @@ Axes byte_strides(const Axes &element_strides, int64_t itemsize) {
     return bytes;
 }
 
-Layout dense_layout(const char *entry, Axes shape, int64_t itemsize, const std::vector<int> *order) {
-    Layout layout;
-    layout.strides.resize(shape.size());
+Layout dense_layout(const char *entry, Axes shape_arg, int64_t itemsize, const std::vector<int> *order) {
+    // The shape moves into the value first and the rules read it there: it moves once.
+    size_t n = shape_arg.size();
+    Layout layout{std::move(shape_arg), Axes(n), 0, 0};
+    const Axes &shape = layout.shape;
     if (order) {
-        std::vector<int> axes = permutation(entry, "order", *order, int(shape.size()),
+        std::vector<int> axes = permutation(entry, "order", *order, int(n),
                                             "pass 'C', 'F' or each axis once, outermost in memory first");
-        dense_strides_into(layout.strides.data(), shape.data(), shape.size(), itemsize,
-                           [&](size_t k) { return axes[k]; });
+        dense_strides_into(layout.strides.data(), shape.data(), n, itemsize, [&](size_t k) { return axes[k]; });
     } else {
-        dense_strides_into(layout.strides.data(), shape.data(), shape.size(), itemsize, [](size_t k) { return k; });
+        dense_strides_into(layout.strides.data(), shape.data(), n, itemsize, [](size_t k) { return k; });
     }
     layout.count = checked_count(entry, shape, itemsize);
     layout.bytes = layout.count * itemsize;
     normalize_strides(entry, shape, layout.strides, int(itemsize), "use a smaller shape");
-    layout.shape = std::move(shape);
     return layout;
 }
 

@@ -105,13 +105,6 @@ inline void dense_strides_into(int64_t *out, const int64_t *shape, size_t n, int
         if (__builtin_mul_overflow(s, shape[i] > 0 ? shape[i] : 1, &s)) s = 0;
     }
 }
-/// Strides of a dense layout of this shape whose axes lie in memory in `order`, outermost first
-/// (a permutation of 0..ndim-1; c_strides() is 0, 1, ..., ndim-1).
-inline Axes dense_strides(const Axes &shape, int64_t itemsize, const std::vector<int> &order) {
-    Axes strides(shape.size());
-    dense_strides_into(strides.data(), shape.data(), shape.size(), itemsize, [&](size_t k) { return order[k]; });
-    return strides;
-}
 /// Strides of a C-contiguous layout of this shape (in elements for an itemsize of 1).
 inline Axes c_strides(const Axes &shape, int64_t itemsize) {
     Axes strides(shape.size());

@@ -235,7 +235,7 @@ Buffer Buffer::wrap(const char *entry, uint8_t *data, Axes shape, Axes strides,
 }
 
 Buffer Buffer::adopt_storage(std::shared_ptr<Storage> storage, const DType &dtype, uint8_t *data,
-                             Axes shape, Axes strides) {
+                             Axes &&shape, Axes &&strides) {
     // The storage's root halide_buffer_t: this first view's geometry, in bytes when Halide has
     // no type of this size (complex128): one extra innermost dimension over the item's bytes.
     Storage &s = *storage;

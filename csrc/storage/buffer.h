@@ -376,8 +376,10 @@ private:
     /// A new buffer laid out as `layout` (dense_layout()) over `host`, whose memory `memory` is
     /// (a device's pooled block, a shared segment's): the storage made, nothing allocated for the data.
     static Buffer over_new_storage(Layout layout, const DType &dtype, HostMemory memory, uint8_t *host);
+    /// The first view of a new storage over `data`, whose root halide_buffer_t it describes. The
+    /// geometry is taken, not copied (rvalue references: each value moves once, into the view).
     static Buffer adopt_storage(std::shared_ptr<Storage> storage, const DType &dtype, uint8_t *data,
-                                Axes shape, Axes strides);
+                                Axes &&shape, Axes &&strides);
     /// `axis` as 0..ndim-1 (negative counts from the end), or IndexError naming `entry`; `verb`
     /// says what the call does to an axis ("crop").
     int check_axis(const char *entry, const char *verb, int64_t axis) const;
