@@ -6,6 +6,7 @@
 #include <limits>
 #include <numeric>
 #include <string>
+#include <utility>
 
 #include "core/errors.h"
 #include "core/text.h"
@@ -65,6 +66,24 @@ Axes byte_strides(const Axes &element_strides, int64_t itemsize) {
     Axes bytes(element_strides.size());
     for (size_t i = 0; i < bytes.size(); ++i) bytes[i] = element_strides[i] * itemsize;
     return bytes;
+}
+
+Layout dense_layout(const char *entry, Axes shape_arg, int64_t itemsize, const std::vector<int> *order) {
+    // The shape moves into the value first and the rules read it there: it moves once.
+    size_t n = shape_arg.size();
+    Layout layout{std::move(shape_arg), Axes(n), 0, 0};
+    const Axes &shape = layout.shape;
+    if (order) {
+        std::vector<int> axes = permutation(entry, "order", *order, int(n),
+                                            "pass 'C', 'F' or each axis once, outermost in memory first");
+        dense_strides_into(layout.strides.data(), shape.data(), n, itemsize, [&](size_t k) { return axes[k]; });
+    } else {
+        dense_strides_into(layout.strides.data(), shape.data(), n, itemsize, [](size_t k) { return k; });
+    }
+    layout.count = checked_count(entry, shape, itemsize);
+    layout.bytes = layout.count * itemsize;
+    normalize_strides(entry, shape, layout.strides, int(itemsize), "use a smaller shape");
+    return layout;
 }
 
 std::vector<int> memory_order(const int64_t *strides, size_t n, Repeats repeats) {

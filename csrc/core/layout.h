@@ -105,13 +105,6 @@ inline void dense_strides_into(int64_t *out, const int64_t *shape, size_t n, int
         if (__builtin_mul_overflow(s, shape[i] > 0 ? shape[i] : 1, &s)) s = 0;
     }
 }
-/// Strides of a dense layout of this shape whose axes lie in memory in `order`, outermost first
-/// (a permutation of 0..ndim-1; c_strides() is 0, 1, ..., ndim-1).
-inline Axes dense_strides(const Axes &shape, int64_t itemsize, const std::vector<int> &order) {
-    Axes strides(shape.size());
-    dense_strides_into(strides.data(), shape.data(), shape.size(), itemsize, [&](size_t k) { return order[k]; });
-    return strides;
-}
 /// Strides of a C-contiguous layout of this shape (in elements for an itemsize of 1).
 inline Axes c_strides(const Axes &shape, int64_t itemsize) {
     Axes strides(shape.size());
@@ -125,6 +118,22 @@ inline std::vector<int64_t> c_strides(const std::vector<int64_t> &shape, int64_t
 }
 /// Strides in elements as byte strides (each times `itemsize`).
 Axes byte_strides(const Axes &element_strides, int64_t itemsize);
+
+// --- a new buffer's layout --------------------------------------------------------------------
+
+/// The layout of a new dense buffer, made once by dense_layout() and handed whole to storage,
+/// which makes its memory and its first view from it and asks nothing more of these rules.
+struct Layout {
+    Axes shape;     ///< NumPy axis order
+    Axes strides;   ///< bytes: dense in the order asked, made what a view keeps (normalize_strides())
+    int64_t count;  ///< elements (checked_count())
+    int64_t bytes;  ///< count times the itemsize: the host memory it needs
+};
+/// The layout of a new dense buffer of `shape` whose axes lie in memory in `order`, outermost
+/// first (a permutation, negative axes counting from the end; null: C order). Refuses, with
+/// ValueErrors naming `entry`: an order that is no permutation of the axes, a shape
+/// checked_count() refuses, and strides beyond Halide's int32 element strides. No memory moves.
+Layout dense_layout(const char *entry, Axes shape, int64_t itemsize, const std::vector<int> *order = nullptr);
 
 /// The one rule of contiguity, in any order: walking the axes from the innermost out (axis_at as
 /// above), each axis that steps (extent > 1) has the stride of a dense layout, the itemsize times

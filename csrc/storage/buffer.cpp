@@ -72,28 +72,20 @@ LiveCounts &live_counts() {
 Buffer::Buffer(Buffer &&) noexcept = default;
 
 Buffer Buffer::allocate(const char *entry, Axes shape, const DType &dtype) {
-    Axes strides = c_strides(shape, dtype.itemsize);
-    return allocate_packed(entry, std::move(shape), dtype, std::move(strides));
+    return allocate_laid_out(entry, dense_layout(entry, std::move(shape), dtype.itemsize), dtype);
+}
+
+Buffer Buffer::allocate(const char *entry, Axes shape, const DType &dtype, const std::vector<int> &order) {
+    return allocate_laid_out(entry, dense_layout(entry, std::move(shape), dtype.itemsize, &order), dtype);
 }
 
 Buffer Buffer::allocate_on(const char *entry, Device *device, Axes shape, const DType &dtype) {
-    int64_t count = checked_count(entry, shape, dtype.itemsize);
+    Layout layout = dense_layout(entry, std::move(shape), dtype.itemsize);
     uint8_t *host = nullptr;
     std::shared_ptr<void> block =
-        device && count > 0 ? device->host_block(uint64_t(count) * uint64_t(dtype.itemsize), &host) : nullptr;
-    if (!block) return allocate(entry, std::move(shape), dtype);
-    Axes strides = c_strides(shape, dtype.itemsize);
-    Buffer b = wrap(entry, host, std::move(shape), std::move(strides), dtype, nullptr, false, false);
-    b.storage_->host_memory = host_memory::Pooled{std::move(block)};
-    return b;
-}
-
-Buffer Buffer::allocate(const char *entry, Axes shape, const DType &dtype,
-                        const std::vector<int> &order_arg) {
-    std::vector<int> order = permutation(entry, "order", order_arg, int(shape.size()),
-                                         "pass 'C', 'F' or each axis once, outermost in memory first");
-    Axes strides = dense_strides(shape, dtype.itemsize, order);
-    return allocate_packed(entry, std::move(shape), dtype, std::move(strides));
+        device && layout.count > 0 ? device->host_block(uint64_t(layout.bytes), &host) : nullptr;
+    if (!block) return allocate_laid_out(entry, std::move(layout), dtype);
+    return over_new_storage(std::move(layout), dtype, host_memory::Pooled{std::move(block)}, host);
 }
 
 namespace {
@@ -163,16 +155,14 @@ std::shared_ptr<Storage> new_storage(Tail &tail) {
 
 }  // namespace
 
-Buffer Buffer::allocate_packed(const char *entry, Axes shape, const DType &dtype,
-                               Axes strides) {
-    int64_t count = checked_count(entry, shape, dtype.itemsize);
-    size_t bytes = size_t(count) * size_t(dtype.itemsize);
-    Tail tail{root_dims(shape.size(), dtype), bytes <= kSmallBlock, bytes <= kSmallBlock ? bytes : 0};
+Buffer Buffer::allocate_laid_out(const char *entry, Layout layout, const DType &dtype) {
+    size_t bytes = size_t(layout.bytes);
+    Tail tail{root_dims(layout.shape.size(), dtype), bytes <= kSmallBlock, bytes <= kSmallBlock ? bytes : 0};
     std::shared_ptr<Storage> storage;
     try {
         storage = new_storage(tail);
     } catch (const std::bad_alloc &) {
-        throw out_of_memory(entry, shape, dtype, bytes);
+        throw out_of_memory(entry, layout.shape, dtype, bytes);
     }
     uint8_t *host = tail.block_at;  // one block: the storage, then its host memory (no `allocation`)
     if (bytes >= kLargeBlock) {
@@ -183,17 +173,23 @@ Buffer Buffer::allocate_packed(const char *entry, Axes shape, const DType &dtype
         // offset 0x80), and share_memory() can put a segment in their place.
         size_t mapped = 0;
         host = map_private_pages(bytes, mapped);
-        if (!host) throw out_of_memory(entry, shape, dtype, bytes);
+        if (!host) throw out_of_memory(entry, layout.shape, dtype, bytes);
         advise_huge_pages(host, mapped);
         storage->host_memory = host_memory::Owned{host, mapped};
     } else if (!tail.block) {
         void *allocation = std::calloc(bytes + kAlignment, 1);
-        if (!allocation) throw out_of_memory(entry, shape, dtype, bytes);
+        if (!allocation) throw out_of_memory(entry, layout.shape, dtype, bytes);
         storage->host_memory = host_memory::Owned{allocation, 0};
         host = aligned(static_cast<uint8_t *>(allocation));
     }
-    normalize_strides(entry, shape, strides, dtype.itemsize, "use a smaller shape");
-    return adopt_storage(std::move(storage), dtype, host, std::move(shape), std::move(strides));
+    return adopt_storage(std::move(storage), dtype, host, std::move(layout.shape), std::move(layout.strides));
+}
+
+Buffer Buffer::over_new_storage(Layout layout, const DType &dtype, HostMemory memory, uint8_t *host) {
+    Tail tail{root_dims(layout.shape.size(), dtype), false, 0};
+    std::shared_ptr<Storage> storage = new_storage(tail);
+    storage->host_memory = std::move(memory);
+    return adopt_storage(std::move(storage), dtype, host, std::move(layout.shape), std::move(layout.strides));
 }
 
 Buffer Buffer::allocate_like(const char *entry, const Buffer &other, const DType &dtype) {
@@ -217,9 +213,10 @@ Buffer Buffer::allocate_interleaved(const char *entry, const Axes &shape, const 
 
 Buffer Buffer::copy_of(const char *entry, const uint8_t *data, const Axes &shape,
                        const Axes &strides, const DType &dtype) {
+    Layout layout = dense_layout(entry, shape, dtype.itemsize);
     // Any byte strides will do: the copy reads them as they are and stores C-contiguous.
-    check_memory(entry, data, shape, strides, checked_count(entry, shape, dtype.itemsize), dtype.itemsize);
-    Buffer out = allocate(entry, shape, dtype);
+    check_memory(entry, data, shape, strides, layout.count, dtype.itemsize);
+    Buffer out = allocate_laid_out(entry, std::move(layout), dtype);
     if (out.size() > 0)
         copy_strided(out.data_, out.strides_, data, strides, shape, dtype.itemsize);
     return out;
@@ -238,7 +235,7 @@ Buffer Buffer::wrap(const char *entry, uint8_t *data, Axes shape, Axes strides,
 }
 
 Buffer Buffer::adopt_storage(std::shared_ptr<Storage> storage, const DType &dtype, uint8_t *data,
-                             Axes shape, Axes strides) {
+                             Axes &&shape, Axes &&strides) {
     // The storage's root halide_buffer_t: this first view's geometry, in bytes when Halide has
     // no type of this size (complex128): one extra innermost dimension over the item's bytes.
     Storage &s = *storage;

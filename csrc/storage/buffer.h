@@ -379,11 +379,17 @@ private:
     std::unique_ptr<RawView> new_raw_view() const;
     /// Publishes `view` for `shown_as` and the pipeline call running now (TargetDevice).
     void publish_for_call(RawView &view, const halide_device_interface_t *shown_as);
-    /// allocate() with the strides of a dense layout of `shape` (dense_strides()).
-    static Buffer allocate_packed(const char *entry, Axes shape, const DType &dtype,
-                                  Axes strides);
+    /// A new buffer laid out as `layout` (dense_layout(), made once by the caller) in new host
+    /// memory of its own: zero-filled, 128-byte aligned, in the storage's own allocation when
+    /// small, pages of its own when large. Nothing more is asked of the layout rules.
+    static Buffer allocate_laid_out(const char *entry, Layout layout, const DType &dtype);
+    /// A new buffer laid out as `layout` (dense_layout()) over `host`, whose memory `memory` is
+    /// (a device's pooled block, a shared segment's): the storage made, nothing allocated for the data.
+    static Buffer over_new_storage(Layout layout, const DType &dtype, HostMemory memory, uint8_t *host);
+    /// The first view of a new storage over `data`, whose root halide_buffer_t it describes. The
+    /// geometry is taken, not copied (rvalue references: each value moves once, into the view).
     static Buffer adopt_storage(std::shared_ptr<Storage> storage, const DType &dtype, uint8_t *data,
-                                Axes shape, Axes strides);
+                                Axes &&shape, Axes &&strides);
     /// `axis` as 0..ndim-1 (negative counts from the end), or IndexError naming `entry`; `verb`
     /// says what the call does to an axis ("crop").
     int check_axis(const char *entry, const char *verb, int64_t axis) const;

@@ -66,13 +66,11 @@ void forget_shared_storage(uint64_t identity) {
 }
 
 Buffer Buffer::allocate_shared(const char *entry, const Axes &shape, const DType &dtype,
-                               const std::vector<int> &order_arg) {
-    int64_t count = checked_count(entry, shape, dtype.itemsize);
-    std::vector<int> order = permutation(entry, "order", order_arg, int(shape.size()),
-                                         "pass 'C', 'F' or each axis once, outermost in memory first");
-    std::unique_ptr<SharedSegment> segment = SharedSegment::create(entry, size_t(count) * size_t(dtype.itemsize));
-    Buffer b = wrap(entry, segment->base(), shape, dense_strides(shape, dtype.itemsize, order), dtype, nullptr,
-                    false, false);
+                               const std::vector<int> &order) {
+    Layout layout = dense_layout(entry, shape, dtype.itemsize, &order);
+    std::unique_ptr<SharedSegment> segment = SharedSegment::create(entry, size_t(layout.bytes));
+    uint8_t *host = segment->base();
+    Buffer b = over_new_storage(std::move(layout), dtype, host_memory::Borrowed{}, host);
     make_shared_storage(*b.storage_, std::move(segment));
     remember(b.storage_);
     return b;
