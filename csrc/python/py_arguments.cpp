@@ -14,13 +14,23 @@
 //
 // A host pipeline's call borrows an ndarray or a CPU tensor instead: described for the call
 // alone, with no Buffer (borrow_argument(), interop/aot_borrow.h).
+#include "python/py_arguments.h"
+
 #include <string>
 
 #include "abi/halide_abi.h"
 #include "core/errors.h"
 #include "interop/aot_borrow.h"
 #include "python/py_argument_types.h"
+#include "python/py_argument_types.h"
+#include "python/py_buffer.h"
+#include "python/py_dlpack.h"
+#include "python/py_dlpack_exchange.h"
+#include "python/py_dtype.h"
+#include "python/py_from_host.h"
 #include "python/py_glue.h"
+#include "python/py_halide.h"
+#include "python/py_kept.h"
 
 namespace hb {
 namespace {
