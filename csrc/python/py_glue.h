@@ -4,6 +4,8 @@
 // pybind11 instance. What a py_X.cpp defines for the others, its py_X.h declares.
 #pragma once
 
+#include <utility>
+
 #include <pybind11/numpy.h>
 #include <pybind11/pybind11.h>
 
@@ -13,15 +15,13 @@ namespace hb {
 namespace py = pybind11;
 
 /// Runs a residency operation `op` on `b` (a lease: b.lease_host(), b.current_host_copy(); a
-/// binding of to_halide()) and returns what it returns. One on a storage that may hold a
-/// device copy may move data: it runs without the GIL, so other Python threads go on during
-/// the copy; one that cannot (never on a device) keeps it: exports of small buffers are hot
-/// paths.
+/// binding of to_halide()) and returns what it returns, by the core's rule, unlocked_if_may_copy()
+/// (storage/buffer.h): one that may move data runs without the GIL (the embedder's run_unlocked(),
+/// py_embedder.cpp), so other Python threads go on during the copy; one that cannot keeps it
+/// (exports of small buffers are hot paths).
 template <typename F>
 auto without_gil_if_may_copy(const Buffer &b, F &&op) -> decltype(op()) {
-    if (!b.may_hold_device_copy()) return op();
-    py::gil_scoped_release nogil;
-    return op();
+    return unlocked_if_may_copy(b, std::forward<F>(op));
 }
 
 /// A tuple of Python ints: a shape, strides, mins (an Axes or a std::vector).
