@@ -4,6 +4,7 @@ one test per row of the residency table, each asserting the data and the exact c
 import ctypes
 import gc
 import threading
+import time
 
 import numpy as np
 import pyopencl as cl
@@ -13,6 +14,7 @@ import pytest
 
 import halide_buffer as hb
 
+import opencl_interposer
 from buffer_protocol import PyBUF_FORMAT, PyBUF_STRIDES, PyBUF_WRITABLE, release, request
 from common import (DEVICE_DIRTY, HOST_DIRTY, NONE, HalideBufferT, HalideDeviceInterface, Moves, down, on_device,
                     opencl_handle, ramp, raw_buffer, up)
@@ -419,6 +421,42 @@ def test_device_sync_waits_for_queued_work(dev, ctx, queue):
         filled.wait()
     hb.Buffer((1,)).device_sync()  # no device: nothing to wait for
     np.testing.assert_array_equal(a.get(), np.full(1024, 6, np.float32))
+
+
+HOST_EXPORTS = {
+    "np.asarray": np.asarray,
+    "memoryview": lambda b: np.frombuffer(memoryview(b), np.float32),
+    "numpy(writable=True)": lambda b: b.numpy(writable=True),
+    "copy()": lambda b: np.asarray(b.copy()),
+    "np.from_dlpack": np.from_dlpack,
+}
+
+
+@pytest.mark.parametrize("export", HOST_EXPORTS.values(), ids=HOST_EXPORTS.keys())
+def test_a_host_export_waiting_for_the_device_lets_other_threads_run(dev, ctx, queue, export):
+    if not opencl_interposer.active():
+        pytest.skip("the gate would open from a Python thread: an export holding the GIL would never return")
+    b = ramp((1024,))
+    a = hb.opencl.as_array(b)
+    # A fill queued behind a user event that a native thread completes in 0.5 s, needing no GIL:
+    # the export's download waits for it.
+    gate = cl.UserEvent(ctx)
+    filled = cl.enqueue_fill_buffer(queue, a.base_data, np.float32(6), a.offset, b.nbytes, wait_for=[gate])
+    queue.flush()
+    assert opencl_interposer.complete_event_after(gate.int_ptr, 0.5)
+    complete = cl.command_execution_status.COMPLETE
+    seen_waiting = []
+    # Another Python thread looks at the fill while the export waits for it: it can only while the
+    # export has let the GIL go.
+    watcher = threading.Thread(target=lambda: (time.sleep(0.05),
+                                               seen_waiting.append(filled.command_execution_status != complete)))
+    watcher.start()
+    try:
+        np.testing.assert_array_equal(export(b), np.full(1024, 6, np.float32))
+    finally:
+        watcher.join()
+        filled.wait()
+    assert seen_waiting == [True], "the export held the GIL while it waited for the device"
 
 
 def test_copy_to_another_device_needs_a_device_free_first(dev):

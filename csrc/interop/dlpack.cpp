@@ -202,16 +202,6 @@ Placement lease_export(Buffer &b, const std::shared_ptr<CudaDevice> &cuda) {
     return at;
 }
 
-/// Runs `step` unlocked (the embedder's run_unlocked(): in Python, without the GIL) where it may
-/// copy: a buffer never on a device has nothing to copy, and its lease is the small-object path.
-template <typename F>
-auto unlocked_if_may_copy(const Buffer &b, F &&step) -> decltype(step()) {
-    if (!b.may_hold_device_copy()) return step();
-    std::optional<decltype(step())> out;
-    embedder().run_unlocked([&] { out.emplace(step()); });
-    return std::move(*out);
-}
-
 /// The managed tensor a plan asks for over `view`, placed `at`.
 Exported managed_tensor(const Buffer &view, bool versioned, bool copied, const Placement &at) {
     Exported out;

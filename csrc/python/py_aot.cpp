@@ -4,6 +4,8 @@
 // Every argument is converted before the plan of the call (bounds queries, output allocation,
 // the device, placement: interop/aot_call.cpp) runs, which it does without the GIL, through
 // the embedder, but for a direct call.
+#include "python/py_aot.h"
+
 #include <string>
 #include <vector>
 
@@ -13,7 +15,10 @@
 #include "interop/aot.h"
 #include "interop/aot_call.h"
 #include "interop/aot_sizes.h"
+#include "python/py_arguments.h"
+#include "python/py_buffer.h"
 #include "python/py_glue.h"
+#include "python/py_module.h"
 
 namespace hb {
 namespace {

@@ -5,6 +5,9 @@
 #include <string>
 #include <unordered_map>
 
+#include "python/py_glue.h"
+#include "python/py_halide.h"
+
 namespace hb {
 namespace {
 

@@ -14,6 +14,8 @@
 //
 // A host pipeline's call borrows an ndarray or a CPU tensor instead: described for the call
 // alone, with no Buffer (borrow_argument(), interop/aot_borrow.h).
+#include "python/py_arguments.h"
+
 #include <string>
 
 #include "abi/halide_abi.h"
@@ -21,7 +23,15 @@
 #include "interop/aot_borrow.h"
 #include "interop/halide_bridge.h"
 #include "python/py_argument_types.h"
+#include "python/py_argument_types.h"
+#include "python/py_buffer.h"
+#include "python/py_dlpack.h"
+#include "python/py_dlpack_exchange.h"
+#include "python/py_dtype.h"
+#include "python/py_from_host.h"
 #include "python/py_glue.h"
+#include "python/py_halide.h"
+#include "python/py_kept.h"
 
 namespace hb {
 namespace {

@@ -1,4 +1,6 @@
 // py_buffer.cpp: the Buffer Python type: construction, geometry, views, residency, raw access.
+#include "python/py_buffer.h"
+
 #include <algorithm>
 #include <limits>
 #include <numeric>
@@ -7,7 +9,19 @@
 
 #include "core/constants.h"
 #include "core/errors.h"
+#include "python/py_buffer_data.h"
+#include "python/py_buffer_protocol.h"
+#include "python/py_cuda.h"
+#include "python/py_dlpack.h"
+#include "python/py_dlpack_exchange.h"
+#include "python/py_dtype.h"
+#include "python/py_from_host.h"
 #include "python/py_glue.h"
+#include "python/py_kept.h"
+#include "python/py_module.h"
+#include "python/py_numpy.h"
+#include "python/py_processes.h"
+#include "python/py_residency.h"
 
 namespace hb {
 
@@ -397,7 +411,7 @@ void install(py::detail::value_and_holder &v_h, Buffer &&b) {
 /// The same for `self`, a new Buffer object, except for the entry in pybind11's registry of
 /// instances: that registry finds the Python object of a C++ address being cast to Python, and
 /// no Buffer address is ever cast (every Buffer a binding returns is a new object, see the
-/// type_caster in py_glue.h). An instance without the entry is freed as any other (pybind11
+/// type_caster in py_buffer.h). An instance without the entry is freed as any other (pybind11
 /// deregisters only registered ones); the entry would cost a hash-table node made and freed
 /// with every buffer.
 void install(PyObject *self, Buffer &&b) {

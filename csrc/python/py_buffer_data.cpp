@@ -1,11 +1,17 @@
 // py_buffer_data.cpp: Buffer's data operations (fill, all_equal, copy_from, __setitem__). Values
 // are converted to the buffer's dtype exactly as NumPy assigns them into an array of that dtype
 // (ml_dtypes for bfloat16, float8 and the rest); the copies then run without the GIL.
+#include "python/py_buffer_data.h"
+
 #include <string>
 #include <vector>
 
 #include "core/errors.h"
+#include "python/py_buffer.h"
+#include "python/py_dtype.h"
 #include "python/py_glue.h"
+#include "python/py_kept.h"
+#include "python/py_numpy.h"
 
 namespace hb {
 namespace {

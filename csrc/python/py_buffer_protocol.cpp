@@ -5,12 +5,16 @@
 // ask for strides (it would read the wrong elements), then take the lease (a reader makes the
 // host copy current; a writer also marks it dirty) and describe the view. Shape and strides
 // point into the Buffer itself, which view->obj keeps alive: nothing is allocated per export.
+#include "python/py_buffer_protocol.h"
+
 #include <string>
 #include <vector>
 
 #include "core/errors.h"
 #include "core/live_counts.h"
+#include "python/py_buffer.h"
 #include "python/py_glue.h"
+#include "python/py_module.h"
 
 namespace hb {
 namespace {

@@ -1,5 +1,7 @@
 // py_cuda.cpp: the CudaDevice Python type, the CUDA entry points of _core, and the CUDA array
 // interface (v3) of Buffer.
+#include "python/py_cuda.h"
+
 #include <string>
 #include <vector>
 
@@ -8,7 +10,10 @@
 #include "core/errors.h"
 #include "core/layout.h"
 #include "interop/cuda_interop.h"
+#include "python/py_buffer.h"
+#include "python/py_dtype.h"
 #include "python/py_glue.h"
+#include "python/py_kept.h"
 
 namespace hb {
 namespace {

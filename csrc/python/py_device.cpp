@@ -1,4 +1,6 @@
 // py_device.cpp: the Device Python types and the OpenCL device entry points of _core.
+#include "python/py_device.h"
+
 #include <string>
 #include <vector>
 

@@ -1,13 +1,20 @@
 // py_dlpack.cpp: the DLPack protocol in Python: Buffer.__dlpack__ / __dlpack_device__ (capsules
 // of our managed tensors) and halide_buffer.from_dlpack (any producer, any 1.x version, legacy
 // capsules, raw capsules). The managed tensors and the checks are dlpack.cpp's.
+#include "python/py_dlpack.h"
+
 #include <optional>
 #include <string>
 
 #include "core/errors.h"
 #include "interop/cuda_interop.h"
 #include "interop/dlpack.h"
+#include "python/py_buffer.h"
+#include "python/py_dlpack_exchange.h"
 #include "python/py_glue.h"
+#include "python/py_kept.h"
+#include "python/py_module.h"
+#include "python/py_residency.h"
 
 namespace hb {
 namespace {

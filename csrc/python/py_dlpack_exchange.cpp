@@ -1,13 +1,21 @@
 // py_dlpack_exchange.cpp: DLPack 1.3's C exchange API, both sides. Ours: a static table on the
 // Buffer type, as __dlpack_c_exchange_api__. Theirs: a producer whose type has one (PyTorch)
 // is imported through it, with no __dlpack__ call and no capsule.
+#include "python/py_dlpack_exchange.h"
+
 #include <string>
 
 #include "core/errors.h"
 #include "interop/aot_borrow.h"
 #include "interop/cuda_interop.h"
+#include "interop/dlpack.h"
 #include "python/py_argument_types.h"
+#include "python/py_argument_types.h"
+#include "python/py_buffer.h"
+#include "python/py_dlpack.h"
 #include "python/py_glue.h"
+#include "python/py_kept.h"
+#include "python/py_module.h"
 
 namespace hb {
 namespace {

@@ -1,4 +1,6 @@
 // py_dtype.cpp: the DType Python type and the conversion of every dtype spelling to a row.
+#include "python/py_dtype.h"
+
 #include <string>
 #include <unordered_map>
 #include <vector>

@@ -2,10 +2,13 @@
 // the core to Python: waits for a storage's lock and long steps let the other Python threads
 // run, CUDA devices are the package's (halide_buffer.cuda), and the tests' hook after a device
 // lookup is a Python callable; a count of lookups that took the GIL back, for tests.
+#include "python/py_embedder.h"
+
 #include <atomic>
 #include <memory>
 #include <string>
 
+#include "backends/device_cuda.h"
 #include "core/errors.h"
 #include "device/embedder.h"
 #include "python/py_glue.h"

@@ -3,11 +3,16 @@
 // Order of attempts: our own Buffer (a view of it), an ndarray (any dtype, ml_dtypes included:
 // NumPy cannot export those through the buffer protocol), the buffer protocol, __array__; for a
 // copy, last, whatever numpy.asarray() reads (lists, nested sequences, numbers).
+#include "python/py_from_host.h"
+
 #include <string>
 #include <vector>
 
 #include "core/errors.h"
+#include "python/py_buffer.h"
+#include "python/py_dtype.h"
 #include "python/py_glue.h"
+#include "python/py_kept.h"
 
 namespace hb {
 namespace {

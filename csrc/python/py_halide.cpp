@@ -14,6 +14,8 @@
 // home, and the struct is left showing none of the storage's device memory. Nothing refers back
 // from the storage to the hl.Buffer (no cycle to collect); while it lives, to_halide() of the same
 // view gives it again.
+#include "python/py_halide.h"
+
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -25,7 +27,11 @@
 #include "core/errors.h"
 #include "core/layout.h"
 #include "interop/halide_bridge.h"
+#include "python/py_buffer.h"
+#include "python/py_dtype.h"
 #include "python/py_glue.h"
+#include "python/py_kept.h"
+#include "python/py_module.h"
 
 namespace hb {
 namespace {

@@ -13,6 +13,8 @@
 // (PyTorch's rule for the Python objects a tensor's C++ holds): the Buffer of its storage
 // (Buffer::visit_sole_owners), the storage of the owner (traverse_owner). A reference shared
 // with anyone else is not shown, and a cycle through it is not collected: safe, never early.
+#include "python/py_kept.h"
+
 #include "python/py_glue.h"
 
 namespace hb {

@@ -1,10 +1,20 @@
 // py_module.cpp: the private extension module halide_buffer._core.
+#include "python/py_module.h"
+
 #include <cstddef>
 #include <cstring>
 
 #include "core/errors.h"
 #include "core/live_counts.h"
+#include "python/py_aot.h"
+#include "python/py_arguments.h"
+#include "python/py_buffer.h"
+#include "python/py_device.h"
+#include "python/py_dtype.h"
+#include "python/py_embedder.h"
 #include "python/py_glue.h"
+#include "python/py_halide.h"
+#include "python/py_residency.h"
 
 namespace hb {
 

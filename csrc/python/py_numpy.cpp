@@ -2,10 +2,14 @@
 //
 // These are the only exports that can carry every dtype to NumPy (the buffer protocol has no
 // format for bfloat16 or float8), so they build the ndarray directly over our host memory.
+#include "python/py_numpy.h"
+
 #include <string>
 #include <vector>
 
 #include "core/errors.h"
+#include "python/py_buffer.h"
+#include "python/py_dtype.h"
 #include "python/py_glue.h"
 
 namespace hb {

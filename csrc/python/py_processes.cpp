@@ -5,6 +5,8 @@
 // A pickle carries the exact dtype by name, shape, byte strides, mins and the read-only flag,
 // and the elements as one dense run of bytes: a dense view (any axis order) as it lies, a view
 // with gaps or negative strides compacted in its memory order. Device state never travels.
+#include "python/py_processes.h"
+
 #include <string>
 #include <vector>
 
@@ -12,7 +14,10 @@
 
 #include "core/errors.h"
 #include "core/text.h"
+#include "python/py_buffer.h"
+#include "python/py_from_host.h"
 #include "python/py_glue.h"
+#include "python/py_numpy.h"
 
 namespace hb {
 namespace {

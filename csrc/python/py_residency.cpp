@@ -3,11 +3,15 @@
 // copy_to_device, device_sync, ...) run without the GIL; queries, set_*_dirty and raw() keep it
 // (their step under the storage's lock may still bring a pipeline's allocation home). The
 // storage's own lock keeps it consistent (docs/architecture.md, locks and the GIL).
+#include "python/py_residency.h"
+
 #include <string>
 
 #include "core/errors.h"
 #include "device/device.h"
+#include "python/py_buffer.h"
 #include "python/py_glue.h"
+#include "python/py_kept.h"
 
 namespace hb {
 namespace {

@@ -10,6 +10,8 @@
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <type_traits>
+#include <utility>
 #include <vector>
 
 #include "abi/halide_abi.h"
@@ -17,6 +19,7 @@
 #include "core/dtype.h"
 #include "core/layout.h"
 #include "device/device.h"
+#include "device/embedder.h"
 #include "storage/lease.h"
 #include "storage/raw_view.h"
 #include "storage/storage.h"
@@ -232,7 +235,7 @@ public:
         std::shared_ptr<Device> device;
     };
     // The leases of consumers (leases.cpp): every export, pickle, copy and hand-over takes one
-    // of these, so each rule is written once. The bindings run them by without_gil_if_may_copy()'s rule.
+    // of these, so each rule is written once. Callers run them by unlocked_if_may_copy()'s rule (below).
     /// Whether a consumer doing `access` gets a write lease: for Access::write, and for
     /// Access::may_write over writable memory.
     bool lease_writes(Access access) const {
@@ -403,5 +406,24 @@ private:
     Axes shape_, strides_, mins_;
     std::unique_ptr<RawView> raw_;
 };
+
+/// Runs `step`, a residency operation on `b` (a lease, a host copy, a sync, a binding of a foreign
+/// struct), and returns what it returns: through the embedder's run_unlocked() (in Python, without
+/// the GIL, so other threads go on during the copy) where `b` may hold a device copy, so the step
+/// may move data or wait for a device; as it is where it cannot (never on a device: nothing to
+/// copy), since a small buffer's export is a hot path and must cost the check alone. The one rule
+/// of the core's exports (run_export()) and the binding's (without_gil_if_may_copy()).
+template <typename F>
+auto unlocked_if_may_copy(const Buffer &b, F &&step) -> decltype(step()) {
+    using Result = decltype(step());
+    if (!b.may_hold_device_copy()) return step();
+    if constexpr (std::is_void_v<Result>) {
+        embedder().run_unlocked([&] { step(); });
+    } else {
+        std::optional<Result> out;
+        embedder().run_unlocked([&] { out.emplace(step()); });
+        return std::move(*out);
+    }
+}
 
 }  // namespace hb
