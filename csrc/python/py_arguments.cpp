@@ -210,9 +210,9 @@ void refuse_read_only_output(const Buffer &b, const ArgumentName &name) {
 
 void bring_home(Buffer &b, Home home) {
     if (home == Home::host) {
-        without_gil_if_may_copy(b, [&] { b.copy_to_host(); });
+        unlocked_if_may_copy(b, [&] { b.copy_to_host(); });
     } else if (home == Home::device && b.has_device_allocation()) {
-        without_gil_if_may_copy(b, [&] { b.copy_to_device(DeviceChoice{}); });
+        unlocked_if_may_copy(b, [&] { b.copy_to_device(DeviceChoice{}); });
     }
 }
 

@@ -654,7 +654,7 @@ in shared memory that multiprocessing hands to child processes as it is.
             return b.indexed(to_index(b, key));
         })
         .def("bits", method(&Buffer::bits))
-        .def("copy", method([](Buffer &b) { return without_gil_if_may_copy(b, [&] { return b.current_host_copy("copy"); }); }), "A C-contiguous host copy in a new storage (the device copy is downloaded first if newer).")
+        .def("copy", method([](Buffer &b) { return unlocked_if_may_copy(b, [&] { return b.current_host_copy("copy"); }); }), "A C-contiguous host copy in a new storage (the device copy is downloaded first if newer).")
         // --- Halide
         .def("_get_raw_halide_buffer_t", method([](Buffer &b) {
             return reinterpret_cast<uintptr_t>(b.raw("_get_raw_halide_buffer_t"));

@@ -53,7 +53,7 @@ void fill(py::handle self, py::handle value) {
 bool all_equal(py::handle self, py::handle value) {
     Buffer &b = buffer_of(self.ptr());
     py::array scalar = scalar_of(value, b.dtype(), "all_equal");
-    without_gil_if_may_copy(b, [&] { return b.lease_host("all_equal", Access::read); });
+    unlocked_if_may_copy(b, [&] { return b.lease_host("all_equal", Access::read); });
     py::array view = ndarray_view(self, b, false);
     return py::module_::import("numpy").attr("all")(view.attr("__eq__")(scalar)).cast<bool>();
 }

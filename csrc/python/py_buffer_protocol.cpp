@@ -74,7 +74,7 @@ int buffer_getbuffer(PyObject *self, Py_buffer *view, int flags) {
             return -1;
         }
         bool writable = (flags & PyBUF_WRITABLE) == PyBUF_WRITABLE;
-        without_gil_if_may_copy(b, [&] { return b.lease_host("__buffer__", writable ? Access::write : Access::read); });
+        unlocked_if_may_copy(b, [&] { return b.lease_host("__buffer__", writable ? Access::write : Access::read); });
 
         view->buf = b.data();
         view->obj = self;

@@ -339,7 +339,7 @@ Buffer from_dlpack(py::handle obj, py::handle device, py::handle copy_arg) {
         if (is_buffer(obj)) {  // ours: the same storage (one residency state), or a copy
             Buffer &b = buffer_of(obj.ptr());
             if (copy != 1) return b.view();
-            return without_gil_if_may_copy(b, [&] { return b.current_host_copy(kImport); });
+            return unlocked_if_may_copy(b, [&] { return b.current_host_copy(kImport); });
         }
         if (PyCapsule_CheckExact(obj.ptr())) return from_capsule(obj, py::none(), copy);
         if (!py::hasattr(obj, "__dlpack__"))

@@ -173,7 +173,7 @@ Buffer buffer_from_host(py::handle obj, bool copy, bool external_writes) {
     if (is_buffer(obj)) {
         Buffer &src = buffer_of(obj.ptr());
         if (!copy) return src.view();
-        return without_gil_if_may_copy(src, [&] { return src.current_host_copy(kEntry); });
+        return unlocked_if_may_copy(src, [&] { return src.current_host_copy(kEntry); });
     }
     if (py::isinstance<py::array>(obj))
         return adopt(from_ndarray(py::reinterpret_borrow<py::array>(obj)), copy, external_writes);

@@ -14,16 +14,6 @@
 namespace hb {
 namespace py = pybind11;
 
-/// Runs a residency operation `op` on `b` (a lease: b.lease_host(), b.current_host_copy(); a
-/// binding of to_halide()) and returns what it returns, by the core's rule, unlocked_if_may_copy()
-/// (storage/buffer.h): one that may move data runs without the GIL (the embedder's run_unlocked(),
-/// py_embedder.cpp), so other Python threads go on during the copy; one that cannot keeps it
-/// (exports of small buffers are hot paths).
-template <typename F>
-auto without_gil_if_may_copy(const Buffer &b, F &&op) -> decltype(op()) {
-    return unlocked_if_may_copy(b, std::forward<F>(op));
-}
-
 /// A tuple of Python ints: a shape, strides, mins (an Axes or a std::vector).
 template <typename Values>
 py::tuple to_tuple(const Values &v) {

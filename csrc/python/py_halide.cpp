@@ -197,7 +197,7 @@ void end_binding(void *p) {
     if (!binding->raw) return;
     std::exception_ptr error;
     try {
-        without_gil_if_may_copy(binding->view,
+        unlocked_if_may_copy(binding->view,
                                 [&] { unbind_halide_struct(binding->view, kToHalide, std::move(binding->raw)); });
     } catch (...) {
         error = std::current_exception();
@@ -236,7 +236,7 @@ py::object live_binding(const Buffer &b) {
     for (auto &[h, held] : candidates) {  // each alive while h is held
         HalideBinding *binding = held;  // a variable of its own: C++17 lambdas cannot capture a structured binding
         bool bound = false;
-        without_gil_if_may_copy(binding->view, [&] { bound = halide_struct_bound(binding->view, *binding->raw); });
+        unlocked_if_may_copy(binding->view, [&] { bound = halide_struct_bound(binding->view, *binding->raw); });
         if (bound) return h;
     }
     return py::object();
@@ -252,7 +252,7 @@ py::object to_halide_object(py::handle self) {
     py::handle halide_buffer = halide_buffer_class(kToHalide);
     // Every refusal came first: the lease is the first change (a new hl.Buffer may be written on
     // the host before Halide marks anything).
-    without_gil_if_may_copy(b, [&] { return b.lease_host(kToHalide, Access::write); });
+    unlocked_if_may_copy(b, [&] { return b.lease_host(kToHalide, Access::write); });
     auto owned = std::make_unique<HalideBinding>(b.view());
     HalideBinding *binding = owned.get();
     py::capsule base(owned.release(), &end_binding);  // from here the capsule owns the binding
@@ -274,7 +274,7 @@ py::object to_halide_object(py::handle self) {
         for (size_t i = b.mins().size(); i-- > 0;) mins.append(b.mins()[i]);
         h.attr("set_min")(mins);
     }
-    without_gil_if_may_copy(b, [&] { binding->raw = bind_halide_struct(binding->view, raw); });
+    unlocked_if_may_copy(b, [&] { binding->raw = bind_halide_struct(binding->view, raw); });
     binding->external = raw;
     binding->object = h.ptr();
     bindings().by_storage.emplace(binding->view.keep_alive().get(), binding);
@@ -304,7 +304,7 @@ Buffer buffer_from_halide(py::handle obj) {
         // An hl.Buffer to_halide() made: a view of the storage it is bound to, with its mins.
         HalideBinding *binding = it->second;
         bool bound = false;
-        without_gil_if_may_copy(binding->view, [&] { bound = halide_struct_bound(binding->view, *binding->raw); });
+        unlocked_if_may_copy(binding->view, [&] { bound = halide_struct_bound(binding->view, *binding->raw); });
         if (bound) {
             std::vector<int64_t> mins(size_t(raw->dimensions));
             for (int i = 0; i < raw->dimensions; ++i) mins[size_t(raw->dimensions - 1 - i)] = raw->dim[i].min;

@@ -42,7 +42,7 @@ py::object array_protocol(py::handle self, py::object dtype, py::object copy) {
     if (never && convert)
         throw ValueError(std::string("__array__(): converting ") + b.dtype().name + " to " +
                          py::str(wanted).cast<std::string>() + " needs a copy; call with copy=None or copy=True");
-    without_gil_if_may_copy(b, [&] { return b.lease_host("__array__", Access::read); });
+    unlocked_if_may_copy(b, [&] { return b.lease_host("__array__", Access::read); });
     py::array view = ndarray_view(self, b, false);
     if (convert) return view.attr("astype")(wanted);
     if (always) return view.attr("copy")();
@@ -52,7 +52,7 @@ py::object array_protocol(py::handle self, py::object dtype, py::object copy) {
 
 py::object numpy_view(py::handle self, bool writable) {
     Buffer &b = buffer_of(self.ptr());
-    without_gil_if_may_copy(b, [&] { return b.lease_host("numpy", writable ? Access::write : Access::read); });
+    unlocked_if_may_copy(b, [&] { return b.lease_host("numpy", writable ? Access::write : Access::read); });
     b.note_ndarray_handed_out();
     return ndarray_view(self, b, writable);
 }

@@ -83,9 +83,9 @@ py::handle rebuild_function() {
 
 /// The elements as one dense run: the view itself, or a copy in its memory order.
 Buffer dense_source(Buffer &b, bool out_of_band) {
-    if (!b.is_dense()) return without_gil_if_may_copy(b, [&] { return b.current_host_copy("__reduce_ex__", CopyLayout::same_order); });
+    if (!b.is_dense()) return unlocked_if_may_copy(b, [&] { return b.current_host_copy("__reduce_ex__", CopyLayout::same_order); });
     // Out of band, the consumer gets our memory, writable unless it is read-only.
-    without_gil_if_may_copy(b, [&] { return b.lease_host("__reduce_ex__", out_of_band ? Access::may_write : Access::read); });
+    unlocked_if_may_copy(b, [&] { return b.lease_host("__reduce_ex__", out_of_band ? Access::may_write : Access::read); });
     return b.view();
 }
 
@@ -147,7 +147,7 @@ Buffer rebuild_shared(int fd, int64_t offset, py::handle dtype, py::handle shape
 
 Buffer copy_of_buffer(py::handle self) {
     Buffer &b = buffer_of(self.ptr());
-    return without_gil_if_may_copy(b, [&] { return b.current_host_copy("__deepcopy__", CopyLayout::same_order); });
+    return unlocked_if_may_copy(b, [&] { return b.current_host_copy("__deepcopy__", CopyLayout::same_order); });
 }
 
 /// A class whose objects belong to this process (a device's context and queue, a process's
@@ -174,7 +174,7 @@ void bind_processes(BufferClass &cls, py::module_ &m) {
         .def("share_memory", [](py::handle self) {
             Buffer &b = buffer_of(self.ptr());
             // The device copy goes (its end waits for the device's queue): waited for here, without the GIL.
-            without_gil_if_may_copy(b, [&] { b.device_sync(); });
+            unlocked_if_may_copy(b, [&] { b.device_sync(); });
             // With the GIL held throughout: no Python thread writes the memory while it moves.
             b.share_memory("share_memory");
             return py::reinterpret_borrow<py::object>(self);

@@ -412,7 +412,8 @@ private:
 /// the GIL, so other threads go on during the copy) where `b` may hold a device copy, so the step
 /// may move data or wait for a device; as it is where it cannot (never on a device: nothing to
 /// copy), since a small buffer's export is a hot path and must cost the check alone. The one rule
-/// of the core's exports (run_export()) and the binding's (without_gil_if_may_copy()).
+/// of the core's exports (run_export()) and the binding's residency operations (the binding's
+/// run_unlocked() lets the GIL go, so other Python threads go on during the copy).
 template <typename F>
 auto unlocked_if_may_copy(const Buffer &b, F &&step) -> decltype(step()) {
     using Result = decltype(step());
