@@ -13,7 +13,6 @@ Every copy is counted twice: by ``hb.transfers()`` and by the OpenCL interposer 
 clEnqueueWriteBuffer / clEnqueueReadBuffer of the process, the runtimes' own included).
 """
 
-import halide as hl
 import numpy as np
 import pytest
 
@@ -21,7 +20,7 @@ import halide_buffer as hb
 
 import opencl_interposer
 from common import NONE, Moves, down, up
-from pipelines import OPENCL_TARGET, c_compiler, compile_and_load, output_bounds_follow
+from pipelines import OPENCL_TARGET, brighter_opencl_func, c_compiler, compile_and_load
 
 pytestmark = pytest.mark.needs_halide
 
@@ -29,21 +28,12 @@ TILE_ROWS, WIDTH, TILES = 16, 8, 4  # a tile is 128 bytes of uint8: PoCL's base 
 ROWS = TILE_ROWS * TILES
 
 
-def plus_one_func():
-    """out(x, y) = in(x, y) + 1 (uint8, wrapping), on the GPU in 8x8 tiles, sized like its input."""
-    x, y, xo, yo, xi, yi = (hl.Var(n) for n in ("x", "y", "xo", "yo", "xi", "yi"))
-    inp = hl.ImageParam(hl.UInt(8), 2, "inp")
-    out = hl.Func("plus_one")
-    out[x, y] = inp[x, y] + hl.u8(1)
-    out.gpu_tile(x, y, xo, yo, xi, yi, 8, 8)
-    output_bounds_follow(out, inp)
-    return out, [inp]
-
-
 @pytest.fixture(scope="module")
-def plus_one(tmp_path_factory):
-    return compile_and_load(tmp_path_factory.mktemp("tiles_in_place"), c_compiler(), *plus_one_func(),
-                            "hb_tiles_plus_one", target=OPENCL_TARGET)
+def brighter(tmp_path_factory):
+    """brighter_opencl_func: out(x, y) = in(x, y) + 10 (uint8, wrapping), on the GPU in 8x8 tiles,
+    sized like its input."""
+    return compile_and_load(tmp_path_factory.mktemp("tiles_in_place"), c_compiler(), *brighter_opencl_func(),
+                            "hb_tiles_brighter", target=OPENCL_TARGET)
 
 
 @pytest.fixture(params=[False, True], ids=["copying", "zero-copy"])
@@ -81,12 +71,12 @@ def plus(a, n):
     return (a.astype(np.int64) + n).astype(np.uint8)
 
 
-def computed_in_place(plus_one, source, out, device):
-    """plus_one over each row tile of `source` into the same tile of `out` (on `device`): the
+def computed_in_place(brighter, source, out, device):
+    """brighter over each row tile of `source` into the same tile of `out` (on `device`): the
     copies the calls made."""
     copies = Copies()
     for lo in range(0, ROWS, TILE_ROWS):
-        plus_one(source[lo:lo + TILE_ROWS], out[lo:lo + TILE_ROWS])
+        brighter(source[lo:lo + TILE_ROWS], out[lo:lo + TILE_ROWS])
     moved = copies()
     assert out.device is device and out.device_dirty()
     return moved
@@ -111,7 +101,7 @@ def output_on(device):
     return out
 
 
-def test_tiles_of_a_storage_laid_out_backwards_are_computed_in_place(plus_one, device):
+def test_tiles_of_a_storage_laid_out_backwards_are_computed_in_place(brighter, device):
     """Its rows reversed in memory, two more than the tiles (so the storage's element at index 0
     lies at no multiple of the alignment from its lowest byte): the tiles of the view in memory
     order start at multiples of it, and are computed where they are. The storage goes up once,
@@ -121,26 +111,26 @@ def test_tiles_of_a_storage_laid_out_backwards_are_computed_in_place(plus_one, d
     src = hb.Buffer.from_host(backwards, external_writes=False)
     assert src.strides == (-WIDTH, 1)
     out = output_on(device)
-    moved = computed_in_place(plus_one, src[::-1], out, device)
+    moved = computed_in_place(brighter, src[::-1], out, device)
     assert moved == (NONE if device.zero_copy else up(backwards.nbytes))
     assert src.device is device
-    expected = plus(values[::-1][:ROWS], 1)
+    expected = plus(values[::-1][:ROWS], 10)
     copies = Copies()
     np.testing.assert_array_equal(np.asarray(out), expected)
     assert copies() == (NONE if device.zero_copy else down(out.nbytes))
 
 
-def test_tiles_of_a_storage_laid_out_backwards_on_the_device_are_computed_in_place(plus_one, device):
+def test_tiles_of_a_storage_laid_out_backwards_on_the_device_are_computed_in_place(brighter, device):
     """The same storage already current on the device (its allocation there): nothing moves."""
     values = image(ROWS + 2, seed=2)
     src = hb.Buffer.from_host(values[::-1].copy()[::-1], external_writes=False)
     src.copy_to_device(device)
     out = output_on(device)
-    assert computed_in_place(plus_one, src[::-1], out, device) == NONE
-    np.testing.assert_array_equal(np.asarray(out), plus(values[::-1][:ROWS], 1))
+    assert computed_in_place(brighter, src[::-1], out, device) == NONE
+    np.testing.assert_array_equal(np.asarray(out), plus(values[::-1][:ROWS], 10))
 
 
-def test_tiles_of_a_cl_mem_wrapped_at_an_offset_are_computed_in_place(plus_one, device):
+def test_tiles_of_a_cl_mem_wrapped_at_an_offset_are_computed_in_place(brighter, device):
     """A pyopencl array starting one alignment into its cl_mem: the tiles, in its memory, are
     computed there. The results are read by pyopencl from the cl_mem at the tiles' places; nothing
     crossed the host."""
@@ -150,16 +140,16 @@ def test_tiles_of_a_cl_mem_wrapped_at_an_offset_are_computed_in_place(plus_one, 
     src, memory = wrapped_at(device, values, device.base_alignment)
     out, _ = wrapped_at(device, np.zeros_like(values), device.base_alignment)
     assert src.device is device and out.device is device
-    assert computed_in_place(plus_one, src, out, device) == NONE
-    assert computed_in_place(plus_one, out, out, device) == NONE  # an output tile as its own input too
+    assert computed_in_place(brighter, src, out, device) == NONE
+    assert computed_in_place(brighter, out, out, device) == NONE  # an output tile as its own input too
     queue = cl.CommandQueue.from_int_ptr(device.queue, retain=True)
-    np.testing.assert_array_equal(hb.opencl.as_array(out, writable=False).get(queue=queue), plus(values, 2))
+    np.testing.assert_array_equal(hb.opencl.as_array(out, writable=False).get(queue=queue), plus(values, 20))
     whole = np.empty(memory.size, np.uint8)
     cl.enqueue_copy(queue, whole, memory)  # src's own memory: untouched, at the offset it was put
     np.testing.assert_array_equal(whole[device.base_alignment:].reshape(values.shape), values)
 
 
-def test_tiles_of_a_cl_mem_wrapped_at_an_offset_of_no_alignment_come_home_counted(plus_one, device):
+def test_tiles_of_a_cl_mem_wrapped_at_an_offset_of_no_alignment_come_home_counted(brighter, device):
     """Wrapped 8 bytes into its cl_mem, no tile starts at a multiple of the alignment: each is
     shown without device memory, its runtime allocates its own, and the result comes home when
     the call returns, every copy counted; the values are the same."""
@@ -168,7 +158,7 @@ def test_tiles_of_a_cl_mem_wrapped_at_an_offset_of_no_alignment_come_home_counte
     out = output_on(device)
     copies = Copies()
     for lo in range(0, ROWS, TILE_ROWS):
-        plus_one(src[lo:lo + TILE_ROWS], out[lo:lo + TILE_ROWS])
+        brighter(src[lo:lo + TILE_ROWS], out[lo:lo + TILE_ROWS])
     moved = copies()
     assert moved[0] >= TILES and moved[2] >= 1  # the tiles went up and came home, all counted
-    np.testing.assert_array_equal(np.asarray(out), plus(values, 1))
+    np.testing.assert_array_equal(np.asarray(out), plus(values, 10))
