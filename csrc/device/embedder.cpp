@@ -8,7 +8,7 @@
 namespace hb {
 namespace {
 
-void plain_wait(std::unique_lock<std::mutex> &lock) { lock.lock(); }
+void plain_wait(std::unique_lock<SmallLock> &lock) { lock.lock(); }
 void run_here(Step step) { step(); }
 std::shared_ptr<Device> no_cuda_device(int ordinal, const char *entry) {
     throw BufferError(std::string(entry) + "(): the data is on CUDA device " + std::to_string(ordinal) +

@@ -10,6 +10,7 @@
 #include <mutex>
 #include <type_traits>
 
+#include "core/small_lock.h"
 #include "device/device.h"
 
 namespace hb {
@@ -34,7 +35,7 @@ private:
 struct Embedder {
     /// Takes `lock`, a storage's lock another thread holds (the binding lets other Python
     /// threads run while it waits: the holder may need the GIL).
-    void (*wait_for_lock)(std::unique_lock<std::mutex> &lock) = nullptr;
+    void (*wait_for_lock)(std::unique_lock<SmallLock> &lock) = nullptr;
     /// Runs `step`, which may copy, wait on a device or run a pipeline, so that other threads go
     /// on meanwhile (the binding: without the GIL, when the calling thread holds it).
     void (*run_unlocked)(Step step) = nullptr;

@@ -23,7 +23,7 @@ std::atomic<int64_t> g_gil_taken_back{0};
 
 /// A thread waiting for a storage's lock lets the others run: the holder may need the GIL (a
 /// pipeline's error handler written in Python, an owner released in a callback).
-void wait_letting_others_run(std::unique_lock<std::mutex> &lock) {
+void wait_letting_others_run(std::unique_lock<SmallLock> &lock) {
     if (!PyGILState_Check()) return lock.lock();
     PyThreadState *state = PyEval_SaveThread();
     lock.lock();

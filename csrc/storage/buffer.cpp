@@ -14,6 +14,7 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include "core/aligned_slots.h"
 #include "core/errors.h"
 #include "core/live_counts.h"
 #include "core/strided.h"
@@ -90,11 +91,11 @@ Buffer Buffer::allocate_on(const char *entry, Device *device, Axes shape, const 
 
 namespace {
 
-/// What a storage's allocation holds after the storage (TailAllocator): the root's dimensions,
-/// and for a small owned buffer its host block.
+/// What a storage's allocation holds besides the storage (TailAllocator): the root's
+/// dimensions, and for a small owned buffer its host block.
 struct Tail {
     size_t dims;               ///< the root's dimensions
-    bool block;                ///< a host block of `bytes` follows them
+    bool block;                ///< a host block of `bytes` goes with them
     size_t bytes;              ///< the host block's size
     halide_dimension_t *dims_at = nullptr;  ///< set by the allocation: zeroed
     uint8_t *block_at = nullptr;            ///< set by the allocation: 128-byte aligned, zero-filled
@@ -105,38 +106,69 @@ uint8_t *aligned(uint8_t *p) {
     return reinterpret_cast<uint8_t *>((reinterpret_cast<uintptr_t>(p) + kAlignment - 1) & ~uintptr_t(kAlignment - 1));
 }
 
-/// allocate_shared's allocator for a storage that carries its Tail in the same block (the one
-/// it allocates), so that making a buffer allocates once, not two or three times. The host block
-/// starts at the first aligned address after the dimensions: malloc's blocks are aligned to
-/// alignof(max_align_t), so the slack before it is at most the rest of that alignment, never a
-/// whole kAlignment. The storage's part is left to its constructor: zeroing it too would write
-/// it twice.
+size_t round_up(size_t n, size_t to) { return (n + to - 1) / to * to; }
+
+/// The Tail of the storage being made on this thread (new_storage()): allocate_shared's
+/// allocator is copied into the control block, so it carries no state of its own (8 bytes less
+/// per storage), and reads what to allocate from here.
+thread_local Tail *tail_being_made = nullptr;
+
+/// Where an allocation's block starts and what it came from, written just before the control
+/// block (deallocate() finds it there).
+struct BlockPrefix {
+    uint32_t offset;  ///< from the block's start to the control block
+    uint32_t slot;    ///< the slot's size (take_slot()), or 0: malloc's
+};
+
+/// allocate_shared's allocator for a storage that carries its Tail in the same block, so that
+/// making a buffer allocates once, not two or three times. A small host block comes first, in a
+/// 128-byte aligned slot of its own size class (aligned_slots.h), the storage and its dimensions
+/// after it: no slack, no malloc header. Otherwise the block is malloc's, the storage first and
+/// the host block, if any, at the first aligned address after the dimensions. The storage's part
+/// is left to its constructor: zeroing it too would write it twice.
 template <typename T>
 struct TailAllocator {
     using value_type = T;
-    Tail *tail;
-    explicit TailAllocator(Tail *tail) : tail(tail) {}
+    TailAllocator() = default;
     template <typename U>
-    TailAllocator(const TailAllocator<U> &other) : tail(other.tail) {}  // NOLINT: rebinding
+    TailAllocator(const TailAllocator<U> &) {}  // NOLINT: rebinding
     T *allocate(size_t n) {
-        constexpr size_t malloc_alignment = alignof(std::max_align_t);
-        size_t head = n * sizeof(T);
-        size_t dims_end = head + tail->dims * sizeof(halide_dimension_t);
-        size_t slack = tail->block ? kAlignment - malloc_alignment + dims_end % malloc_alignment : 0;
-        auto *block = static_cast<uint8_t *>(std::malloc(dims_end + slack + tail->bytes));
-        if (!block) throw std::bad_alloc();
-        tail->dims_at = new (block + head) halide_dimension_t[tail->dims]();
-        if (tail->block) {
-            tail->block_at = aligned(block + dims_end);
-            std::memset(tail->block_at, 0, tail->bytes);
+        static_assert(alignof(T) <= sizeof(BlockPrefix), "after the prefix, T is aligned");
+        Tail &tail = *tail_being_made;
+        size_t head = sizeof(BlockPrefix) + n * sizeof(T);
+        size_t dims_end = head + tail.dims * sizeof(halide_dimension_t);
+        size_t data = round_up(tail.bytes, alignof(std::max_align_t));
+        size_t slot = tail.block ? round_up(data + dims_end, kSlotAlignment) : 0;
+        uint8_t *block = nullptr, *prefix = nullptr;
+        if (slot && slot <= kLargestSlot) {
+            block = static_cast<uint8_t *>(take_slot(slot));
+            if (!block) throw std::bad_alloc();
+            tail.block_at = block;
+            prefix = block + data;
+        } else {
+            slot = 0;
+            size_t slack = tail.block ? kAlignment - alignof(std::max_align_t) + dims_end % alignof(std::max_align_t) : 0;
+            block = static_cast<uint8_t *>(std::malloc(dims_end + slack + tail.bytes));
+            if (!block) throw std::bad_alloc();
+            if (tail.block) tail.block_at = aligned(block + dims_end);
+            prefix = block;
         }
-        return reinterpret_cast<T *>(block);
+        if (tail.block) std::memset(tail.block_at, 0, tail.bytes);
+        *reinterpret_cast<BlockPrefix *>(prefix) = BlockPrefix{uint32_t(prefix - block + sizeof(BlockPrefix)), uint32_t(slot)};
+        tail.dims_at = new (prefix + head) halide_dimension_t[tail.dims]();
+        return reinterpret_cast<T *>(prefix + sizeof(BlockPrefix));
     }
-    void deallocate(T *block, size_t) { std::free(block); }
+    void deallocate(T *p, size_t) {
+        auto *at = reinterpret_cast<uint8_t *>(p);
+        const auto &prefix = *reinterpret_cast<const BlockPrefix *>(at - sizeof(BlockPrefix));
+        uint8_t *block = at - prefix.offset;
+        if (prefix.slot) give_slot(block, prefix.slot);
+        else std::free(block);
+    }
     template <typename U>
-    bool operator==(const TailAllocator<U> &other) const { return tail == other.tail; }
+    bool operator==(const TailAllocator<U> &) const { return true; }
     template <typename U>
-    bool operator!=(const TailAllocator<U> &other) const { return !(*this == other); }
+    bool operator!=(const TailAllocator<U> &) const { return false; }
 };
 
 /// The root's dimensions for a view of `ndim` axes of `dtype`: one more, over the item's bytes,
@@ -146,7 +178,11 @@ size_t root_dims(size_t ndim, const DType &dtype) { return ndim + (dtype.has_hal
 /// A new storage, counted live, with its root dimensions (root.dim, root.dimensions) and, for
 /// `tail.block`, its small host block in its own allocation.
 std::shared_ptr<Storage> new_storage(Tail &tail) {
-    auto storage = std::allocate_shared<Storage>(TailAllocator<Storage>(&tail));
+    struct Making {
+        explicit Making(Tail &tail) { tail_being_made = &tail; }
+        ~Making() { tail_being_made = nullptr; }
+    } making(tail);
+    auto storage = std::allocate_shared<Storage>(TailAllocator<Storage>());
     ++live_counts().storages;
     storage->root.dimensions = int(tail.dims);
     storage->root.dim = tail.dims ? tail.dims_at : nullptr;
@@ -275,7 +311,7 @@ void Buffer::set_min(const Axes &mins) {
     check_mins("set_min", shape_, mins);
     // The storage's lock guards the published halide_buffer_t, and whoever holds it may be
     // reading this view's geometry (publishing it for a pipeline): refused, never raced.
-    std::unique_lock<std::mutex> lock(storage_->mutex, std::try_to_lock);
+    std::unique_lock<SmallLock> lock(storage_->mutex, std::try_to_lock);
     if (!lock.owns_lock())
         throw BufferError("set_min(): another thread is using this buffer's storage (a residency operation, "
                           "or a pipeline being handed a view of it); call set_min() when it is done, or use "

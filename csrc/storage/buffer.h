@@ -132,7 +132,7 @@ public:
     template <typename F>
     int visit_sole_owners(F &&visit) const {
         if (!storage_ || storage_.use_count() != 1) return 0;
-        std::unique_lock<std::mutex> lock(storage_->mutex, std::try_to_lock);
+        std::unique_lock<SmallLock> lock(storage_->mutex, std::try_to_lock);
         if (!lock.owns_lock()) return 0;
         const Storage &s = *storage_;
         if (auto *borrowed = std::get_if<host_memory::Borrowed>(&s.host_memory))

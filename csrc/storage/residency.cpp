@@ -453,7 +453,7 @@ HostWriteMark Buffer::begin_host_write(const char *entry) {
 void HostWriteMark::withdraw() {
     if (!storage_) return;
     std::shared_ptr<Storage> storage = std::move(storage_);  // outlives the lock
-    std::unique_lock<std::mutex> lock(storage->mutex, std::try_to_lock);
+    std::unique_lock<SmallLock> lock(storage->mutex, std::try_to_lock);
     if (!lock.owns_lock()) wait_for_lock(lock);
     // Any operation since (or a halide_buffer_t out, which foreign code may have acted on)
     // could rest on the mark: then it stays.

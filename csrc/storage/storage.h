@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "abi/halide_abi.h"
+#include "core/small_lock.h"
 #include "device/device.h"
 #include "device/device_interface.h"
 #include "storage/raw_view.h"
@@ -108,17 +109,17 @@ struct Storage {
     std::atomic<bool> host_flag_cleared{false};  ///< host_dirty was ever cleared (read without the lock)
     /// An ndarray view was ever handed out (its lifetime is NumPy's); see host_exports.
     std::atomic<bool> ndarray_handed_out{false};
+    /// The lock and the GIL: a thread holding this lock never waits for the GIL (a contended
+    /// lock is waited for with the GIL released: StorageOp), and never drops the last reference
+    /// to something Python may own, which could run Python code that takes this or another
+    /// storage's lock: StorageOp::defer() keeps it until the lock is let go. Two storages are
+    /// locked in address order. One byte (core/small_lock.h), packed beside the flags.
+    SmallLock mutex;
     std::atomic<int> published_views{0};  ///< how many raw_views, read without the lock
     /// Who may hold a pointer into the host memory that no view accounts for: live buffer-protocol
     /// exports, and ndarray_handed_out. share_memory() moves a heap block only when both are zero.
     std::atomic<int> host_exports{0};
 
-    /// The lock and the GIL: a thread holding this lock never waits for the GIL (a contended
-    /// lock is waited for with the GIL released: StorageOp), and never drops the last reference
-    /// to something Python may own, which could run Python code that takes this or another
-    /// storage's lock: StorageOp::defer() keeps it until the lock is let go. Two storages are
-    /// locked in address order.
-    std::mutex mutex;
     /// The whole storage as Halide sees it (the first view's geometry). Its flags, device and
     /// device_interface are THE residency state; every device operation is a call through
     /// root.device_interface on it, so one transfer always moves the whole storage.

@@ -23,6 +23,6 @@ void check(int rc, const char *entry, const char *operation) {
                       rc, "halide_error_code " + std::to_string(rc));
 }
 
-void wait_for_lock(std::unique_lock<std::mutex> &lock) { embedder().wait_for_lock(lock); }
+void wait_for_lock(std::unique_lock<SmallLock> &lock) { embedder().wait_for_lock(lock); }
 
 }  // namespace hb

@@ -18,7 +18,7 @@ namespace hb {
 void check(int rc, const char *entry, const char *operation);
 
 /// Waits for a storage's lock someone else holds, through the embedder (device/embedder.h).
-void wait_for_lock(std::unique_lock<std::mutex> &lock);
+void wait_for_lock(std::unique_lock<SmallLock> &lock);
 
 /// One residency operation on a storage: holds its lock (a contended one is waited for through
 /// the lock waiter, so the bindings can let other Python threads run meanwhile), takes in first
@@ -52,7 +52,7 @@ private:
     Storage &storage_;
     bool republish_;
     std::vector<std::shared_ptr<void>> deferred_;  // before lock_: destroyed after the unlock
-    std::unique_lock<std::mutex> lock_;
+    std::unique_lock<SmallLock> lock_;
 };
 
 /// One call into a device, as every residency operation makes it: with `device` the target
