@@ -1,10 +1,11 @@
 """What a small buffer costs in memory, counted exactly.
 
-A `Buffer((4, 4), "float32")` is one Python object holding its view, and one heap block: the
-storage, its root dimensions and its 64 bytes of data at the first 128-byte aligned address after
-them. A view (`b[1:3]`) is its Python object alone. The heap is counted with glibc's `mallinfo2()`
-(bytes in use), which sees every `malloc` and nothing of Python's own small-object allocator, so
-the figures are exact where `benchmarks/rss_per_buffer.py` reads whole pages.
+A `Buffer((4, 4), "float32")` is one Python object holding its view, and one 256-byte slot
+(csrc/core/aligned_slots.h): its 64 bytes of data at the slot's 128-byte aligned start, then the
+storage and its root dimensions. Slots are cut from 64 KiB chunks taken from malloc. A view
+(`b[1:3]`) is its Python object alone. The heap is counted with glibc's `mallinfo2()` (bytes in
+use), which sees every `malloc` and nothing of Python's own small-object allocator, so the figures
+are exact to a chunk where `benchmarks/rss_per_buffer.py` reads whole pages.
 """
 
 import ctypes
@@ -13,11 +14,13 @@ import gc
 import os
 import sys
 
+import numpy as np
 import pytest
 
 import halide_buffer as hb
 
 COUNT = 2000
+CHUNK = 64 << 10  # the bytes slots are cut from at a time
 
 
 class _MallInfo2(ctypes.Structure):
@@ -62,14 +65,28 @@ def heap_bytes_per_object(make):
     return (after - before) / COUNT
 
 
-def test_a_small_buffer_is_one_heap_block_besides_its_python_object():
-    # 416 bytes asked of malloc (the storage with its control block and allocator, two root
-    # dimensions, at most 120 bytes of slack, the data), 432 with malloc's header; the view lives
-    # in the Python object.
+def test_a_small_buffer_is_one_slot_besides_its_python_object():
+    # A 256-byte slot: the data (64 B), the block's prefix (8 B), the control block (16 B), the
+    # storage (136 B) and two root dimensions (32 B). Counted a chunk at a time: at most one chunk
+    # more than the slots' bytes, spread over the buffers.
     per_buffer = heap_bytes_per_object(lambda: hb.Buffer((4, 4), "float32"))
-    assert per_buffer <= 432
+    assert per_buffer <= 256 + CHUNK / COUNT
     b = hb.Buffer((4, 4), "float32")
-    assert b.numpy().ctypes.data % 128 == 0  # the promise the slack keeps
+    assert b.numpy().ctypes.data % 128 == 0  # the slot's start
+
+
+@pytest.mark.parametrize("shape, dtype", [((4, 4), "float32"), ((3,), "uint8"), ((2, 2, 2), "float64"),
+                                          ((16, 2), "complex128"), ((0, 5), "int16"), ((), "int32")])
+def test_a_slot_given_back_serves_the_next_buffer_aligned_and_zeroed(shape, dtype):
+    # Buffers written all over and dropped give their slots back; the next ones of the same size
+    # take them, and must still start on 128 bytes with every element zero.
+    for _ in range(50):
+        hb.Buffer(shape, dtype).numpy(writable=True).reshape(-1).view(np.uint8)[...] = 0xA5
+    for _ in range(50):
+        b = hb.Buffer(shape, dtype)
+        a = b.numpy()
+        assert a.ctypes.data % 128 == 0
+        assert not a.reshape(-1).view(np.uint8).any()
 
 
 def test_a_view_allocates_nothing_besides_its_python_object():
