@@ -21,6 +21,8 @@ What it offers:
 """
 
 import ctypes
+import ctypes.util
+import sys
 
 import numpy as np
 
@@ -308,3 +310,25 @@ class ExchangeAPI(ctypes.Structure):
                 ("managed_tensor_to_py_object_no_sync", ctypes.c_void_p),
                 ("dltensor_from_py_object_no_sync", ctypes.c_void_p),
                 ("current_work_stream", ctypes.c_void_p)]
+
+
+class _MallInfo2(ctypes.Structure):
+    _fields_ = [(name, ctypes.c_size_t) for name in
+                ("arena", "ordblks", "smblks", "hblks", "hblkhd", "usmblks", "fsmblks", "uordblks", "fordblks",
+                 "keepcost")]
+
+
+def _mallinfo2():
+    """glibc's mallinfo2(), or None where there is none (another C library, glibc before 2.33)."""
+    if not sys.platform.startswith("linux"):
+        return None
+    try:
+        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
+        f = libc.mallinfo2
+    except (OSError, AttributeError):
+        return None
+    f.restype = _MallInfo2
+    return f
+
+
+MALLINFO2 = _mallinfo2()  # bytes malloc has handed out: MALLINFO2().uordblks; None where unknown

@@ -8,41 +8,18 @@ use), which sees every `malloc` and nothing of Python's own small-object allocat
 are exact to a chunk where `benchmarks/rss_per_buffer.py` reads whole pages.
 """
 
-import ctypes
-import ctypes.util
 import gc
 import os
-import sys
 
 import numpy as np
 import pytest
 
 import halide_buffer as hb
 
+from common import MALLINFO2
+
 COUNT = 2000
 CHUNK = 64 << 10  # the bytes slots are cut from at a time
-
-
-class _MallInfo2(ctypes.Structure):
-    _fields_ = [(name, ctypes.c_size_t) for name in
-                ("arena", "ordblks", "smblks", "hblks", "hblkhd", "usmblks", "fsmblks", "uordblks", "fordblks",
-                 "keepcost")]
-
-
-def _mallinfo2():
-    """glibc's mallinfo2(), or None where there is none (another C library, glibc before 2.33)."""
-    if not sys.platform.startswith("linux"):
-        return None
-    try:
-        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
-        f = libc.mallinfo2
-    except (OSError, AttributeError):
-        return None
-    f.restype = _MallInfo2
-    return f
-
-
-MALLINFO2 = _mallinfo2()
 
 pytestmark = [
     pytest.mark.skipif(MALLINFO2 is None, reason="needs glibc's mallinfo2()"),

@@ -10,7 +10,7 @@ import pytest
 
 import halide_buffer as hb
 
-from common import Moves, NONE, live_counts
+from common import MALLINFO2, Moves, NONE, live_counts
 
 
 def test_an_allocation_over_the_device_limit_is_refused_and_changes_nothing(dev):
@@ -99,6 +99,27 @@ def test_wrapping_too_small_a_cl_mem_changes_nothing(ctx):
         b.device_wrap_native(cl.Buffer(ctx, cl.mem_flags.READ_WRITE, 32))
     with pytest.raises(ValueError, match=r"needs 64 from offset 40"):
         b.device_wrap_native(cl.Buffer(ctx, cl.mem_flags.READ_WRITE, 100), offset=40)
+    assert not b.has_device_allocation() and b.host_dirty()
+
+
+@pytest.mark.skipif(MALLINFO2 is None, reason="needs glibc's mallinfo2() to count the bytes malloc hands out")
+def test_a_refused_wrap_keeps_no_record_of_the_memory(ctx):
+    # The refusal detaches what it wrapped: the record of the memory (ours, for memory the caller
+    # keeps alive) ends with it. Counted with malloc's bytes in use over many refusals, after a
+    # few to warm up; one record kept per refusal is about 100 bytes.
+    b = hb.Buffer((8,), "float64")
+    small = cl.Buffer(ctx, cl.mem_flags.READ_WRITE, 32)
+
+    def refuse(times):
+        for _ in range(times):
+            with pytest.raises(ValueError, match="wrap a larger allocation"):
+                b.device_wrap_native(small)
+
+    refuse(50)
+    before = MALLINFO2().uordblks
+    refuse(1000)
+    grown = MALLINFO2().uordblks - before
+    assert grown < 1000 * 16, f"{grown} bytes kept by 1000 refused wraps"
     assert not b.has_device_allocation() and b.host_dirty()
 
 
