@@ -40,25 +40,29 @@ struct SlotList {
     uint8_t *end = nullptr;   ///< the chunk's end
 };
 
-SlotList *lists() {
-    static SlotList all[kSizes];
+void lock_all();
+void unlock_all();
+
+/// Every list, made on first use together with the fork guard, so no lock is ever taken before
+/// the guard stands: a fork lets the child's one thread go on with every list's lock free (the
+/// parent takes them all before it forks, and both sides let them go).
+struct Lists {
+    SlotList of_size[kSizes];
+    Lists() { pthread_atfork(lock_all, unlock_all, unlock_all); }
+};
+
+Lists &lists() {
+    static Lists all;
     return all;
 }
 
-SlotList &list_of(size_t bytes) { return lists()[bytes / kSlotAlignment - 1]; }
+SlotList &list_of(size_t bytes) { return lists().of_size[bytes / kSlotAlignment - 1]; }
 
-/// A fork lets the child's one thread go on with every list's lock free: the parent takes them
-/// all before it forks, and both sides let them go.
 void lock_all() {
-    for (size_t i = 0; i < kSizes; ++i) lists()[i].lock.lock();
+    for (SlotList &list : lists().of_size) list.lock.lock();
 }
 void unlock_all() {
-    for (size_t i = kSizes; i-- > 0;) lists()[i].lock.unlock();
-}
-
-void guard_forks() {
-    static const int registered = pthread_atfork(lock_all, unlock_all, unlock_all);
-    (void)registered;
+    for (size_t i = kSizes; i-- > 0;) lists().of_size[i].lock.unlock();
 }
 
 }  // namespace
@@ -71,7 +75,6 @@ void *take_slot(size_t bytes) {
         return slot;
     }
     if (list.next == list.end) {
-        guard_forks();
         // A chunk holds a whole number of slots: the last bytes of a 384-byte list's stay unused.
         auto *chunk = static_cast<uint8_t *>(std::aligned_alloc(kSlotAlignment, kChunk));
         if (!chunk) return nullptr;

@@ -11,10 +11,12 @@
 
 #include <cstddef>
 
+#include "core/constants.h"
+
 namespace hb {
 
-constexpr size_t kSlotAlignment = 128;
-constexpr size_t kLargestSlot = 512;  ///< the sizes served: 128, 256, 384, 512
+constexpr size_t kSlotAlignment = kHostAlignment;  ///< every slot starts on the host alignment
+constexpr size_t kLargestSlot = 4 * kSlotAlignment;  ///< the sizes served: 128, 256, 384, 512
 
 /// A slot of `bytes` (a multiple of kSlotAlignment, at most kLargestSlot), contents undefined;
 /// null when memory runs out.

@@ -1,7 +1,8 @@
 // constants.h: the numbers every layer agrees on: the residency flags as the rules test them, and
-// the limits of a buffer's geometry.
+// the limits of a buffer's geometry, the alignment of the host memory we allocate.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <limits>
 
@@ -13,6 +14,11 @@ namespace hb {
 /// the device copy lacks, and the other way round.
 constexpr uint64_t kHostDirty = halide_buffer_flag_host_dirty;
 constexpr uint64_t kDeviceDirty = halide_buffer_flag_device_dirty;
+
+/// Where the host memory of every buffer we allocate starts: a multiple of these bytes (Halide's
+/// Runtime::Buffer default, and enough for the widest OpenCL vector of any element type, which a
+/// zero-copy device needs to use the memory in place).
+constexpr size_t kHostAlignment = 128;
 
 /// The most axes a buffer has (NumPy's limit); DLPack imports, buffer-protocol exporters and a
 /// pipeline's buffer arguments are held to it too.

@@ -23,7 +23,6 @@
 #include "interop/aot_borrow.h"
 #include "interop/halide_bridge.h"
 #include "python/py_argument_types.h"
-#include "python/py_argument_types.h"
 #include "python/py_buffer.h"
 #include "python/py_dlpack.h"
 #include "python/py_dlpack_exchange.h"

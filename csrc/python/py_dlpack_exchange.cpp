@@ -10,7 +10,6 @@
 #include "interop/cuda_interop.h"
 #include "interop/dlpack.h"
 #include "python/py_argument_types.h"
-#include "python/py_argument_types.h"
 #include "python/py_buffer.h"
 #include "python/py_dlpack.h"
 #include "python/py_glue.h"

@@ -24,7 +24,6 @@ namespace hb {
 
 namespace {
 
-constexpr size_t kAlignment = 128;
 constexpr size_t kLargeBlock = size_t(4) << 20;  // NumPy's huge-page threshold
 /// Host blocks up to this size live in the storage's own allocation (see TailAllocator).
 constexpr size_t kSmallBlock = 256;
@@ -103,7 +102,7 @@ struct Tail {
 
 /// `p` rounded up to the host alignment.
 uint8_t *aligned(uint8_t *p) {
-    return reinterpret_cast<uint8_t *>((reinterpret_cast<uintptr_t>(p) + kAlignment - 1) & ~uintptr_t(kAlignment - 1));
+    return reinterpret_cast<uint8_t *>((reinterpret_cast<uintptr_t>(p) + kHostAlignment - 1) & ~uintptr_t(kHostAlignment - 1));
 }
 
 size_t round_up(size_t n, size_t to) { return (n + to - 1) / to * to; }
@@ -138,16 +137,17 @@ struct TailAllocator {
         size_t head = sizeof(BlockPrefix) + n * sizeof(T);
         size_t dims_end = head + tail.dims * sizeof(halide_dimension_t);
         size_t data = round_up(tail.bytes, alignof(std::max_align_t));
+        // The slot a small host block and its storage fill; 0 (malloc's) when none holds them.
         size_t slot = tail.block ? round_up(data + dims_end, kSlotAlignment) : 0;
+        if (slot > kLargestSlot) slot = 0;
         uint8_t *block = nullptr, *prefix = nullptr;
-        if (slot && slot <= kLargestSlot) {
+        if (slot) {
             block = static_cast<uint8_t *>(take_slot(slot));
             if (!block) throw std::bad_alloc();
             tail.block_at = block;
             prefix = block + data;
         } else {
-            slot = 0;
-            size_t slack = tail.block ? kAlignment - alignof(std::max_align_t) + dims_end % alignof(std::max_align_t) : 0;
+            size_t slack = tail.block ? kHostAlignment - alignof(std::max_align_t) + dims_end % alignof(std::max_align_t) : 0;
             block = static_cast<uint8_t *>(std::malloc(dims_end + slack + tail.bytes));
             if (!block) throw std::bad_alloc();
             if (tail.block) tail.block_at = aligned(block + dims_end);
@@ -213,7 +213,7 @@ Buffer Buffer::allocate_laid_out(const char *entry, Layout layout, const DType &
         advise_huge_pages(host, mapped);
         storage->host_memory = host_memory::Owned{host, mapped};
     } else if (!tail.block) {
-        void *allocation = std::calloc(bytes + kAlignment, 1);
+        void *allocation = std::calloc(bytes + kHostAlignment, 1);
         if (!allocation) throw out_of_memory(entry, layout.shape, dtype, bytes);
         storage->host_memory = host_memory::Owned{allocation, 0};
         host = aligned(static_cast<uint8_t *>(allocation));
