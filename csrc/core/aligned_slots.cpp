@@ -40,30 +40,23 @@ struct SlotList {
     uint8_t *end = nullptr;   ///< the chunk's end
 };
 
-void lock_all();
-void unlock_all();
-
-/// Every list, made on first use together with the fork guard, so no lock is ever taken before
-/// the guard stands: a fork lets the child's one thread go on with every list's lock free (the
-/// parent takes them all before it forks, and both sides let them go).
-struct Lists {
-    SlotList of_size[kSizes];
-    Lists() { pthread_atfork(lock_all, unlock_all, unlock_all); }
-};
-
-Lists &lists() {
-    static Lists all;
+SlotList *lists() {
+    static SlotList all[kSizes];  // constant-initialized: no guard on each take
     return all;
 }
 
-SlotList &list_of(size_t bytes) { return lists().of_size[bytes / kSlotAlignment - 1]; }
+SlotList &list_of(size_t bytes) { return lists()[bytes / kSlotAlignment - 1]; }
 
+/// A fork lets the child's one thread go on with every list's lock free: the parent takes them
+/// all before it forks, and both sides let them go. Registered when the library loads, before
+/// any lock can be taken.
 void lock_all() {
-    for (SlotList &list : lists().of_size) list.lock.lock();
+    for (size_t i = 0; i < kSizes; ++i) lists()[i].lock.lock();
 }
 void unlock_all() {
-    for (size_t i = kSizes; i-- > 0;) lists().of_size[i].lock.unlock();
+    for (size_t i = kSizes; i-- > 0;) lists()[i].lock.unlock();
 }
+const int fork_guard = pthread_atfork(lock_all, unlock_all, unlock_all);
 
 }  // namespace
 
