@@ -3,6 +3,7 @@
 
 #include <pthread.h>
 
+#include <array>
 #include <cstdint>
 #include <cstdlib>
 #include <mutex>
@@ -40,8 +41,8 @@ struct SlotList {
     uint8_t *end = nullptr;   ///< the chunk's end
 };
 
-SlotList *lists() {
-    static SlotList all[kSizes];  // constant-initialized: no guard on each take
+std::array<SlotList, kSizes> &lists() {
+    static std::array<SlotList, kSizes> all;  // constant-initialized: no guard on each take
     return all;
 }
 
@@ -51,10 +52,10 @@ SlotList &list_of(size_t bytes) { return lists()[bytes / kSlotAlignment - 1]; }
 /// all before it forks, and both sides let them go. Registered when the library loads, before
 /// any lock can be taken.
 void lock_all() {
-    for (size_t i = 0; i < kSizes; ++i) lists()[i].lock.lock();
+    for (SlotList &list : lists()) list.lock.lock();
 }
 void unlock_all() {
-    for (size_t i = kSizes; i-- > 0;) lists()[i].lock.unlock();
+    for (SlotList &list : lists()) list.lock.unlock();
 }
 const int fork_guard = pthread_atfork(lock_all, unlock_all, unlock_all);
 
