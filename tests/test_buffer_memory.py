@@ -71,3 +71,24 @@ def test_a_view_allocates_nothing_besides_its_python_object():
     assert heap_bytes_per_object(lambda: b[1:3]) < 1
     assert heap_bytes_per_object(lambda: b.transposed()) < 1
 
+
+
+@pytest.mark.parametrize("shape, dtype, where", [
+    ((4, 4), "float32", "a 256-byte slot"),
+    ((2,) * 6, "float32", "a 512-byte slot, full"),
+    ((2,) * 6 + (1,), "float32", "no slot holds it: the storage's malloc block"),
+    ((1,) * 24, "uint8", "no slot holds it, one byte of data"),
+    ((257,), "uint8", "a calloc block of its own"),
+])
+def test_small_blocks_of_every_kind_keep_their_own_bytes(shape, dtype, where):
+    # Many live buffers of one kind, each filled with its own byte, made between each other's
+    # allocations: a block shorter than its data, or data placed past its block, shows another
+    # buffer's byte (or breaks the heap) here.
+    kept = []
+    for i in range(200):
+        b = hb.Buffer(shape, dtype)
+        assert b.numpy().ctypes.data % 128 == 0, where
+        b.numpy(writable=True).reshape(-1).view(np.uint8)[...] = i % 251
+        kept.append(b)
+    for i, b in enumerate(kept):
+        assert (b.numpy().reshape(-1).view(np.uint8) == i % 251).all(), f"{where}: buffer {i}"

@@ -29,7 +29,7 @@ constexpr int kSpins = 64;     // tries before parking: a holder usually lets go
 ParkingSlot &slot_of(const void *lock) {
     static ParkingSlot slots[kSlots];
     auto address = reinterpret_cast<uintptr_t>(lock);
-    return slots[(address >> 4 ^ address >> 10) & (kSlots - 1)];
+    return slots[(address >> 4 ^ address >> 10) % kSlots];  // a power of two: a mask
 }
 
 }  // namespace
